@@ -6,7 +6,11 @@ static table cannot express for folders that are renamed on import.
 
 from setuptools import find_packages, setup
 
-PACKAGE_ROOTS = {"widebeam": "widebeam", "widebeam.services": "services", "widebeam.kernels": "kernels"}
+PACKAGE_ROOTS = {
+    "widebeam": "widebeam",
+    "widebeam.services": "services",
+    "widebeam.kernels": "kernels",
+}
 
 
 def _packages() -> list[str]:

@@ -1,0 +1,30 @@
+# widebeam — two commands do all set-up: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch is enough for tests and the demo; a CUDA machine can install `.[gpu]`.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.widebeam-installed
+
+.PHONY: install test lint demo clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -m pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -c "import torch, transformers, widebeam.services.decoder"
+	@touch $@
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install lint
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/python -m widebeam.demo
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -1,0 +1,33 @@
+"""Batch descriptions handed to attention backends (built by the decoder's model runner)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class PrefillBatch:
+    """Ragged prompts packed back to back; segment i is tokens cu_seqlens[i]:cu_seqlens[i+1]."""
+
+    cu_seqlens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DecodeGroup:
+    """One request's rows in a decode batch: rows row_start .. row_start + num_rows - 1.
+
+    All rows share the request's prompt KV (`prompt_slots`) and each reads its own private
+    suffix (`suffix_slots[row]`, oldest first, ending with the slot written this step).
+    """
+
+    row_start: int
+    num_rows: int
+    prompt_slots: torch.Tensor  # [prompt_len] int64
+    suffix_slots: torch.Tensor  # [num_rows, suffix_len] int64
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    groups: tuple[DecodeGroup, ...]

@@ -1,0 +1,111 @@
+"""Plain-torch reference attention: the oracle for every GPU kernel and the CPU path.
+
+Computes in fp32. Decode is two-level ("cascade"): attention of a request's rows over its
+shared prompt KV, attention of each row over its private suffix, merged by log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+
+
+def expand_kv_heads(x: torch.Tensor, q_heads: int) -> torch.Tensor:
+    """[..., kv_heads, D] -> [..., q_heads, D]; q head h reads kv head h // group size."""
+    return x.repeat_interleave(q_heads // x.shape[-2], dim=-2)
+
+
+def attention_with_lse(
+    q: torch.Tensor,  # [R, H, D] fp32
+    k: torch.Tensor,  # [R or 1, T, H, D] fp32
+    v: torch.Tensor,  # [R or 1, T, H, D] fp32
+    scale: float,
+    mask: torch.Tensor | None = None,  # [R, T] bool, True = visible
+) -> tuple[torch.Tensor, torch.Tensor]:  # out [R, H, D] fp32, lse [R, H] fp32
+    scores = torch.einsum("rhd,rthd->rht", q, k.expand(q.shape[0], *k.shape[1:])) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+    out = torch.einsum("rht,rthd->rhd", probs, v.expand(q.shape[0], *v.shape[1:]))
+    return out, lse
+
+
+def merge_attention_states(
+    out_a: torch.Tensor,  # [R, H, D] fp32
+    lse_a: torch.Tensor,  # [R, H] fp32
+    out_b: torch.Tensor,  # [R, H, D] fp32
+    lse_b: torch.Tensor,  # [R, H] fp32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    lse = torch.logaddexp(lse_a, lse_b)
+    weight_a = torch.exp(lse_a - lse).nan_to_num(0.0)[..., None]
+    weight_b = torch.exp(lse_b - lse).nan_to_num(0.0)[..., None]
+    return out_a * weight_a + out_b * weight_b, lse
+
+
+def causal_prefill(
+    q: torch.Tensor,  # [N, Hq, D]
+    k: torch.Tensor,  # [N, Hkv, D]
+    v: torch.Tensor,  # [N, Hkv, D]
+    cu_seqlens: tuple[int, ...],
+    scale: float,
+) -> torch.Tensor:  # [N, Hq, D] dtype of q
+    out = torch.empty_like(q)
+    q_heads = q.shape[1]
+    for start, end in itertools.pairwise(cu_seqlens):
+        length = end - start
+        if length == 0:
+            continue
+        qs = q[start:end].float()
+        ks = expand_kv_heads(k[start:end].float(), q_heads)[None]
+        vs = expand_kv_heads(v[start:end].float(), q_heads)[None]
+        mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+        seg, _ = attention_with_lse(qs, ks, vs, scale, mask)
+        out[start:end] = seg.to(q.dtype)
+    return out
+
+
+def cascade_decode(
+    q: torch.Tensor,  # [R, Hq, D]
+    k_cache: torch.Tensor,  # [slots, Hkv, D]
+    v_cache: torch.Tensor,  # [slots, Hkv, D]
+    batch: DecodeBatch,
+    scale: float,
+) -> torch.Tensor:  # [R, Hq, D] dtype of q
+    out = torch.empty_like(q)
+    q_heads = q.shape[1]
+    for group in batch.groups:
+        rows = slice(group.row_start, group.row_start + group.num_rows)
+        qg = q[rows].float()
+        prompt_k = expand_kv_heads(k_cache[group.prompt_slots].float(), q_heads)[None]
+        prompt_v = expand_kv_heads(v_cache[group.prompt_slots].float(), q_heads)[None]
+        out_p, lse_p = attention_with_lse(qg, prompt_k, prompt_v, scale)
+        suffix_k = expand_kv_heads(k_cache[group.suffix_slots].float(), q_heads)
+        suffix_v = expand_kv_heads(v_cache[group.suffix_slots].float(), q_heads)
+        out_s, lse_s = attention_with_lse(qg, suffix_k, suffix_v, scale)
+        merged, _ = merge_attention_states(out_p, lse_p, out_s, lse_s)
+        out[rows] = merged.to(q.dtype)
+    return out
+
+
+class TorchAttention(AttentionBackend):
+    name = "torch"
+
+    def prefill(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PrefillBatch, scale: float
+    ) -> torch.Tensor:
+        return causal_prefill(q, k, v, batch.cu_seqlens, scale)
+
+    def decode(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        batch: DecodeBatch,
+        scale: float,
+    ) -> torch.Tensor:
+        return cascade_decode(q, k_cache, v_cache, batch, scale)

@@ -1,0 +1,92 @@
+"""A catalog trie as device tensors: which tokens each row may propose, and where it moves.
+
+Rows sit on trie nodes. A node with children allows exactly its children's tokens. A complete
+SID path (a leaf), or a row that has already left the trie (after EOS, or a dead row that took
+a masked token), allows only the request's EOS ids — the same rule the transformers oracle's
+`prefix_allowed_tokens_fn` follows, so finished-but-carried rows behave identically.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from widebeam.services.catalog.trie import SidTrie
+
+OFF_TRIE = -1
+
+
+class TrieConstraint:
+    def __init__(self, trie: SidTrie, version: str, device: torch.device | str) -> None:
+        self.trie = trie
+        self.version = version
+        self.device = torch.device(device)
+        self.child_offsets = torch.tensor(trie.child_offsets, dtype=torch.int64, device=device)
+        self.child_tokens = torch.tensor(trie.child_tokens, dtype=torch.int64, device=device)
+        self.child_nodes = torch.tensor(trie.child_nodes, dtype=torch.int64, device=device)
+        # Edge keys node * key_base + token, ascending because CSR is node-major, token-sorted.
+        self.key_base = int(self.child_tokens.max().item()) + 1 if self.child_tokens.numel() else 1
+        edge_nodes = torch.repeat_interleave(
+            torch.arange(trie.num_nodes, device=device), self.child_offsets.diff()
+        )
+        self.edge_keys = edge_nodes * self.key_base + self.child_tokens  # [edges] int64
+
+    def path_length(self, prompt_ids: tuple[int, ...]) -> int:
+        layout = self.trie.layout
+        include_begin = layout.begin_token_id is not None and (
+            not prompt_ids or prompt_ids[-1] != layout.begin_token_id
+        )
+        return layout.path_length(include_begin)
+
+    def start_node(self, prompt_ids: tuple[int, ...]) -> int:
+        begin = self.trie.layout.begin_token_id
+        return self.trie.start_node(bool(prompt_ids) and prompt_ids[-1] == begin)
+
+    def mask(
+        self,
+        nodes: torch.Tensor,  # [R] int64 trie nodes (or OFF_TRIE)
+        eos_ids: torch.Tensor,  # [n_eos] int64
+        vocab_size: int,
+    ) -> torch.Tensor:  # [R, vocab] fp32, 0 where allowed, -inf elsewhere
+        rows = nodes.shape[0]
+        mask = torch.full((rows, vocab_size), float("-inf"), device=self.device)
+        on_trie = nodes >= 0
+        safe = torch.where(on_trie, nodes, 0)
+        starts = self.child_offsets[safe]
+        counts = torch.where(on_trie, self.child_offsets[safe + 1] - starts, 0)
+        total = int(counts.sum())
+        if total:
+            row_of_edge = torch.repeat_interleave(torch.arange(rows, device=self.device), counts)
+            first = torch.cumsum(counts, 0) - counts
+            edge = (
+                torch.arange(total, device=self.device)
+                - first.repeat_interleave(counts)
+                + starts.repeat_interleave(counts)
+            )
+            mask[row_of_edge, self.child_tokens[edge]] = 0.0
+        ending = counts == 0
+        if eos_ids.numel() and bool(ending.any()):
+            end_rows = ending.nonzero().squeeze(1)
+            mask[end_rows[:, None], eos_ids[None, :]] = 0.0
+        return mask
+
+    def advance(
+        self,
+        nodes: torch.Tensor,  # [R] int64
+        tokens: torch.Tensor,  # [R] int64
+    ) -> torch.Tensor:  # [R] int64 child node, or OFF_TRIE
+        if self.edge_keys.numel() == 0:
+            return torch.full_like(nodes, OFF_TRIE)
+        keys = nodes * self.key_base + tokens
+        pos = torch.searchsorted(self.edge_keys, keys).clamp(max=self.edge_keys.numel() - 1)
+        found = (nodes >= 0) & (tokens < self.key_base) & (self.edge_keys[pos] == keys)
+        return torch.where(found, self.child_nodes[pos], OFF_TRIE)
+
+    def items_for_path(self, prompt_ids: tuple[int, ...], tokens: list[int]) -> list[str]:
+        node = self.start_node(prompt_ids)
+        for token in tokens:
+            if self.trie.leaf_sid[node] >= 0:
+                break
+            node = self.trie.child(node, token)
+            if node < 0:
+                return []
+        return self.trie.items_for_leaf(node) if self.trie.leaf_sid[node] >= 0 else []

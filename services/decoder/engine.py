@@ -1,0 +1,220 @@
+"""The engine loop: admit, prefill, decode, select, finish — continuous batching of beam groups.
+
+Policy lives in `Scheduler` (plain Python); tensors live in `ModelRunner`; per-request
+selection lives in `BeamSearch` / `GreedySearch`. One `step()` prefills the requests admitted
+now, then runs one decode forward over every running row, beam and ordinary requests together.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+
+from widebeam.kernels.attention.factory import make_attention_backend
+from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
+from widebeam.services.decoder.beam.greedy_search import GreedySearch
+from widebeam.services.decoder.beam.logprobs import processed_logprobs
+from widebeam.services.decoder.beam.sampler import SamplingParams
+from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
+from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
+from widebeam.services.decoder.kv.kv_cache import KVCache, slots_of_pages
+from widebeam.services.decoder.kv.page_allocator import PageAllocator
+from widebeam.services.decoder.model.config import GenerationDefaults
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.results import build_output
+from widebeam.services.decoder.runner.model_runner import ModelRunner
+from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.scheduler.scheduler import Scheduler
+from widebeam.services.decoder.validation import EngineLimits, validate_request
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        dtype = getattr(torch, config.dtype)
+        self.model = CausalLM.from_pretrained(config.model_dir, dtype=dtype, device=self.device)
+        mc = self.model.config
+        self.vocab_size = mc.vocab_size
+        defaults = GenerationDefaults.from_pretrained(config.model_dir)
+        pages = PageAllocator(config.max_kv_slots // config.page_size, config.page_size)
+        self.limits = EngineLimits(
+            vocab_size=mc.vocab_size,
+            max_model_len=config.max_model_len or mc.max_position_embeddings,
+            max_rows=config.max_rows,
+            max_kv_slots=pages.capacity_slots,
+            default_eos_ids=tuple(defaults.eos_token_ids),
+        )
+        cache = KVCache(
+            mc.num_hidden_layers,
+            pages.capacity_slots,
+            mc.num_key_value_heads,
+            mc.head_dim,
+            dtype,
+            self.device,
+        )
+        self.runner = ModelRunner(
+            self.model, cache, make_attention_backend(config.attention_backend)
+        )
+        self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)
+        self.constraint: TrieConstraint | None = None
+        self.sid_layout = None
+        if config.catalog_path:
+            self.sid_layout = resolve_layout(config.model_dir, config.sid_layout, mc.vocab_size)
+            self.constraint = load_catalog_constraint(
+                config.catalog_path, self.sid_layout, self.device
+            )
+        self._arrivals = itertools.count()
+
+    # ----- public API -------------------------------------------------------------------------
+    def set_constraint(self, constraint: TrieConstraint | None) -> None:
+        """Swap the catalog for new admissions; admitted requests keep the one they pinned."""
+        self.constraint = constraint
+
+    def submit(self, request: GenerationRequest) -> None:
+        """Queue a request; raises RequestError (and changes nothing) when it cannot run."""
+        constraint = self.constraint if request.constrained else None
+        path_len = constraint.path_length(request.input_ids) if constraint else None
+        resolved = validate_request(request, self.limits, path_len)
+        self.scheduler.add(RequestState(resolved, constraint, next(self._arrivals)))
+
+    def abort(self, request_id: str) -> bool:
+        return self.scheduler.abort(request_id) is not None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[RequestOutput]:
+        done: list[RequestOutput] = []
+        admitted = self.scheduler.admit()
+        if admitted:
+            done += self._prefill(admitted)
+        active = [s for s in self.scheduler.running if not s.finished]
+        if active:
+            done += self._decode(active)
+        return done
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[RequestOutput]:
+        """Run all requests together; outputs in input order (errors as outputs)."""
+        outputs: dict[int, RequestOutput] = {}
+        index_of: dict[str, int] = {}
+        for i, req in enumerate(requests):
+            if req.request_id in index_of:
+                outputs[i] = RequestOutput(req.request_id, error="duplicate request id")
+                continue
+            try:
+                self.submit(req)
+                index_of[req.request_id] = i
+            except RequestError as exc:
+                outputs[i] = RequestOutput(req.request_id, error=str(exc))
+        while self.has_unfinished():
+            for out in self.step():
+                outputs[index_of[out.request_id]] = out
+        return [outputs[i] for i in range(len(requests))]
+
+    # ----- internals --------------------------------------------------------------------------
+    def _start(self, state: RequestState) -> None:
+        spec, k = state.resolved.spec, state.num_rows
+        slots = slots_of_pages(state.pages, self.scheduler.pages.page_size, self.device)
+        state.prompt_slots = slots[: state.prompt_len]
+        state.private_slots = slots[state.prompt_len : state.prompt_len + k * spec.max_new_tokens]
+        state.suffix_table = torch.empty((k, 0), dtype=torch.int64, device=self.device)
+        eos = torch.tensor(state.resolved.eos_ids, dtype=torch.int64, device=self.device)
+        if k == 1:
+            params = SamplingParams(spec.temperature, spec.top_p, spec.top_k, spec.seed)
+            state.search = GreedySearch(
+                params,
+                spec.length_penalty,
+                eos,
+                spec.max_new_tokens,
+                spec.min_new_tokens,
+                self.device,
+            )
+        else:
+            state.search = BeamSearch(
+                k,
+                spec.n,
+                spec.length_penalty,
+                spec.early_stopping,
+                eos,
+                spec.max_new_tokens,
+                self.device,
+            )
+        if state.constraint is not None:
+            start = state.constraint.start_node(spec.input_ids)
+            state.nodes = torch.full((1,), start, dtype=torch.int64, device=self.device)
+
+    def _prefill(self, states: list[RequestState]) -> list[RequestOutput]:
+        for state in states:
+            self._start(state)
+        logits = self.runner.prefill(
+            [s.resolved.spec.input_ids for s in states], [s.prompt_slots for s in states]
+        )
+        return self._select([(s, logits[i : i + 1]) for i, s in enumerate(states)])
+
+    def _decode(self, states: list[RequestState]) -> list[RequestOutput]:
+        groups, tokens, positions, writes = [], [], [], []
+        row = 0
+        for state in states:
+            step = state.search.step - 1  # index of the pending token among generated tokens
+            groups.append(DecodeGroup(row, state.num_rows, state.prompt_slots, state.suffix_table))
+            tokens.append(state.pending_tokens)
+            positions.append(
+                torch.full(
+                    (state.num_rows,),
+                    state.prompt_len + step,
+                    dtype=torch.int64,
+                    device=self.device,
+                )
+            )
+            writes.append(state.suffix_table[:, -1])
+            row += state.num_rows
+        logits = self.runner.decode(
+            torch.cat(tokens), torch.cat(positions), torch.cat(writes), DecodeBatch(tuple(groups))
+        )
+        chunks, row = [], 0
+        for state in states:
+            chunks.append((state, logits[row : row + state.num_rows]))
+            row += state.num_rows
+        return self._select(chunks)
+
+    def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
+        finished = []
+        for state, logits in chunks:
+            search = state.search
+            mask = None
+            if state.constraint is not None:
+                eos = search.eos_ids
+                mask = state.constraint.mask(state.nodes, eos, self.vocab_size)
+            if isinstance(search, BeamSearch):
+                spec = state.resolved.spec
+                lp = processed_logprobs(
+                    logits, mask, search.eos_ids, search.step < spec.min_new_tokens
+                )
+                selection = search.advance(lp)
+            else:
+                selection = search.advance(logits, mask)
+            if search.done:
+                finished.append(self._finish(state))
+            else:
+                self._apply(state, selection)
+        return finished
+
+    def _apply(self, state: RequestState, sel: StepSelection) -> None:
+        k, step = state.num_rows, state.search.step - 1
+        new_slots = state.private_slots[step * k : (step + 1) * k]
+        state.suffix_table = torch.cat((state.suffix_table[sel.parents], new_slots[:, None]), 1)
+        state.pending_tokens = sel.tokens
+        if state.constraint is not None:
+            # At step 0 every row still sits on the prompt's single start node.
+            nodes = state.nodes.expand(k) if state.nodes.shape[0] != k else state.nodes
+            state.nodes = state.constraint.advance(nodes[sel.parents], sel.tokens)
+
+    def _finish(self, state: RequestState) -> RequestOutput:
+        self.scheduler.finish(state)
+        return build_output(state)

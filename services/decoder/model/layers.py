@@ -1,0 +1,109 @@
+"""Building blocks shared by the supported decoder families."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from widebeam.services.decoder.model.config import RopeScaling
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in fp32, with the weight applied after casting back (HF's order, which
+    matters for bf16 parity)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., dim]
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
+    """Inverse frequencies [head_dim // 2] in fp32, following transformers' rope_utils."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    if scaling is None:
+        return inv_freq
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
+    if scaling.rope_type == "llama3":
+        return _llama3_scale(inv_freq, scaling)
+    raise ValueError(f"unsupported rope type {scaling.rope_type!r}")
+
+
+def _llama3_scale(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
+    assert s.low_freq_factor is not None and s.high_freq_factor is not None
+    assert s.original_max_position_embeddings is not None
+    old_ctx = s.original_max_position_embeddings
+    low_wavelen = old_ctx / s.low_freq_factor
+    high_wavelen = old_ctx / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    # Long wavelengths are stretched by `factor`, short ones untouched, the band between blended.
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for arbitrary (ragged, per-token) positions.
+
+    inv_freq is a plain attribute, not a buffer, so ``module.to(bfloat16)`` cannot degrade it and
+    it never shows up in the state dict.
+    """
+
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling | None) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self._inv_freq_cpu = rope_inv_freq(head_dim, theta, scaling)
+        self._inv_freq_by_device: dict[torch.device, torch.Tensor] = {}
+
+    def _inv_freq(self, device: torch.device) -> torch.Tensor:
+        cached = self._inv_freq_by_device.get(device)
+        if cached is None:
+            cached = self._inv_freq_cpu.to(device)
+            self._inv_freq_by_device[device] = cached
+        return cached
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [N] int64 -> (cos, sin), each [N, head_dim] fp32."""
+        freqs = positions.float()[:, None] * self._inv_freq(positions.device)[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(
+    x: torch.Tensor,  # [N, heads, head_dim]
+    cos: torch.Tensor,  # [N, head_dim] fp32
+    sin: torch.Tensor,  # [N, head_dim] fp32
+) -> torch.Tensor:
+    """HF convention: tables are cast to the activation dtype before the product."""
+    cos = cos.to(x.dtype)[:, None, :]
+    sin = sin.to(x.dtype)[:, None, :]
+    return x * cos + rotate_half(x) * sin
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, hidden]
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -1,0 +1,160 @@
+"""Qwen3 / Qwen2 / Llama decoder on a flat token batch.
+
+Sequences are concatenated along one token axis (no batch dimension, no padding); everything that
+couples tokens is inside ``AttentionContext.attend``. Module names mirror HF checkpoints so the
+state dict loads without renaming.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from widebeam.services.decoder.model.attention_context import AttentionContext
+from widebeam.services.decoder.model.config import ModelConfig
+from widebeam.services.decoder.model.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary
+from widebeam.services.decoder.model.weights import load_state_dict, validate_state_dict
+
+LM_HEAD = "lm_head.weight"
+# Old Llama checkpoints saved the rope table; it is recomputed, never loaded.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        hidden = config.hidden_size
+        q_out, kv_out = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(hidden, q_out, bias=config.attention_bias)
+        self.k_proj = nn.Linear(hidden, kv_out, bias=config.attention_bias)
+        self.v_proj = nn.Linear(hidden, kv_out, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_out, hidden, bias=config.o_proj_bias)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [N, hidden]
+        cos: torch.Tensor,  # [N, head_dim] fp32
+        sin: torch.Tensor,  # [N, head_dim] fp32
+        attn: AttentionContext,
+    ) -> torch.Tensor:  # [N, hidden]
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(n, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(n, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # per head, before rope (Qwen3)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out = attn.attend(self.layer_idx, q, k, v)  # [N, n_heads, head_dim]
+        return self.o_proj(out.reshape(n, self.n_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(config, layer_idx)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        h: torch.Tensor,  # [N, hidden]
+        cos: torch.Tensor,  # [N, head_dim] fp32
+        sin: torch.Tensor,  # [N, head_dim] fp32
+        attn: AttentionContext,
+    ) -> torch.Tensor:  # [N, hidden]
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, attn)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderModel(nn.Module):
+    """The ``model.`` prefix of HF checkpoints."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = DecoderModel(config)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.lm_head: nn.Linear | None = None
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:  # [vocab, hidden]
+        if self.lm_head is None:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [N] int64
+        positions: torch.Tensor,  # [N] int64, position of each token within its sequence
+        attn: AttentionContext,
+    ) -> torch.Tensor:  # [N, hidden], final norm applied
+        if input_ids.dim() != 1 or positions.shape != input_ids.shape:
+            raise ValueError(
+                f"expected flat input_ids/positions of equal shape [N], got "
+                f"{tuple(input_ids.shape)} and {tuple(positions.shape)}"
+            )
+        cos, sin = self.rotary(positions)
+        h = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            h = layer(h, cos, sin, attn)
+        return self.model.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, hidden] -> logits [N, vocab] fp32 (matmul in model dtype, like HF)."""
+        return F.linear(hidden, self.lm_head_weight).float()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> CausalLM:
+        config = ModelConfig.from_pretrained(path)
+        # Build on meta so we never allocate (and randomly init) weights that are overwritten.
+        with torch.device("meta"):
+            model = cls(config)
+        state = load_state_dict(path, dtype=dtype, device=device)
+        state = {k: v for k, v in state.items() if not k.endswith(_IGNORED_SUFFIXES)}
+        if config.tie_word_embeddings:
+            # Some tied checkpoints still store a copy of the head; the embedding wins, as in HF.
+            state.pop(LM_HEAD, None)
+        expected = {name: t.shape for name, t in model.state_dict().items()}
+        validate_state_dict(state, expected)
+        model.load_state_dict(state, strict=True, assign=True)
+        # Inference only: no autograd bookkeeping even if a caller forgets inference_mode.
+        model.requires_grad_(False)
+        return model.eval()

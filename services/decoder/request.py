@@ -1,0 +1,58 @@
+"""What a caller asks of the engine, and what it gets back (plain dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+EarlyStopping = bool | Literal["never"]
+FinishReason = Literal["stop", "length"]
+
+
+class RequestError(ValueError):
+    """A request the engine cannot run; the message says what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    input_ids: tuple[int, ...]
+    beam_width: int = 1
+    n: int = 1
+    max_new_tokens: int = 16
+    min_new_tokens: int = 0
+    length_penalty: float = 1.0
+    early_stopping: EarlyStopping = False
+    # None: the model's default (generation_config.json, else config.json); () disables EOS.
+    eos_token_id: tuple[int, ...] | None = None
+    ignore_eos: bool = False
+    constrained: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    return_logprobs: bool = False
+
+
+@dataclass(frozen=True)
+class BeamResult:
+    output_ids: list[int]
+    # transformers' `sequences_scores`: cum_logprob / len(output_ids) ** length_penalty
+    score: float
+    cum_logprob: float
+    finish_reason: FinishReason
+    logprobs: list[float] | None = None
+    item_ids: list[str] | None = None  # constrained requests: the catalog items of this SID
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str | None
+    beams: list[BeamResult] = field(default_factory=list)
+    error: str | None = None
+    catalog_version: str | None = None
+    prompt_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

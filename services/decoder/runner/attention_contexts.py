@@ -1,0 +1,49 @@
+"""Attention contexts the model calls per layer: write this batch's KV, then attend."""
+
+from __future__ import annotations
+
+import torch
+
+from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.services.decoder.kv.kv_cache import KVCache
+
+
+class PrefillContext:
+    def __init__(
+        self,
+        cache: KVCache,
+        write_slots: torch.Tensor,  # [N] int64, prompt slots of the packed tokens
+        batch: PrefillBatch,
+        backend: AttentionBackend,
+        scale: float,
+    ) -> None:
+        self.cache, self.write_slots, self.batch = cache, write_slots, batch
+        self.backend, self.scale = backend, scale
+
+    def attend(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:  # q [N, Hq, D]; k, v [N, Hkv, D] -> [N, Hq, D]
+        self.cache.write(layer_idx, self.write_slots, k, v)
+        return self.backend.prefill(q, k, v, self.batch, self.scale)
+
+
+class DecodeContext:
+    def __init__(
+        self,
+        cache: KVCache,
+        write_slots: torch.Tensor,  # [R] int64, one new slot per row
+        batch: DecodeBatch,
+        backend: AttentionBackend,
+        scale: float,
+    ) -> None:
+        self.cache, self.write_slots, self.batch = cache, write_slots, batch
+        self.backend, self.scale = backend, scale
+
+    def attend(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:  # q [R, Hq, D]; k, v [R, Hkv, D] -> [R, Hq, D]
+        self.cache.write(layer_idx, self.write_slots, k, v)
+        return self.backend.decode(
+            q, self.cache.k[layer_idx], self.cache.v[layer_idx], self.batch, self.scale
+        )

@@ -1,0 +1,53 @@
+"""The part of the engine that touches the model and the KV cache (everything on `device`)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.services.decoder.kv.kv_cache import KVCache
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
+
+
+class ModelRunner:
+    def __init__(self, model: CausalLM, cache: KVCache, backend: AttentionBackend) -> None:
+        self.model = model
+        self.cache = cache
+        self.backend = backend
+        self.device = cache.k.device
+        self.scale = 1.0 / math.sqrt(model.config.head_dim)
+
+    @torch.inference_mode()
+    def prefill(
+        self,
+        prompts: list[tuple[int, ...]],
+        prompt_slots: list[torch.Tensor],  # each [prompt_len] int64
+    ) -> torch.Tensor:  # [num_prompts, vocab] fp32 logits of each prompt's last token
+        lengths = [len(p) for p in prompts]
+        ids = torch.tensor([t for p in prompts for t in p], dtype=torch.int64, device=self.device)
+        positions = torch.cat([torch.arange(n, device=self.device) for n in lengths])
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        ctx = PrefillContext(
+            self.cache, torch.cat(prompt_slots), PrefillBatch(tuple(cu)), self.backend, self.scale
+        )
+        hidden = self.model(ids, positions, ctx)
+        last = torch.tensor(cu[1:], device=self.device) - 1
+        return self.model.compute_logits(hidden[last])
+
+    @torch.inference_mode()
+    def decode(
+        self,
+        tokens: torch.Tensor,  # [R] int64
+        positions: torch.Tensor,  # [R] int64
+        write_slots: torch.Tensor,  # [R] int64
+        batch: DecodeBatch,
+    ) -> torch.Tensor:  # [R, vocab] fp32
+        ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
+        hidden = self.model(tokens, positions, ctx)
+        return self.model.compute_logits(hidden)
