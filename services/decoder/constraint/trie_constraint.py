@@ -2,8 +2,9 @@
 
 Rows sit on trie nodes. A node with children allows exactly its children's tokens. A complete
 SID path (a leaf), or a row that has already left the trie (after EOS, or a dead row that took
-a masked token), allows only the request's EOS ids — the same rule the transformers oracle's
-`prefix_allowed_tokens_fn` follows, so finished-but-carried rows behave identically.
+a masked token), allows only the request's first EOS id — one way to end a SID, so two beams
+never spend themselves on the same item with different EOS tokens. The transformers oracle's
+`prefix_allowed_tokens_fn` in the tests follows the same rule.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class TrieConstraint:
     def mask(
         self,
         nodes: torch.Tensor,  # [R] int64 trie nodes (or OFF_TRIE)
-        eos_ids: torch.Tensor,  # [n_eos] int64
+        eos_ids: torch.Tensor,  # [n_eos] int64; the first one ends a SID
         vocab_size: int,
     ) -> torch.Tensor:  # [R, vocab] fp32, 0 where allowed, -inf elsewhere
         rows = nodes.shape[0]
@@ -66,7 +67,7 @@ class TrieConstraint:
         ending = counts == 0
         if eos_ids.numel() and bool(ending.any()):
             end_rows = ending.nonzero().squeeze(1)
-            mask[end_rows[:, None], eos_ids[None, :]] = 0.0
+            mask[end_rows, eos_ids[0]] = 0.0
         return mask
 
     def advance(

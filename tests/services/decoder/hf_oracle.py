@@ -25,7 +25,7 @@ def trie_prefix_fn(
     eos: list[int],
 ) -> Callable[[int, torch.Tensor], list[int]]:
     """An independent dict-of-dicts trie walk: children of the current node; after a complete
-    SID (or off the trie) only the EOS ids."""
+    SID (or off the trie) only the first EOS id."""
     root: dict = {}
     for _, sid in catalog:
         node = root
@@ -35,7 +35,7 @@ def trie_prefix_fn(
         for token in path:
             node = node.setdefault(token, {})
     start = root[begin] if begin is not None and prompt[-1] == begin else root
-    fallback = eos or [0]
+    fallback = eos[:1] or [0]
 
     def allowed(batch_id: int, input_ids: torch.Tensor) -> list[int]:
         node = start

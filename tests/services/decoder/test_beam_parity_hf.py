@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.hf_oracle import hf_generate, trie_prefix_fn
 from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.beam import beam_search
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.request import GenerationRequest
@@ -87,10 +88,14 @@ def engine(sid_model: SidModel) -> Engine:
     )
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "seed,two_stage", [(s, False) for s in range(6)] + [(s, True) for s in range(6, 9)]
+)
 def test_engine_matches_transformers_beam_search(
-    engine: Engine, sid_model: SidModel, seed: int
+    engine: Engine, sid_model: SidModel, seed: int, two_stage: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if two_stage:  # the per-row top-k path used for wide beams over large vocabularies
+        monkeypatch.setattr(beam_search, "FLAT_TOPK_LIMIT", 0)
     layout = engine.sid_layout
     requests = _random_requests(engine, layout, seed)
     outputs = engine.generate(requests)

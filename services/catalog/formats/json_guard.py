@@ -1,0 +1,42 @@
+"""``json.loads`` that reports every failure as a located ``CatalogError``.
+
+Two traps of the stdlib parser are closed here: deeply nested input raises RecursionError
+(not a ValueError), and a repeated object key silently keeps the last value, which for a
+key -> items map would drop items without a word. Repeated keys are therefore an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from widebeam.services.catalog.jsonl_catalog import CatalogError
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:  # only on the error path: find the first repeat to name it
+            if key in seen:
+                raise CatalogError(f"duplicate key {key!r} in a JSON object")
+            seen.add(key)
+    return out
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """Decode JSON; ``where`` ("line 4", "input") prefixes every error message."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except CatalogError as exc:
+        raise CatalogError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise CatalogError(
+            f"{where}: malformed JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise CatalogError(f"{where}: JSON is nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{where}: not UTF-8 text: {exc.reason}") from None
+    except ValueError as exc:  # e.g. an integer literal with too many digits
+        raise CatalogError(f"{where}: malformed JSON: {exc}") from None

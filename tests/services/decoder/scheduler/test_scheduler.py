@@ -1,0 +1,62 @@
+"""Admission reserves rows and KV for a request's whole life; strict FIFO; release on finish."""
+
+from __future__ import annotations
+
+from widebeam.services.decoder.kv.page_allocator import PageAllocator
+from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.scheduler.scheduler import Scheduler
+from widebeam.services.decoder.validation import ResolvedRequest
+
+
+def _state(rid: str, k: int, prompt: int, max_new: int, arrival: int) -> RequestState:
+    spec = GenerationRequest(rid, tuple(range(prompt)), beam_width=k, n=1, max_new_tokens=max_new)
+    return RequestState(ResolvedRequest(spec, (), prompt + k * max_new), None, arrival)
+
+
+def test_admits_only_what_fits_rows_and_kv() -> None:
+    sched = Scheduler(max_rows=10, pages=PageAllocator(8, 16), max_prefill_tokens=10_000)
+    a = _state("a", 6, 10, 4, 0)  # 34 slots -> 3 pages
+    b = _state("b", 6, 10, 4, 1)  # needs 6 rows: only 4 left
+    c = _state("c", 2, 10, 4, 2)  # would fit, but FIFO keeps it behind b
+    for s in (a, b, c):
+        sched.add(s)
+    assert sched.admit() == [a]
+    assert sched.rows_in_use == 6 and sched.pages.free_pages == 5
+    assert sched.admit() == []
+    sched.finish(a)
+    assert sched.rows_in_use == 0 and sched.pages.free_pages == 8
+    assert sched.admit() == [b, c]
+
+
+def test_kv_budget_blocks_admission_until_release() -> None:
+    sched = Scheduler(max_rows=100, pages=PageAllocator(4, 16), max_prefill_tokens=10_000)
+    big = _state("big", 4, 16, 8, 0)  # 48 slots -> 3 pages
+    other = _state("other", 4, 16, 8, 1)
+    sched.add(big)
+    sched.add(other)
+    assert sched.admit() == [big]
+    assert sched.admit() == []  # running requests keep their reservation: never retracted
+    assert big in sched.running
+    sched.finish(big)
+    assert sched.admit() == [other]
+
+
+def test_prefill_token_budget_spreads_admissions_over_steps() -> None:
+    sched = Scheduler(max_rows=100, pages=PageAllocator(100, 16), max_prefill_tokens=30)
+    states = [_state(f"r{i}", 1, 20, 2, i) for i in range(3)]
+    for s in states:
+        sched.add(s)
+    assert sched.admit() == states[:1]
+    assert sched.admit() == states[1:2]
+
+
+def test_abort_waiting_and_running() -> None:
+    sched = Scheduler(max_rows=4, pages=PageAllocator(8, 16), max_prefill_tokens=10_000)
+    a, b = _state("a", 4, 4, 2, 0), _state("b", 4, 4, 2, 1)
+    sched.add(a)
+    sched.add(b)
+    sched.admit()
+    assert sched.abort("b") is b and not sched.waiting
+    assert sched.abort("a") is a and sched.rows_in_use == 0 and sched.pages.free_pages == 8
+    assert sched.abort("zzz") is None

@@ -1,0 +1,102 @@
+"""`widebeam generate` end to end, as a subprocess: JSONL in, JSONL out in input order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.services.decoder.conftest import SidModel
+
+
+def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "widebeam", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_generate_jsonl_in_order_with_errors_and_items(sid_model: SidModel, tmp_path: Path) -> None:
+    lines = [
+        {
+            "id": "beam",
+            "input_ids": [1, 2, 3],
+            "beam_width": 4,
+            "n": 2,
+            "max_new_tokens": 3,
+            "return_logprobs": True,
+        },
+        "not json",
+        {"id": "bad", "input_ids": [1], "beam_width": 2, "n": 3, "max_new_tokens": 2},
+        {
+            "id": "sid",
+            "input_ids": [5, 6],
+            "beam_width": 8,
+            "n": 3,
+            "max_new_tokens": 6,
+            "constrained": True,
+        },
+        {"id": "greedy", "input_ids": [7], "max_new_tokens": 2, "eos_token_id": None},
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    proc = _run(
+        [
+            "generate",
+            "--model",
+            str(sid_model.model_dir),
+            "--catalog",
+            str(sid_model.catalog_path),
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r.get("id") for r in rows] == ["beam", None, "bad", "sid", "greedy"]
+    assert len(rows[0]["beams"]) == 2 and len(rows[0]["beams"][0]["logprobs"]) == 3
+    assert set(rows[0]["beams"][0]) >= {"output_ids", "score", "cum_logprob", "finish_reason"}
+    assert "invalid JSON" in rows[1]["error"] and "line 2" in rows[1]["error"]
+    assert "n must be" in rows[2]["error"]
+    assert len(rows[3]["beams"]) == 3 and all(b["item_ids"] for b in rows[3]["beams"])
+    assert len(rows[4]["beams"]) == 1
+
+
+def test_generate_stdin_stdout_and_explicit_layout(sid_model: SidModel) -> None:
+    request = {
+        "id": 1,
+        "input_ids": [4, 4],
+        "beam_width": 2,
+        "n": 2,
+        "max_new_tokens": 3,
+        "constrained": True,
+        "eos_token_id": [],
+    }
+    layout = "203:16,219:16,235:16"  # same codes as the tokenizer, without begin/end tokens
+    proc = _run(
+        [
+            "generate",
+            "--model",
+            str(sid_model.model_dir),
+            "--catalog",
+            str(sid_model.catalog_path),
+            "--sid-layout",
+            layout,
+        ],
+        json.dumps(request),
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["id"] == "1" and all(len(b["output_ids"]) == 3 for b in row["beams"])
+
+
+def test_generate_reports_missing_model(tmp_path: Path) -> None:
+    proc = _run(["generate", "--model", str(tmp_path / "nope")], "")
+    assert proc.returncode == 2 and "error" in proc.stderr
