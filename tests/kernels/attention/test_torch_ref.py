@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
-from widebeam.kernels.attention.torch_ref import causal_prefill, cascade_decode, expand_kv_heads
+from widebeam.kernels.attention.torch_ref import cascade_decode, causal_prefill, expand_kv_heads
 
 
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -48,7 +49,7 @@ def test_ragged_causal_prefill_equals_per_sequence() -> None:
     q, k, v = torch.randn(total, 4, 8), torch.randn(total, 2, 8), torch.randn(total, 2, 8)
     cu = (0, 5, 6, 15)
     out = causal_prefill(q, k, v, cu, 0.3)
-    for start, end in zip(cu[:-1], cu[1:], strict=True):
+    for start, end in itertools.pairwise(cu):
         for t in range(start, end):
             expected = _dense(q[t], k[start : t + 1], v[start : t + 1], 0.3)
             torch.testing.assert_close(out[t], expected, rtol=1e-5, atol=1e-5)
