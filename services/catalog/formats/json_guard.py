@@ -31,9 +31,8 @@ def loads(text: str | bytes, where: str) -> Any:
     except CatalogError as exc:
         raise CatalogError(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise CatalogError(
-            f"{where}: malformed JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
-        ) from None
+        pos = f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno}"
+        raise CatalogError(f"{where}: malformed JSON: {exc.msg} ({pos})") from None
     except RecursionError:
         raise CatalogError(f"{where}: JSON is nested too deeply") from None
     except UnicodeDecodeError as exc:
