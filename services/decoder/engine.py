@@ -32,6 +32,14 @@ from widebeam.services.decoder.scheduler.request_state import RequestState
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
 from widebeam.services.decoder.validation import EngineLimits, validate_request
 
+DEFAULT_CATALOG = "default"
+
+
+def _missing_catalog_message(name: str | None, loaded: dict[str, TrieConstraint]) -> str:
+    if not loaded:
+        return "constrained request but no catalog is loaded"
+    return f"unknown catalog {name or DEFAULT_CATALOG!r}; loaded: {', '.join(sorted(loaded))}"
+
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
@@ -62,23 +70,37 @@ class Engine:
             self.model, cache, make_attention_backend(config.attention_backend)
         )
         self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)
-        self.constraint: TrieConstraint | None = None
+        # Catalog name -> the trie new admissions pin; admitted requests keep their own.
+        self.catalogs: dict[str, TrieConstraint] = {}
         self.sid_layout = None
         if config.catalog_path:
             self.sid_layout = resolve_layout(config.model_dir, config.sid_layout, mc.vocab_size)
-            self.constraint = load_catalog_constraint(
+            self.catalogs[DEFAULT_CATALOG] = load_catalog_constraint(
                 config.catalog_path, self.sid_layout, self.device
             )
         self._arrivals = itertools.count()
 
     # ----- public API -------------------------------------------------------------------------
-    def set_constraint(self, constraint: TrieConstraint | None) -> None:
-        """Swap the catalog for new admissions; admitted requests keep the one they pinned."""
-        self.constraint = constraint
+    @property
+    def constraint(self) -> TrieConstraint | None:
+        """The default catalog's trie (None when none is loaded)."""
+        return self.catalogs.get(DEFAULT_CATALOG)
+
+    def set_catalog(self, name: str, constraint: TrieConstraint | None) -> None:
+        """Swap (or drop, with None) a catalog for new admissions; admitted requests keep the
+        version they pinned until they finish."""
+        if constraint is None:
+            self.catalogs.pop(name, None)
+        else:
+            self.catalogs[name] = constraint
 
     def submit(self, request: GenerationRequest) -> None:
         """Queue a request; raises RequestError (and changes nothing) when it cannot run."""
-        constraint = self.constraint if request.constrained else None
+        constraint = None
+        if request.constrained:
+            constraint = self.catalogs.get(request.catalog or DEFAULT_CATALOG)
+            if constraint is None:
+                raise RequestError(_missing_catalog_message(request.catalog, self.catalogs))
         path_len = constraint.path_length(request.input_ids) if constraint else None
         resolved = validate_request(request, self.limits, path_len)
         self.scheduler.add(RequestState(resolved, constraint, next(self._arrivals)))

@@ -32,6 +32,7 @@ class GenerationRequest:
     top_k: int | None = None
     seed: int | None = None
     return_logprobs: bool = False
+    catalog: str | None = None  # constrained requests: catalog name (None: "default")
 
 
 @dataclass(frozen=True)

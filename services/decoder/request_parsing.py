@@ -56,6 +56,11 @@ def request_from_dict(data: Any) -> GenerationRequest:
         if data["early_stopping"] not in (True, False, "never"):
             raise RequestError('early_stopping must be true, false or "never"')
         kwargs["early_stopping"] = data["early_stopping"]
+    catalog = data.get("catalog")
+    if catalog is not None:
+        if not isinstance(catalog, str) or not catalog:
+            raise RequestError("catalog must be a non-empty string")
+        kwargs["catalog"] = catalog
     eos = data.get("eos_token_id")
     if eos is not None:
         eos = [eos] if _is_int(eos) else eos

@@ -121,3 +121,9 @@ def test_request_parsing_accepts_all_fields() -> None:
     )
     assert req.request_id == "7" and req.eos_token_id == (3,) and req.length_penalty == 2.0
     assert req.early_stopping == "never" and req.return_logprobs
+
+
+def test_unknown_catalog_name(engine: Engine) -> None:
+    req = GenerationRequest("u", (1, 2), max_new_tokens=5, constrained=True, catalog="books")
+    with pytest.raises(RequestError, match="unknown catalog 'books'; loaded: default"):
+        engine.submit(req)
