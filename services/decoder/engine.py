@@ -42,11 +42,15 @@ def _missing_catalog_message(name: str | None, loaded: dict[str, TrieConstraint]
 
 
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, model: CausalLM | None = None) -> None:
+        """`model`: an already-loaded model of `config.model_dir` (benchmarks share one model
+        between the engine and a baseline); by default it is loaded from `config.model_dir`."""
         self.config = config
         self.device = torch.device(config.device)
         dtype = getattr(torch, config.dtype)
-        self.model = CausalLM.from_pretrained(config.model_dir, dtype=dtype, device=self.device)
+        if model is None:
+            model = CausalLM.from_pretrained(config.model_dir, dtype=dtype, device=self.device)
+        self.model = model
         mc = self.model.config
         self.vocab_size = mc.vocab_size
         defaults = GenerationDefaults.from_pretrained(config.model_dir)

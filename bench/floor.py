@@ -1,0 +1,79 @@
+"""The compute floor of a workload: FLOPs over the measured bf16 matmul rate, and the practical
+floor — the same linear layers replayed as a CUDA graph at the row counts the workload runs."""
+
+from __future__ import annotations
+
+import torch
+
+from widebeam.services.decoder.model.config import ModelConfig
+
+
+def linear_params(cfg: ModelConfig) -> int:
+    """Weights multiplied per token, excluding the LM head (embedding lookup is not a matmul)."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    attn = h * d * (cfg.num_attention_heads * 2 + cfg.num_key_value_heads * 2)
+    mlp = 3 * h * cfg.intermediate_size
+    return cfg.num_hidden_layers * (attn + mlp)
+
+
+def request_flops(cfg: ModelConfig, prompt: int, beams: int, new_tokens: int) -> float:
+    """Prefill of the prompt + (new_tokens - 1) decode steps over `beams` rows, each step's LM
+    head over all rows, and attention (prompt causal; each decode row over prompt + suffix)."""
+    head = 2 * cfg.hidden_size * cfg.vocab_size
+    lin = 2 * linear_params(cfg)
+    attn_unit = 2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim  # per q·k pair
+    flops = lin * prompt + head + attn_unit * prompt * prompt  # causal: P^2/2 pairs, x2 (QK, PV)
+    for step in range(1, new_tokens):
+        flops += beams * (lin + head + 2 * attn_unit * (prompt + step))
+    return float(flops)
+
+
+def linear_step_ms(model: torch.nn.Module, rows: int, reps: int = 10) -> float:
+    """One decode step's linear layers (per layer q,k,v,o, gate, up, down; then the LM head) at
+    `rows` rows, captured once as a CUDA graph and replayed: cuBLAS at this shape."""
+    layers = model.model.layers
+    x = torch.randn(rows, model.config.hidden_size, device="cuda", dtype=model.dtype)
+    weights = []
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        weights.append(
+            [
+                attn.q_proj.weight,
+                attn.k_proj.weight,
+                attn.v_proj.weight,
+                attn.o_proj.weight,
+                mlp.gate_proj.weight,
+                mlp.up_proj.weight,
+                mlp.down_proj.weight,
+            ]
+        )
+
+    def step() -> torch.Tensor:
+        h = x
+        for q, k, v, o, gate, up, down in weights:
+            attn_out = torch.nn.functional.linear(h, q)
+            torch.nn.functional.linear(h, k)
+            torch.nn.functional.linear(h, v)
+            h = h + torch.nn.functional.linear(attn_out, o)
+            g = torch.nn.functional.linear(h, gate)
+            u = torch.nn.functional.linear(h, up)
+            h = h + torch.nn.functional.linear(g * u, down)
+        return torch.nn.functional.linear(h, model.lm_head_weight)
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    del graph
+    return start.elapsed_time(end) / reps

@@ -1,0 +1,170 @@
+"""Shared pieces of the benchmark scripts: model shapes, request drivers, timing, reports.
+
+Models have the real architectures and random bf16 weights (speed depends on shape, not on
+weight values); EOS is ignored so every request runs its full length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.engine import Engine
+from widebeam.services.decoder.model.tiny import write_tiny_model
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+QWEN_VOCAB = 151936
+SHAPES = {
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_layers=28,
+        num_heads=16,
+        num_kv_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-1.7b": dict(
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_layers=28,
+        num_heads=16,
+        num_kv_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def model_dir(shape: str, sid_levels: tuple[int, ...] | None = None) -> Path:
+    """Build (once per machine) an HF directory of `shape` with random bf16 weights."""
+    tag = shape + ("-sid" + "x".join(map(str, sid_levels)) if sid_levels else "")
+    root = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench")) / tag
+    if not (root / "config.json").exists():
+        torch.manual_seed(0)
+        write_tiny_model(
+            root,
+            base_vocab=QWEN_VOCAB - 3,
+            dtype="bfloat16",
+            seed=0,
+            sid_levels=sid_levels,
+            max_position_embeddings=40960,
+            **SHAPES[shape],
+        )
+    return root
+
+
+def make_engine(
+    path: Path, max_rows: int, max_kv_slots: int, model: CausalLM | None = None, **kwargs: object
+) -> Engine:
+    config = EngineConfig(
+        model_dir=str(path),
+        device=DEVICE,
+        dtype="bfloat16",
+        max_rows=max_rows,
+        max_kv_slots=max_kv_slots,
+        **kwargs,
+    )
+    return Engine(config, model=model)
+
+
+@dataclass
+class RunStats:
+    latencies_ms: list[float]
+    wall_s: float
+
+    def summary(self) -> dict[str, float]:
+        lat = sorted(self.latencies_ms)
+        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+        return {
+            "n": len(lat),
+            "mean_ms": statistics.fmean(lat),
+            "p50_ms": pick(0.5),
+            "p90_ms": pick(0.9),
+            "p99_ms": pick(0.99),
+            "throughput_rps": len(lat) / self.wall_s,
+        }
+
+
+def drive(
+    engine: Engine,
+    requests: list[GenerationRequest],
+    qps: float | None,
+    concurrency: int,
+    check: Callable[[RequestOutput], None] | None = None,
+) -> RunStats:
+    """Open-loop arrivals every 1/qps s (all at once when qps is None), at most `concurrency`
+    in flight; latency runs from when a request is handed to the engine until it finishes."""
+    waiting = deque(requests)
+    started: dict[str, float] = {}
+    latencies: list[float] = []
+    t0 = time.perf_counter()
+    next_arrival = 0.0
+    while waiting or started:
+        now = time.perf_counter() - t0
+        while waiting and len(started) < concurrency and (qps is None or next_arrival <= now):
+            req = waiting.popleft()
+            engine.submit(req)
+            started[req.request_id] = time.perf_counter()
+            next_arrival += 0 if qps is None else 1.0 / qps
+        if not started:
+            time.sleep(max(0.0, next_arrival - now))
+            continue
+        for out in engine.step():
+            if out.error is not None:
+                raise RuntimeError(f"{out.request_id}: {out.error}")
+            if check is not None:
+                check(out)
+            latencies.append((time.perf_counter() - started.pop(out.request_id)) * 1000)
+    return RunStats(latencies, time.perf_counter() - t0)
+
+
+def matmul_tflops(n: int = 8192, reps: int = 20) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * n**3 * reps / (start.elapsed_time(end) / 1000) / 1e12
+
+
+def environment() -> dict[str, str]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": commit or "unknown",
+    }
+
+
+def write_json(name: str, data: object) -> None:
+    out = Path(os.environ.get("OUT", "bench-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(data, indent=2))
+
+
+def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
+    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

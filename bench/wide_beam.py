@@ -1,0 +1,142 @@
+"""Workload 1 — wide beam on a general LM: Qwen3-0.6B shape, beam_width = n = 5000,
+unconstrained, max_new_tokens in {3, 16, 32, 64, 128}, with the public request pattern.
+
+    python bench/wide_beam.py [--quick] [--hf-tokens 3,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import torch
+from floor import linear_step_ms, request_flops
+from harness import (
+    drive,
+    environment,
+    make_engine,
+    markdown_table,
+    matmul_tflops,
+    model_dir,
+    write_json,
+)
+from hf_baseline import hf_beam_ms, load_hf
+
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.request import GenerationRequest
+
+BEAMS = 5000
+PROMPT_LEN = 64
+# (max_new_tokens, num_requests, qps, concurrency) — the public general-engine pattern.
+PATTERN = [(3, 23, 0.8, 4), (16, 10, 0.3, 2), (32, 8, 0.25, 2), (64, 6, 0.2, 2), (128, 4, 0.15, 2)]
+QUICK_REQUESTS = {3: 6, 16: 3, 32: 2, 64: 2, 128: 2}
+PUBLIC_MEAN_MS = {3: 244.6, 16: 927.7, 32: 1690.7, 64: 3511.0, 128: 8087.3}
+KV_SLOTS = 800_000  # ~92 GB of bf16 KV for this shape
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tokens", default="3,16,32,64,128")
+    parser.add_argument("--hf-tokens", default="3")
+    args = parser.parse_args()
+    wanted = {int(t) for t in args.tokens.split(",")}
+    hf_tokens = {int(t) for t in args.hf_tokens.split(",") if t}
+    path = model_dir("qwen3-0.6b")
+    rng = random.Random(0)
+    prompt = [rng.randrange(1000, 100000) for _ in range(PROMPT_LEN)]
+    hf_ms: dict[int, float] = {}
+    if hf_tokens:  # before our KV cache exists: transformers needs the memory for its own
+        hf_model = load_hf(path)
+        for tokens in sorted(hf_tokens & wanted):
+            hf_ms[tokens] = hf_beam_ms(hf_model, prompt, BEAMS, tokens)
+            print(f"transformers beam {BEAMS}, {tokens} tokens: {hf_ms[tokens]:.0f} ms", flush=True)
+        del hf_model
+        torch.cuda.empty_cache()
+    model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
+    cfg = model.config
+    peak = matmul_tflops()
+    results, rows = [], []
+    for tokens, num, qps, conc in PATTERN:
+        if tokens not in wanted:
+            continue
+        num = QUICK_REQUESTS[tokens] if args.quick else num
+        need = PROMPT_LEN + BEAMS * tokens
+        engine = make_engine(
+            path, max_rows=conc * BEAMS, max_kv_slots=min(conc * need, KV_SLOTS), model=model
+        )
+        make = lambda i, t=tokens: GenerationRequest(  # noqa: E731
+            f"w1-{t}-{i}",
+            tuple(prompt),
+            beam_width=BEAMS,
+            n=BEAMS,
+            max_new_tokens=t,
+            ignore_eos=True,
+        )
+        drive(engine, [make(-1)], None, 1)  # warm-up
+        alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
+        stats = drive(engine, [make(i) for i in range(num)], qps, conc).summary()
+        del engine
+        torch.cuda.empty_cache()
+        flops = request_flops(cfg, PROMPT_LEN, BEAMS, tokens)
+        floor_ms = flops / (peak * 1e12) * 1000
+        practical_ms = linear_step_ms(model, BEAMS) * (tokens - 1)
+        hf = hf_ms.get(tokens)
+        row = {
+            "max_new_tokens": tokens,
+            "requests": num,
+            "qps": qps,
+            "concurrency": conc,
+            **stats,
+            "engine_alone_ms": alone,
+            "floor_ms": floor_ms,
+            "practical_floor_ms": practical_ms,
+            "floor_fraction": floor_ms / alone,
+            "hf_ms": hf,
+            "speedup_vs_hf": hf / alone if hf else None,
+            "public_mean_ms": PUBLIC_MEAN_MS[tokens],
+        }
+        print(row, flush=True)
+        results.append(row)
+        rows.append(
+            [
+                tokens,
+                num,
+                stats["mean_ms"],
+                stats["p50_ms"],
+                stats["p90_ms"],
+                alone,
+                PUBLIC_MEAN_MS[tokens],
+                hf if hf else "-",
+                f"{hf / alone:.1f}x" if hf else "-",
+                floor_ms,
+                practical_ms,
+                f"{100 * floor_ms / alone:.1f}%",
+            ]
+        )
+    env = environment() | {"matmul_tflops": peak, "prompt_len": PROMPT_LEN, "quick": args.quick}
+    write_json("wide_beam", {"env": env, "rows": results})
+    print(f"\nWorkload 1 (Qwen3-0.6B shape, beam = n = {BEAMS}), {env}")
+    print(
+        markdown_table(
+            [
+                "tokens",
+                "reqs",
+                "mean ms",
+                "p50 ms",
+                "p90 ms",
+                "alone ms",
+                "public mean ms",
+                "HF ms",
+                "vs HF",
+                "floor ms",
+                "linear-graph ms",
+                "of floor",
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
