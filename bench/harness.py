@@ -146,9 +146,12 @@ def matmul_tflops(n: int = 8192, reps: int = 20) -> float:
 
 
 def environment() -> dict[str, str]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = (
+        os.environ.get("WIDEBEAM_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    )
     return {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,

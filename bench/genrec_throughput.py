@@ -1,0 +1,145 @@
+"""Workload 3 — generative-rec throughput: Qwen3-1.7B shape with a SID-extended vocabulary
+(3 levels x 512 codes + begin/end), 430k catalog SIDs, ~300-token prompts of SID histories,
+n = beam_width in {50, 512, 1000}, 3 SID tokens + the end token: saturated throughput, p50/p99
+latency, and the illegal-SID rate.
+
+    python bench/genrec_throughput.py [--quick] [--hf]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+
+import torch
+from catalogs import dict_trie, prefix_fn, random_catalog
+from floor import request_flops
+from harness import (
+    drive,
+    environment,
+    make_engine,
+    markdown_table,
+    matmul_tflops,
+    model_dir,
+    write_json,
+)
+from hf_baseline import hf_beam_ms, load_hf
+
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+
+LEVELS = (512, 512, 512)
+HISTORY_ITEMS = 60  # x 5 tokens ([begin] a b c [end]) + the final begin = 301 tokens
+WIDTHS = {50: (200, 64), 512: (48, 12), 1000: (24, 8)}  # width: (requests, concurrency)
+PUBLIC_RPS = {50: 219.5, 512: 47.0, 1000: 24.6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--hf", action="store_true", help="transformers at n = 50")
+    args = parser.parse_args()
+    path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
+    catalog = random_catalog(430_000, LEVELS)
+    sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
+    valid = set(sids)
+    model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
+    engine = make_engine(
+        path, max_rows=16384, max_kv_slots=120_000, model=model, catalog_path=str(catalog)
+    )
+    layout = engine.sid_layout
+    bases = [lv.base for lv in layout.levels]
+    begin, end = layout.begin_token_id, layout.end_token_id
+    rng = random.Random(0)
+
+    def prompt() -> tuple[int, ...]:
+        ids: list[int] = []
+        for sid in rng.sample(sids, HISTORY_ITEMS):
+            ids += [begin, *(b + c for b, c in zip(bases, sid, strict=True)), end]
+        return (*ids, begin)
+
+    illegal = [0, 0]
+
+    def check(out: RequestOutput) -> None:
+        for beam in out.beams:
+            codes = tuple(t - b for t, b in zip(beam.output_ids[:3], bases, strict=True))
+            illegal[0] += codes not in valid or beam.output_ids[3:] != [end]
+            illegal[1] += 1
+
+    hf_ms = None
+    peak = matmul_tflops()
+    results, rows = [], []
+    for width, (num, conc) in WIDTHS.items():
+        num = max(conc, num // 4) if args.quick else num
+        make = lambda i, w=width: GenerationRequest(  # noqa: E731
+            f"w3-{w}-{i}",
+            prompt(),
+            beam_width=w,
+            n=w,
+            max_new_tokens=4,
+            eos_token_id=(),
+            constrained=True,
+        )
+        drive(engine, [make(-1)], None, 1)
+        alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
+        stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
+        floor_rps = peak * 1e12 / request_flops(model.config, 301, width, 4)
+        row = {
+            "width": width,
+            "requests": num,
+            "concurrency": conc,
+            **stats,
+            "alone_ms": alone,
+            "floor_rps": floor_rps,
+            "illegal_sids": illegal[0],
+            "beams_checked": illegal[1],
+            "public_rtx5090_rps": PUBLIC_RPS[width],
+        }
+        print(row, flush=True)
+        results.append(row)
+        rows.append(
+            [
+                width,
+                stats["throughput_rps"],
+                stats["p50_ms"],
+                stats["p99_ms"],
+                alone,
+                PUBLIC_RPS[width],
+                floor_rps,
+                f"{100 * stats['throughput_rps'] / floor_rps:.1f}%",
+                f"{illegal[0]}/{illegal[1]}",
+            ]
+        )
+    if args.hf:
+        del engine
+        torch.cuda.empty_cache()
+        hf_model = load_hf(path)
+        p = prompt()
+        fn = prefix_fn(dict_trie(catalog, bases, end), len(p), [0])
+        hf_ms = hf_beam_ms(hf_model, list(p), 50, 4, fn)
+        results.append({"hf_n50_ms": hf_ms, "speedup_vs_hf": hf_ms / results[0]["alone_ms"]})
+        print(f"transformers n=50: {hf_ms:.0f} ms; ours alone {results[0]['alone_ms']:.1f} ms")
+    env = environment() | {"matmul_tflops": peak, "quick": args.quick}
+    write_json("genrec_throughput", {"env": env, "rows": results})
+    print(f"\nWorkload 3 (Qwen3-1.7B + SID vocab, 430k SIDs, ~301-token prompts), {env}")
+    print(
+        markdown_table(
+            [
+                "n = beam",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "alone ms",
+                "public RTX5090 req/s",
+                "floor req/s",
+                "of floor",
+                "illegal SIDs",
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Workload 2 — SID decode with a long context: Qwen3-1.7B shape, beam 256, 3 constrained
+decode steps, context 1000 and 5000 tokens: single-request latency, and online throughput at
+concurrency 4.
+
+    python bench/sid_decode.py [--quick] [--hf]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import torch
+from catalogs import dict_trie, prefix_fn, random_catalog
+from floor import linear_step_ms, request_flops
+from harness import (
+    drive,
+    environment,
+    make_engine,
+    markdown_table,
+    matmul_tflops,
+    model_dir,
+    write_json,
+)
+from hf_baseline import hf_beam_ms, load_hf
+
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.request import GenerationRequest
+
+BEAMS, STEPS, CODEBOOK = 256, 3, 1024
+BASES = [140000, 140000 + CODEBOOK, 140000 + 2 * CODEBOOK]
+LAYOUT = ",".join(f"{b}:{CODEBOOK}" for b in BASES)
+PUBLIC = {1000: 17.6, 5000: 42.3}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--hf", action="store_true", help="transformers at context 1000")
+    args = parser.parse_args()
+    path = model_dir("qwen3-1.7b")
+    catalog = random_catalog(200_000, (CODEBOOK,) * 3)
+    rng = random.Random(0)
+    prompts = {ctx: [rng.randrange(1000, 100000) for _ in range(ctx)] for ctx in (1000, 5000)}
+    hf_ms = None
+    if args.hf:
+        hf_model = load_hf(path)
+        fn = prefix_fn(dict_trie(catalog, BASES, None), 1000, [0])
+        hf_ms = hf_beam_ms(hf_model, prompts[1000], BEAMS, STEPS, fn)
+        print(f"transformers, context 1000: {hf_ms:.0f} ms", flush=True)
+        del hf_model
+        torch.cuda.empty_cache()
+    model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
+    peak = matmul_tflops()
+    engine = make_engine(
+        path,
+        max_rows=4 * BEAMS,
+        max_kv_slots=4 * (5000 + BEAMS * STEPS) + 64,
+        model=model,
+        catalog_path=str(catalog),
+        sid_layout=LAYOUT,
+    )
+
+    def req(ctx: int, i: int) -> GenerationRequest:
+        return GenerationRequest(
+            f"w2-{ctx}-{i}",
+            tuple(prompts[ctx]),
+            beam_width=BEAMS,
+            n=BEAMS,
+            max_new_tokens=STEPS,
+            eos_token_id=(),
+            constrained=True,
+        )
+
+    results, rows = [], []
+    reps = 3 if args.quick else 10
+    for ctx in (1000, 5000):
+        drive(engine, [req(ctx, -1)], None, 1)
+        single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()
+        online = drive(engine, [req(ctx, 100 + i) for i in range(4 * reps)], None, 4).summary()
+        floor_ms = request_flops(model.config, ctx, BEAMS, STEPS) / (peak * 1e12) * 1000
+        graph_ms = linear_step_ms(model, BEAMS) * (STEPS - 1)
+        hf = hf_ms if ctx == 1000 else None
+        row = {
+            "context": ctx,
+            "single_mean_ms": single["mean_ms"],
+            "single_p50_ms": single["p50_ms"],
+            "online_rps_c4": online["throughput_rps"],
+            "online_p50_ms": online["p50_ms"],
+            "floor_ms": floor_ms,
+            "linear_graph_ms": graph_ms,
+            "hf_ms": hf,
+            "public_h100_ms": PUBLIC[ctx],
+        }
+        print(row, flush=True)
+        results.append(row)
+        rows.append(
+            [
+                ctx,
+                single["mean_ms"],
+                single["p50_ms"],
+                online["throughput_rps"],
+                PUBLIC[ctx],
+                hf if hf else "-",
+                f"{hf / single['mean_ms']:.1f}x" if hf else "-",
+                floor_ms,
+                graph_ms,
+                f"{100 * floor_ms / single['mean_ms']:.1f}%",
+            ]
+        )
+    env = environment() | {"matmul_tflops": peak, "quick": args.quick}
+    write_json("sid_decode", {"env": env, "rows": results})
+    print(f"\nWorkload 2 (Qwen3-1.7B shape, beam {BEAMS}, {STEPS} constrained steps), {env}")
+    print(
+        markdown_table(
+            [
+                "context",
+                "single mean ms",
+                "single p50 ms",
+                "req/s @c4",
+                "public H100 ms",
+                "HF ms",
+                "vs HF",
+                "floor ms",
+                "linear-graph ms",
+                "of floor",
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
