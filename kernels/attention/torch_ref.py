@@ -20,19 +20,30 @@ def expand_kv_heads(x: torch.Tensor, q_heads: int) -> torch.Tensor:
 
 
 def attention_with_lse(
-    q: torch.Tensor,  # [R, H, D] fp32
-    k: torch.Tensor,  # [R or 1, T, H, D] fp32
-    v: torch.Tensor,  # [R or 1, T, H, D] fp32
+    q: torch.Tensor,  # [R, Hq, D] fp32
+    k: torch.Tensor,  # [T, Hkv, D] shared by all rows, or [R, T, Hkv, D] per row; fp32
+    v: torch.Tensor,  # same layout as k
     scale: float,
     mask: torch.Tensor | None = None,  # [R, T] bool, True = visible
-) -> tuple[torch.Tensor, torch.Tensor]:  # out [R, H, D] fp32, lse [R, H] fp32
-    scores = torch.einsum("rhd,rthd->rht", q, k.expand(q.shape[0], *k.shape[1:])) * scale
+) -> tuple[torch.Tensor, torch.Tensor]:  # out [R, Hq, D] fp32, lse [R, Hq] fp32
+    """Grouped-query attention without copying K/V per query head: q is viewed as
+    [R, Hkv, group, D]; shared K/V are never broadcast to the rows."""
+    rows, q_heads, dim = q.shape
+    kv_heads = k.shape[-2]
+    qg = q.view(rows, kv_heads, q_heads // kv_heads, dim)
+    if k.dim() == 3:
+        scores = torch.einsum("rkgd,tkd->rkgt", qg, k) * scale
+    else:
+        scores = torch.einsum("rkgd,rtkd->rkgt", qg, k) * scale
     if mask is not None:
-        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [R, Hkv, group]
     probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
-    out = torch.einsum("rht,rthd->rhd", probs, v.expand(q.shape[0], *v.shape[1:]))
-    return out, lse
+    if v.dim() == 3:
+        out = torch.einsum("rkgt,tkd->rkgd", probs, v)
+    else:
+        out = torch.einsum("rkgt,rtkd->rkgd", probs, v)
+    return out.reshape(rows, q_heads, dim), lse.reshape(rows, q_heads)
 
 
 def merge_attention_states(
@@ -55,16 +66,14 @@ def causal_prefill(
     scale: float,
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     out = torch.empty_like(q)
-    q_heads = q.shape[1]
     for start, end in itertools.pairwise(cu_seqlens):
         length = end - start
         if length == 0:
             continue
-        qs = q[start:end].float()
-        ks = expand_kv_heads(k[start:end].float(), q_heads)[None]
-        vs = expand_kv_heads(v[start:end].float(), q_heads)[None]
         mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
-        seg, _ = attention_with_lse(qs, ks, vs, scale, mask)
+        seg, _ = attention_with_lse(
+            q[start:end].float(), k[start:end].float(), v[start:end].float(), scale, mask
+        )
         out[start:end] = seg.to(q.dtype)
     return out
 
@@ -77,15 +86,14 @@ def cascade_decode(
     scale: float,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     out = torch.empty_like(q)
-    q_heads = q.shape[1]
     for group in batch.groups:
         rows = slice(group.row_start, group.row_start + group.num_rows)
         qg = q[rows].float()
-        prompt_k = expand_kv_heads(k_cache[group.prompt_slots].float(), q_heads)[None]
-        prompt_v = expand_kv_heads(v_cache[group.prompt_slots].float(), q_heads)[None]
+        prompt_k = k_cache[group.prompt_slots].float()  # [P, Hkv, D], read once for all rows
+        prompt_v = v_cache[group.prompt_slots].float()
         out_p, lse_p = attention_with_lse(qg, prompt_k, prompt_v, scale)
-        suffix_k = expand_kv_heads(k_cache[group.suffix_slots].float(), q_heads)
-        suffix_v = expand_kv_heads(v_cache[group.suffix_slots].float(), q_heads)
+        suffix_k = k_cache[group.suffix_slots].float()  # [rows, S, Hkv, D]
+        suffix_v = v_cache[group.suffix_slots].float()
         out_s, lse_s = attention_with_lse(qg, suffix_k, suffix_v, scale)
         merged, _ = merge_attention_states(out_p, lse_p, out_s, lse_s)
         out[rows] = merged.to(q.dtype)

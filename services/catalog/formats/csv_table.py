@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
-from collections.abc import Iterator
 from typing import IO
 
 from widebeam.services.catalog.formats import json_guard
 from widebeam.services.catalog.formats.builder import TableBuilder
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.values import (
-    code_from_text,
-    code_from_value,
+    codes_from_list,
+    codes_from_texts,
     item_id_from_value,
     popularity_from_text,
 )
@@ -46,7 +46,8 @@ def parse_csv(stream: IO[bytes]) -> CatalogTable:
 def _parse(text: io.TextIOWrapper) -> CatalogTable:
     first = text.readline()
     delimiter = "\t" if "\t" in first and "," not in first else ","
-    reader = csv.reader(_prepend(first, text), delimiter=delimiter)
+    # chain, not a generator: closing a generator would close the (detached) wrapper.
+    reader = csv.reader(itertools.chain([first], text), delimiter=delimiter)
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
         raise CatalogError("line 1: CSV needs a header row naming 'item_id' and the SID columns")
@@ -78,7 +79,7 @@ def _parse(text: io.TextIOWrapper) -> CatalogTable:
             raise CatalogError(f"{where}: expected {len(names)} fields, got {len(row)}")
         item_id = item_id_from_value(row[col["item_id"]], where)
         if level_cols:
-            codes = [code_from_text(row[i], where, item_id, lvl) for lvl, i in enumerate(level_cols)]
+            codes = codes_from_texts([row[i] for i in level_cols], where, item_id)
         else:
             codes = _codes_from_field(row[col["sid"]], where, item_id)
         pop_col = col.get("popularity")
@@ -94,14 +95,7 @@ def _codes_from_field(field: str, where: str, item_id: str) -> list[int]:
         sid = json_guard.loads(s, f"{where}: item {item_id!r}: 'sid'")
         if not isinstance(sid, list) or not sid:
             raise CatalogError(f"{where}: item {item_id!r}: 'sid' must be a non-empty list")
-        return [code_from_value(c, where, item_id, lvl) for lvl, c in enumerate(sid)]
+        return codes_from_list(sid, where, item_id)
     if not s:
         raise CatalogError(f"{where}: item {item_id!r}: 'sid' is empty")
-    parts = _CODE_SEP.split(s)
-    return [code_from_text(p, where, item_id, lvl) for lvl, p in enumerate(parts)]
-
-
-def _prepend(first: str, rest: io.TextIOWrapper) -> Iterator[str]:
-    """Iterate ``first`` then the remaining lines (the header was read to sniff the delimiter)."""
-    yield first
-    yield from rest
+    return codes_from_texts(_CODE_SEP.split(s), where, item_id)

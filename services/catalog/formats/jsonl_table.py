@@ -16,6 +16,7 @@ from widebeam.services.catalog.formats.builder import TableBuilder
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.values import (
     code_from_value,
+    codes_from_list,
     item_id_from_value,
     popularity_from_value,
 )
@@ -30,7 +31,7 @@ def parse_jsonl(stream: IO[bytes]) -> CatalogTable:
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline=None)
     lineno = 0
     try:
-        for lineno, line in enumerate(text, start=1):  # noqa: B007 - read after the loop
+        for lineno, line in enumerate(text, start=1):  # lineno is read after the loop too
             if line.strip():
                 _parse_line(line, lineno, builder)
     except UnicodeDecodeError as exc:
@@ -67,10 +68,14 @@ def sid_from_object(obj: dict[str, Any], where: str, item_id: str) -> list[int]:
                 f"{where}: item {item_id!r}: 'sid' must be a non-empty list of integers, "
                 f"got {type(sid).__name__}"
             )
-        return [code_from_value(c, where, item_id, lvl) for lvl, c in enumerate(sid)]
+        return codes_from_list(sid, where, item_id)
     if not levels:
-        raise CatalogError(f"{where}: item {item_id!r}: missing key 'sid' (or 'sid_0', 'sid_1', ..)")
+        raise CatalogError(
+            f"{where}: item {item_id!r}: missing key 'sid' (or 'sid_0', 'sid_1', ..)"
+        )
     for lvl in range(len(levels)):  # keys are unique ints, so 0..n-1 all present <=> contiguous
         if lvl not in levels:
             raise CatalogError(f"{where}: item {item_id!r}: missing key 'sid_{lvl}'")
-    return [code_from_value(obj.pop(levels[lvl]), where, item_id, lvl) for lvl in range(len(levels))]
+    return [
+        code_from_value(obj.pop(levels[lvl]), where, item_id, lvl) for lvl in range(len(levels))
+    ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -80,7 +80,7 @@ def _parse(pf: pq.ParquetFile, batch_rows: int) -> CatalogTable:
     item_ids: list[str] = []
     sid_blocks: list[np.ndarray] = []  # each [batch, L] int64
     pop_blocks: list[np.ndarray] = []  # each [batch] float64
-    metadata: list[dict] = []
+    metadata: list[dict[str, Any]] = []
     start = 0
     for batch in pf.iter_batches(batch_size=batch_rows):
         item_ids.extend(_item_ids(batch.column("item_id"), start))
@@ -120,7 +120,9 @@ def _first(mask: np.ndarray) -> int:
 
 def _item_ids(col: pa.Array, start: int) -> list[str]:
     if col.null_count:
-        raise CatalogError(f"row {start + _first(col.is_null().to_numpy(False)) + 1}: null 'item_id'")
+        raise CatalogError(
+            f"row {start + _first(col.is_null().to_numpy(False)) + 1}: null 'item_id'"
+        )
     if _int_type(col.type):
         return pc.cast(col, pa.string()).to_pylist()
     blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0).to_numpy(False)

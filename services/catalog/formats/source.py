@@ -41,7 +41,7 @@ class RawInput:
         """A fresh binary stream over the whole input; the caller closes it."""
         if self.data is not None:
             return io.BytesIO(self.data)
-        return open(self.path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
+        return open(self.path, "rb")  # type: ignore[arg-type]
 
     def read_all(self) -> bytes:
         if self.data is not None:

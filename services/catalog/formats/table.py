@@ -2,19 +2,18 @@
 
 Several items may share one SID. Within one SID the published artifact lists items by
 popularity, highest first; ties keep input order. ``SidTrie.build`` keeps input order within
-a SID, so build it from :meth:`CatalogTable.sorted_for_trie` (or call :meth:`build_trie`).
+a SID, so build it from :meth:`CatalogTable.sorted_for_trie` (or with ``trie_from_table``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from widebeam.services.catalog.formats.bulk import paused_gc
 from widebeam.services.catalog.jsonl_catalog import CatalogEntry
-from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.catalog.trie import DEFAULT_DENSE_CELL_BUDGET, SidTrie
 
 # How a 1-based ``source_rows`` position is named in error messages, per input format.
 _ROW_NOUN = {"jsonl": "line", "csv": "line", "parquet": "row"}
@@ -29,9 +28,17 @@ class CatalogTable:
     format: str = "table"  # "jsonl", "csv", "parquet", "flashrec", "sid2pid" or "table"
     # [num_items] int64: 1-based line (JSONL/CSV), row (Parquet) or key (JSON object) position,
     # kept only so that validation errors can point at the input; None for hand-built tables.
-    source_rows: np.ndarray | None = field(default=None, repr=False)
+    source_rows: np.ndarray | None = None
     # Per-level codebook size the input declared (sid2pid's C, or load_catalog's codebook_size).
     codebook_size: int | None = None
+
+    def __repr__(self) -> str:
+        # The generated repr would print every item id: useless (and huge) for 1.5M items.
+        return (
+            f"CatalogTable(format={self.format!r}, num_items={self.num_items}, "
+            f"depth={self.depth}, metadata={self.metadata is not None}, "
+            f"codebook_size={self.codebook_size})"
+        )
 
     @property
     def num_items(self) -> int:
@@ -47,14 +54,15 @@ class CatalogTable:
     def take(self, index: np.ndarray) -> CatalogTable:
         """Rows ``index`` ([k] int64), in that order, as a new table."""
         rows = index.tolist()
-        return replace(
-            self,
-            item_ids=[self.item_ids[i] for i in rows],
-            sids=self.sids[index],
-            popularity=self.popularity[index],
-            metadata=None if self.metadata is None else [self.metadata[i] for i in rows],
-            source_rows=None if self.source_rows is None else self.source_rows[index],
-        )
+        with paused_gc():
+            return replace(
+                self,
+                item_ids=[self.item_ids[i] for i in rows],
+                sids=self.sids[index],
+                popularity=self.popularity[index],
+                metadata=None if self.metadata is None else [self.metadata[i] for i in rows],
+                source_rows=None if self.source_rows is None else self.source_rows[index],
+            )
 
     def describe_row(self, i: int) -> str:
         """Where row ``i`` came from, e.g. ``"line 12"`` or ``"key '1,2,3'"``."""
@@ -78,7 +86,14 @@ class CatalogTable:
         """
         if self.num_items == 0:
             return np.zeros(0, dtype=np.int64)
-        # np.lexsort sorts by the last key first and is stable.
+        # np.lexsort sorts by the last key first and is stable. Packing the SID into one int64
+        # key (when it fits) halves the sort time of a 1.5M-item catalog.
+        sizes = self.sids.max(axis=0).astype(np.float64) + 1  # [L]
+        if self.sids.min() >= 0 and float(np.prod(sizes)) < 2.0**62:
+            packed = np.zeros(self.num_items, dtype=np.int64)  # [num_items]
+            for lvl, size in enumerate(sizes.astype(np.int64).tolist()):
+                packed = packed * size + self.sids[:, lvl]
+            return np.lexsort((-self.popularity, packed)).astype(np.int64)
         keys = (-self.popularity, *(self.sids[:, lvl] for lvl in reversed(range(self.depth))))
         return np.lexsort(keys).astype(np.int64)
 
@@ -88,10 +103,9 @@ class CatalogTable:
 
     def entries(self) -> list[CatalogEntry]:
         """(item_id, sid) entries in row order, as ``SidTrie.build`` takes them."""
-        return [
-            CatalogEntry(item, tuple(sid))
-            for item, sid in zip(self.item_ids, self.sids.tolist(), strict=True)
-        ]
+        with paused_gc():
+            sids = map(tuple, self.sids.tolist())
+            return list(map(CatalogEntry._make, zip(self.item_ids, sids, strict=True)))
 
     def items_by_popularity(self) -> dict[tuple[int, ...], list[str]]:
         """SID -> its items, most popular first (the order the artifact keeps)."""
@@ -99,9 +113,3 @@ class CatalogTable:
         for entry in self.sorted_for_trie().entries():
             out.setdefault(entry.sid, []).append(entry.item_id)
         return out
-
-    def build_trie(
-        self, layout: SidLayout, dense_cell_budget: int = DEFAULT_DENSE_CELL_BUDGET
-    ) -> SidTrie:
-        """The SID trie of this table, items per SID in artifact (popularity) order."""
-        return SidTrie.build(self.sorted_for_trie().entries(), layout, dense_cell_budget)

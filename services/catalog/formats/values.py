@@ -28,6 +28,18 @@ def item_id_from_value(value: Any, where: str) -> str:
     )
 
 
+def codes_from_list(values: list[Any], where: str, item_id: str) -> list[int]:
+    """SID codes from a decoded JSON list (see :func:`code_from_value`)."""
+    # Fast path for the common all-valid row; type() is int excludes bool.
+    if (
+        values
+        and all(type(c) is int for c in values)
+        and 0 <= min(values) <= max(values) <= MAX_CODE
+    ):
+        return values
+    return [code_from_value(c, where, item_id, lvl) for lvl, c in enumerate(values)]
+
+
 def code_from_value(value: Any, where: str, item_id: str, level: int) -> int:
     """A SID code from a decoded JSON/Arrow value: a non-negative int, never bool/float/NaN."""
     # bool is an int subclass; true/false is never a code. 3.0 is rejected too: a float column
@@ -38,6 +50,16 @@ def code_from_value(value: Any, where: str, item_id: str, level: int) -> int:
             f"{where}: item {item_id!r}: SID code {kind} at level {level} is not an integer"
         )
     return _check_range(value, where, item_id, level)
+
+
+def codes_from_texts(texts: list[str], where: str, item_id: str) -> list[int]:
+    """SID codes from CSV/JSON-key text cells (see :func:`code_from_text`)."""
+    # Fast path for plain ASCII digits (isdigit alone admits '²', which int() rejects).
+    if texts and all(t.isascii() and t.isdigit() for t in texts):
+        codes = list(map(int, texts))
+        if max(codes) <= MAX_CODE:
+            return codes
+    return [code_from_text(t, where, item_id, lvl) for lvl, t in enumerate(texts)]
 
 
 def code_from_text(text: str, where: str, item_id: str, level: int) -> int:

@@ -4,7 +4,8 @@ Randomised configurations over k in {1, 2, 5, 16, 64}, n <= k, length_penalty in
 every early_stopping mode, EOS reachable / unreachable, constrained (the oracle walks an
 independent dict trie through `prefix_allowed_tokens_fn`) and unconstrained. All requests run
 together in one engine (continuous batching) and must give transformers' sequences, in the same
-order, with scores within 1e-4. Where transformers pads its answer with placeholder beams
+order, with scores within 1e-4 (hypotheses whose scores tie within 1e-4 may swap places: the
+two implementations sum in different orders). Where transformers pads with placeholder beams
 (fewer real hypotheses than n), the engine returns fewer beams; those placeholders must score
 below -1e6.
 """
@@ -18,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.services.decoder.conftest import SidModel
-from tests.services.decoder.hf_oracle import hf_generate, trie_prefix_fn
+from tests.services.decoder.hf_oracle import OracleBeam, hf_generate, trie_prefix_fn
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.beam import beam_search
 from widebeam.services.decoder.config import EngineConfig
@@ -81,6 +82,26 @@ def _next_logits(engine: Engine, prompt: list[int]) -> torch.Tensor:
     return engine.model.compute_logits(hidden[-1:])[0]
 
 
+# Two hypotheses whose fp32 scores differ by less than this are a tie: the engine's and
+# transformers' kernels sum in different orders (~1e-7 apart), so their order may swap.
+TIE = 1e-4
+
+
+def _assert_same_beams(req: GenerationRequest, got: list, expected: list[OracleBeam]) -> None:
+    expected_scores = {tuple(e.output_ids): e.score for e in expected}
+    for i, (beam, exp) in enumerate(zip(got, expected, strict=False)):
+        if exp.score is None:  # greedy: transformers reports no score
+            assert beam.output_ids == exp.output_ids, (req, beam, exp)
+            continue
+        assert beam.score == pytest.approx(exp.score, abs=TIE), (req, i, beam, exp)
+        if beam.output_ids != exp.output_ids:  # allowed only as a swap within a tie
+            key = tuple(beam.output_ids)
+            at_cutoff = i == len(got) - 1 and key not in expected_scores
+            assert at_cutoff or key in expected_scores, (req, i, beam, expected)
+            if not at_cutoff:
+                assert beam.score == pytest.approx(expected_scores[key], abs=1e-4)
+
+
 @pytest.fixture(scope="module")
 def engine(sid_model: SidModel) -> Engine:
     return Engine(
@@ -120,9 +141,6 @@ def test_engine_matches_transformers_beam_search(
         expected = hf_generate(hf_model, req, eos, prefix_fn)
         got = out.beams
         assert 1 <= len(got) <= len(expected), req
-        for beam, exp in zip(got, expected, strict=False):
-            assert beam.output_ids == exp.output_ids, (req, [b.output_ids for b in got], expected)
-            if exp.score is not None:
-                assert beam.score == pytest.approx(exp.score, abs=1e-4, rel=1e-5), req
+        _assert_same_beams(req, got, expected)
         for missing in expected[len(got) :]:
             assert missing.score is not None and missing.score < -1e6, (req, missing)

@@ -1,0 +1,77 @@
+"""``load_catalog``: any supported catalog input -> a validated ``CatalogTable``."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import IO
+
+from widebeam.services.catalog.formats import json_guard
+from widebeam.services.catalog.formats.bulk import paused_gc
+from widebeam.services.catalog.formats.csv_table import parse_csv
+from widebeam.services.catalog.formats.detect import HEAD_BYTES, json_object_format, sniff_format
+from widebeam.services.catalog.formats.flashrec import parse_flashrec
+from widebeam.services.catalog.formats.jsonl_table import parse_jsonl
+from widebeam.services.catalog.formats.parquet_table import parse_parquet
+from widebeam.services.catalog.formats.sid2pid import parse_sid2pid
+from widebeam.services.catalog.formats.source import DEFAULT_MAX_BYTES, RawInput, open_input
+from widebeam.services.catalog.formats.table import CatalogTable
+from widebeam.services.catalog.formats.validate import validate_table
+from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.sid_layout import SidLayout
+
+FORMATS = ("jsonl", "csv", "parquet", "flashrec", "sid2pid")
+
+
+def load_catalog(
+    source: bytes | str | os.PathLike[str] | IO[bytes],
+    *,
+    format: str | None = None,
+    codebook_size: int | None = None,
+    max_bytes: int | None = None,
+    layout: SidLayout | None = None,
+) -> CatalogTable:
+    """Parse and validate a catalog; raises ``CatalogError`` naming the offending row/key.
+
+    ``source``: content bytes, a path (``str`` is always a path), or a binary stream.
+    ``format``: one of :data:`FORMATS`, or None to auto-detect (``detect.sniff_format``);
+    gzip is detected from its magic bytes either way. ``codebook_size``: per-level codebook
+    size C; unpacks sid2pid keys and, for every format, rejects codes >= C.
+    ``max_bytes``: limit on the uncompressed input (default 2 GiB). ``layout``: when given,
+    the catalog must fit it (depth, per-level sizes); it also supplies sid2pid's C.
+    """
+    if format is not None and format not in FORMATS:
+        raise CatalogError(f"unknown catalog format {format!r}; expected one of {list(FORMATS)}")
+    if codebook_size is not None and codebook_size < 1:
+        raise CatalogError(f"codebook size must be positive, got {codebook_size}")
+    raw = open_input(source, DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
+    if format is None:
+        head = raw.head(HEAD_BYTES + 1)
+        format = sniff_format(head[:HEAD_BYTES], complete=len(head) <= HEAD_BYTES)
+    with paused_gc():
+        table = _parse(raw, format, codebook_size, layout)
+        if codebook_size is not None:
+            table.codebook_size = codebook_size
+        return validate_table(table, layout)
+
+
+def _parse(
+    raw: RawInput, format: str, codebook_size: int | None, layout: SidLayout | None
+) -> CatalogTable:
+    if format == "parquet":
+        return parse_parquet(raw.path if raw.path is not None else io.BytesIO(raw.data or b""))
+    if format in ("jsonl", "csv"):
+        with raw.open() as stream:
+            return parse_jsonl(stream) if format == "jsonl" else parse_csv(stream)
+    obj = json_guard.loads(raw.read_all(), "input")
+    if not isinstance(obj, dict):
+        raise CatalogError(f"input: expected a JSON object at top level, got {type(obj).__name__}")
+    if format == "json":
+        format = json_object_format(obj)
+    if format == "flashrec":
+        return parse_flashrec(obj)
+    if codebook_size is None and layout is not None:
+        sizes = {lv.size for lv in layout.levels}
+        if len(sizes) == 1:
+            codebook_size = sizes.pop()
+    return parse_sid2pid(obj, codebook_size)

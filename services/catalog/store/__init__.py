@@ -1,0 +1,30 @@
+"""Versioned SID-trie catalogs in Redis: publisher (:class:`CatalogStore`) and in-process
+follower (:class:`CatalogSubscriber`).
+
+Key layout: ``keys.py``; manifest fields: ``manifest.py``; artifact encoding: ``codec.py``.
+"""
+
+from widebeam.services.catalog.store.keys import validate_name
+from widebeam.services.catalog.store.store import DEFAULT_CHUNK_BYTES, CatalogStore
+from widebeam.services.catalog.store.subscriber import CatalogSubscriber
+from widebeam.services.catalog.store.types import (
+    ArtifactError,
+    CatalogStoreError,
+    InvalidNameError,
+    LoadedCatalog,
+    PublishedVersion,
+    VersionNotFoundError,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "ArtifactError",
+    "CatalogStore",
+    "CatalogStoreError",
+    "CatalogSubscriber",
+    "InvalidNameError",
+    "LoadedCatalog",
+    "PublishedVersion",
+    "VersionNotFoundError",
+    "validate_name",
+]

@@ -1,0 +1,76 @@
+"""Bulk HSET writer that packs RESP itself and streams it over one pooled connection.
+
+redis-py's generic command packing costs several microseconds per argument; a 1.5M-item
+catalog writes ~6M hash arguments, which made packing the bulk of a publish. Here each field
+costs one bytes-format operation. Replies are read after every ``flush_bytes`` of requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+
+import redis
+
+
+class BulkHashWriter:
+    def __init__(self, client: redis.Redis, flush_bytes: int = 8 << 20) -> None:
+        self.client = client
+        self.flush_bytes = flush_bytes
+        self._parts: list[bytes] = []
+        self._bytes = 0
+        self._commands = 0
+        self._conn: redis.connection.Connection | None = None
+
+    def __enter__(self) -> BulkHashWriter:
+        pool = self.client.connection_pool
+        try:
+            self._conn = pool.get_connection()
+        except TypeError:  # redis-py < 5.3 requires a command name
+            self._conn = pool.get_connection("HSET")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn, self._conn = self._conn, None
+        try:
+            if exc_type is None:
+                self._flush(conn)
+            elif conn is not None:
+                conn.disconnect()  # replies may be pending: never hand back a desynced socket
+        finally:
+            if conn is not None:
+                self.client.connection_pool.release(conn)
+
+    def hset(self, key: bytes, fields: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Queue ``HSET key f0 v0 f1 v1 ...``."""
+        parts = self._parts
+        parts.append(b"*%d\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n" % (2 + 2 * len(fields), len(key), key))
+        size = 0
+        for f, v in zip(fields, values, strict=True):
+            parts.append(b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(f), f, len(v), v))
+            size += len(f) + len(v) + 16
+        self._commands += 1
+        self._bytes += size
+        if self._bytes >= self.flush_bytes:
+            self._flush(self._conn)
+
+    def _flush(self, conn: redis.connection.Connection | None) -> None:
+        if conn is None or not self._commands:
+            return
+        payload = b"".join(self._parts)
+        commands = self._commands
+        self._parts, self._bytes, self._commands = [], 0, 0
+        conn.send_packed_command([payload])
+        first_error: redis.ResponseError | None = None
+        for _ in range(commands):
+            try:
+                conn.read_response()
+            except redis.ResponseError as exc:  # keep reading so the socket stays in sync
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error

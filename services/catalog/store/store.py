@@ -1,0 +1,234 @@
+"""CatalogStore: publish immutable, versioned SID-trie artifacts to Redis and read them back.
+
+Protocol (docs/DESIGN "Catalog publish protocol"): chunks and lookup tables are written under a
+fresh version number, then one Lua script commits the manifest, moves ``current`` and appends a
+change event. Key layout: ``keys.py``; manifest fields: ``manifest.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.store import codec, lookup, retention, scripts
+from widebeam.services.catalog.store.keys import (
+    NamespaceKeys,
+    VersionKeys,
+    sid_key,
+    validate_namespace,
+)
+from widebeam.services.catalog.store.manifest import build_manifest, check_metadata, lookup_record
+from widebeam.services.catalog.store.types import (
+    ArtifactError,
+    LoadedCatalog,
+    PublishedVersion,
+    VersionNotFoundError,
+)
+from widebeam.services.catalog.trie import SidTrie
+
+DEFAULT_CHUNK_BYTES = 4 << 20
+_PIPELINE_BYTES = 64 << 20  # chunk bytes per round trip when writing/reading
+
+
+class CatalogStore:
+    """Versioned catalogs in Redis. Thread-safe as far as the given client is (redis-py is).
+
+    ``client`` must return bytes (``decode_responses=False``).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str = "widebeam",
+        retain: int = 5,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        compress_level: int = 1,
+        staging_ttl_s: float = 3600.0,
+        stream_maxlen: int = 10_000,
+    ) -> None:
+        if client.get_encoder().decode_responses:
+            raise ValueError("CatalogStore needs a redis client with decode_responses=False")
+        if retain < 1:
+            raise ValueError(f"retain must be >= 1, got {retain}")
+        if not 0 < chunk_bytes <= 256 << 20:
+            raise ValueError(f"chunk_bytes must be in 1..{256 << 20}, got {chunk_bytes}")
+        self.client = client
+        self.namespace = validate_namespace(namespace)
+        self.retain = retain
+        self.chunk_bytes = chunk_bytes
+        self.compress_level = compress_level
+        self.staging_ttl_s = staging_ttl_s
+        self.stream_maxlen = stream_maxlen
+        self.keys = NamespaceKeys(self.namespace)
+        self._commit = client.register_script(scripts.COMMIT)
+        self._activate = client.register_script(scripts.ACTIVATE)
+        self._retire = client.register_script(scripts.RETIRE)
+        self._lookups = lookup.LookupReader(client, self.keys)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def publish(
+        self, name: str, trie: SidTrie, metadata: dict[str, Any] | None = None
+    ) -> PublishedVersion:
+        """Store ``trie`` as a new version and make it current (unless a newer one already is)."""
+        ckeys = self.keys.catalog(name)
+        meta = check_metadata(metadata)
+        chunks, artifact = codec.encode_chunks(
+            trie.to_arrays(), self.chunk_bytes, self.compress_level
+        )
+        version = int(self.client.incr(ckeys.seq))
+        vkeys = ckeys.version(version)
+        self.client.zadd(ckeys.staging, {str(version): time.time()})
+        try:
+            self._write_chunks(vkeys, chunks)
+            del chunks
+            buckets = lookup.write_lookups(self.client, vkeys, trie)
+            manifest = build_manifest(name, version, trie, artifact, buckets, meta)
+            keys = [vkeys.manifest, vkeys.lookup, ckeys.versions, ckeys.current]
+            keys += [self.keys.catalogs, self.keys.events, ckeys.staging]
+            manifest_json = json.dumps(manifest, separators=(",", ":"))
+            record_json = json.dumps(lookup_record(manifest))
+            args = [manifest_json, record_json, version, name, self.stream_maxlen]
+            moved = self._commit(keys=keys, args=args)
+        except redis.ResponseError as exc:
+            self._discard(ckeys.staging, vkeys, version)
+            if "STAGING_LOST" in str(exc):
+                raise ArtifactError(
+                    f"catalog {name!r} version {version}: publish took longer than "
+                    f"staging_ttl_s={self.staging_ttl_s} and was garbage-collected"
+                ) from None
+            raise
+        except BaseException:
+            self._discard(ckeys.staging, vkeys, version)
+            raise
+        retention.prune(self.client, ckeys, self.retain, self.staging_ttl_s, self._retire)
+        return PublishedVersion(name, version, trie.content_hash, bool(moved), manifest)
+
+    def activate(self, name: str, version: int) -> None:
+        """Point ``current`` at an existing complete version (rollback / roll-forward)."""
+        ckeys = self.keys.catalog(name)
+        vkeys = ckeys.version(version)
+        ok = self._activate(
+            keys=[vkeys.manifest, ckeys.versions, ckeys.current, self.keys.events],
+            args=[int(version), name, self.stream_maxlen],
+        )
+        if not ok:
+            raise VersionNotFoundError(f"catalog {name!r} has no complete version {version}")
+
+    def prune(self, name: str) -> list[int]:
+        """Apply retention now (publish does this too); returns the deleted versions."""
+        ckeys = self.keys.catalog(name)
+        return retention.prune(self.client, ckeys, self.retain, self.staging_ttl_s, self._retire)
+
+    def _write_chunks(self, vkeys: VersionKeys, chunks: Sequence[bytes]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pending = 0
+        for i, chunk in enumerate(chunks):
+            pipe.set(vkeys.chunk(i), chunk)
+            pending += len(chunk)
+            if pending >= _PIPELINE_BYTES:
+                pipe.execute()
+                pending = 0
+        pipe.execute()
+
+    def _discard(self, staging: str, vkeys: VersionKeys, version: int) -> None:
+        # Best effort: if Redis is unreachable, the staging GC in prune() cleans up later.
+        try:
+            if self.client.zrem(staging, str(version)):
+                retention.unlink_version(self.client, vkeys)
+        except redis.RedisError:
+            pass
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def list_catalogs(self) -> list[str]:
+        return sorted(m.decode() for m in self.client.smembers(self.keys.catalogs))
+
+    def list_versions(self, name: str) -> list[int]:
+        """Committed versions, ascending."""
+        return [int(v) for v in self.client.zrange(self.keys.catalog(name).versions, 0, -1)]
+
+    def current_version(self, name: str) -> int | None:
+        raw = self.client.get(self.keys.catalog(name).current)
+        return None if raw is None else int(raw)
+
+    def manifest(self, name: str, version: int) -> dict[str, Any]:
+        raw = self.client.get(self.keys.catalog(name).version(version).manifest)
+        if raw is None:
+            raise VersionNotFoundError(f"catalog {name!r} has no complete version {version}")
+        return json.loads(raw)
+
+    def current_ref(self, name: str) -> tuple[int, str] | None:
+        """(current version, its artifact_id) from two small keys; None when nothing is current."""
+        version = self.current_version(name)
+        if version is None:
+            return None
+        raw = self.client.get(self.keys.catalog(name).version(version).lookup)
+        return None if raw is None else (version, str(json.loads(raw)["artifact_id"]))
+
+    def load(self, name: str, version: int | None = None) -> LoadedCatalog:
+        """Fetch, verify (chunk checksums, content hash) and rebuild a version (None = current)."""
+        version = self._resolve(name, version)
+        manifest = self.manifest(name, version)
+        vkeys = self.keys.catalog(name).version(version)
+        info = manifest["artifact"]
+        where = f"catalog {name!r} version {version}"
+        chunks = self._read_chunks(vkeys, int(info["chunk_count"]), info["chunk_sizes"])
+        codec.verify_chunks(chunks, info, where)
+        arrays = codec.decode_chunks(chunks, info, where)  # type: ignore[arg-type]
+        try:
+            trie = SidTrie.from_arrays(arrays, dense_cell_budget=int(manifest["dense_cell_budget"]))
+        except CatalogError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
+        if trie.content_hash != manifest["content_hash"]:
+            raise ArtifactError(f"{where}: rebuilt trie's content hash differs from the manifest")
+        return LoadedCatalog(name, version, trie, manifest)
+
+    def _resolve(self, name: str, version: int | None) -> int:
+        if version is not None:
+            return int(version)
+        current = self.current_version(name)
+        if current is None:
+            raise VersionNotFoundError(f"catalog {name!r} has no current version")
+        return current
+
+    def _read_chunks(
+        self, vkeys: VersionKeys, count: int, sizes: Sequence[int]
+    ) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        batch: list[str] = []
+        pending = 0
+        for i in range(count):
+            batch.append(vkeys.chunk(i))
+            pending += int(sizes[i])
+            if pending >= _PIPELINE_BYTES or i == count - 1:
+                out.extend(self.client.mget(batch))
+                batch, pending = [], 0
+        return out
+
+    # -- item / SID lookups -------------------------------------------------------------------
+
+    def item_sid(self, name: str, version: int | None, item_id: str) -> tuple[int, ...] | None:
+        """SID codes of ``item_id`` in that version (None = current); None when absent."""
+        return self.item_sids(name, version, [item_id])[0]
+
+    def item_sids(
+        self, name: str, version: int | None, item_ids: Sequence[str]
+    ) -> list[tuple[int, ...] | None]:
+        """Batch form of :meth:`item_sid` (one round trip in the common case)."""
+        raws = self._lookups.get(name, self._resolve(name, version), "item_buckets", item_ids)
+        return [lookup.parse_sid(r) for r in raws]
+
+    def sid_items(self, name: str, version: int | None, codes: Sequence[int] | str) -> list[str]:
+        """Items whose SID is ``codes`` (ints or ``"c0,c1,..."``), in trie order; [] if none."""
+        try:
+            key = sid_key(codes)
+        except (TypeError, ValueError):
+            return []
+        raws = self._lookups.get(name, self._resolve(name, version), "sid_buckets", [key])
+        return lookup.parse_items(raws[0])

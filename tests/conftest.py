@@ -1,0 +1,57 @@
+"""Project-wide fixtures (a real redis-server for the tests that need one) and the `gpu` marker.
+
+`redis` is imported inside the fixtures: GPU machines that run only the `gpu` tests lack it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.redis_server import RedisServer, find_redis_server
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the session (``.url``, ``.port``, ``.restart()``); lazily started."""
+    if find_redis_server() is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server / make install)")
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """URL of an empty Redis (FLUSHALL before each test; restarted if a test stopped it)."""
+    if not redis_server.running:
+        redis_server.start()
+    import redis
+
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+    yield redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[Any]:
+    """bytes-returning client (`redis.Redis`) of the empty test Redis."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests run only where CUDA is available; elsewhere they are skipped, not failed."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

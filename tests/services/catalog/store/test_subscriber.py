@@ -1,0 +1,147 @@
+"""CatalogSubscriber against a real redis-server: follow, swap, reconnect, restart."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.services.catalog.store.conftest import MakeTrie
+from tests.support.redis_server import RedisServer, free_port
+from widebeam.services.catalog.store import CatalogStore, CatalogSubscriber, LoadedCatalog
+
+SUB_NAME = b"widebeam-catalog-subscriber"
+
+
+def wait_until(pred: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return pred()
+
+
+@pytest.fixture
+def subscribe(redis_url: str) -> Iterator[Callable[..., CatalogSubscriber]]:
+    subs: list[CatalogSubscriber] = []
+
+    def make(names: list[str] | None = None, **kwargs: object) -> CatalogSubscriber:
+        sub = CatalogSubscriber(redis_url, names, poll_block_ms=200, **kwargs)  # type: ignore[arg-type]
+        subs.append(sub.start())
+        assert sub.wait_ready(5), sub.last_error
+        return sub
+
+    yield make
+    for sub in subs:
+        sub.stop()
+
+
+def test_initial_load_follow_and_pin(
+    store: CatalogStore, make_trie: MakeTrie, subscribe: Callable[..., CatalogSubscriber]
+) -> None:
+    store.publish("c", make_trie(30, seed=1))
+    updates: list[LoadedCatalog] = []
+    sub = subscribe(["c"], on_update=updates.append)
+    pinned = sub.acquire("c")
+    assert pinned.version == 1
+
+    t0 = time.monotonic()
+    pub = store.publish("c", make_trie(30, seed=2))
+    assert sub.wait_for_version("c", 2, timeout=1.0)
+    assert time.monotonic() - t0 < 1.0
+    latest = sub.get("c")
+    assert latest is not None and latest.content_hash == pub.content_hash
+    # The reader that pinned v1 still has an intact v1.
+    assert pinned.version == 1 and pinned.content_hash == make_trie(30, seed=1).content_hash
+    assert pinned.trie.lookup_sid(pinned.trie.sids[0].tolist())
+    assert [u.version for u in updates] == [1, 2]
+    assert sub.get("other") is None
+    with pytest.raises(LookupError):
+        sub.acquire("other")
+
+
+def test_follow_all_and_rollback(
+    store: CatalogStore, make_trie: MakeTrie, subscribe: Callable[..., CatalogSubscriber]
+) -> None:
+    store.publish("a", make_trie(10, seed=1))
+    store.publish("a", make_trie(10, seed=2))
+    sub = subscribe(None)
+    assert sub.versions() == {"a": 2}
+    store.publish("b", make_trie(10, seed=3))  # a catalog that did not exist at start
+    assert sub.wait_for_version("b", 1, timeout=1.0)
+    store.activate("a", 1)
+    assert sub.wait_for_version("a", 1, timeout=1.0)
+    assert sub.versions() == {"a": 1, "b": 1}
+
+
+def test_corrupt_version_keeps_previous(
+    store: CatalogStore, make_trie: MakeTrie, subscribe: Callable[..., CatalogSubscriber]
+) -> None:
+    store.publish("c", make_trie(50, seed=1))
+    store.publish("c", make_trie(50, seed=2))
+    key = store.keys.catalog("c").version(1).chunk(0)
+    store.client.set(key, b"garbage")
+    sub = subscribe(["c"])
+    store.activate("c", 1)
+    assert wait_until(lambda: sub.last_error is not None, 2.0)
+    assert "checksum mismatch" in str(sub.last_error)
+    assert sub.versions() == {"c": 2}
+
+
+def test_killed_connection_ends_on_newest(
+    store: CatalogStore, make_trie: MakeTrie, subscribe: Callable[..., CatalogSubscriber]
+) -> None:
+    store.publish("c", make_trie(20, seed=1))
+    sub = subscribe(["c"])
+    resyncs = sub.resyncs
+    killed = [c["id"] for c in store.client.client_list() if c["name"] == SUB_NAME.decode()]
+    assert killed
+    for client_id in killed:
+        store.client.client_kill_filter(_id=client_id)
+    store.publish("c", make_trie(20, seed=2))
+    last = store.publish("c", make_trie(20, seed=3))
+    store.client.delete(store.keys.events)  # the events are lost; only `current` remains
+    assert sub.wait_for_version("c", 3, timeout=3.0)
+    assert sub.acquire("c").artifact_id == last.manifest["artifact_id"]
+    assert wait_until(lambda: sub.resyncs > resyncs, 2.0)
+
+
+def test_redis_restart_ends_on_newest(
+    redis_server: RedisServer,
+    store: CatalogStore,
+    make_trie: MakeTrie,
+    subscribe: Callable[..., CatalogSubscriber],
+) -> None:
+    store.publish("c", make_trie(20, seed=1))
+    store.publish("c", make_trie(20, seed=2))
+    sub = subscribe(["c"])
+    assert sub.versions() == {"c": 2}
+    redis_server.restart()  # no persistence: catalog, counter and stream are all gone
+    assert wait_until(lambda: sub.last_error is not None, 3.0)
+    assert sub.versions() == {"c": 2}  # keeps serving what it has while Redis is empty
+    # Version numbers restart at 1, so identity must come from artifact_id, not the number.
+    store.publish("c", make_trie(20, seed=3))
+    last = store.publish("c", make_trie(20, seed=4))
+    store.client.delete(store.keys.events)
+    newest = last.manifest["artifact_id"]
+    assert wait_until(lambda: sub.acquire("c").artifact_id == newest, 5.0)
+    assert sub.acquire("c").content_hash == last.content_hash
+
+
+def test_unreachable_redis_does_not_crash() -> None:
+    sub = CatalogSubscriber(f"redis://127.0.0.1:{free_port()}/0", ["c"], poll_block_ms=100)
+    with sub:
+        assert not sub.wait_ready(0.5)
+        assert sub.last_error is not None
+        assert sub.get("c") is None
+    assert sub._thread is not None and not sub._thread.is_alive()
+
+
+def test_stop_is_prompt(redis_url: str) -> None:
+    sub = CatalogSubscriber(redis_url, ["c"], poll_block_ms=200).start()
+    assert sub.wait_ready(5)
+    t0 = time.monotonic()
+    sub.stop()
+    assert time.monotonic() - t0 < 1.0
