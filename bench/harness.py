@@ -67,12 +67,17 @@ def model_dir(shape: str, sid_levels: tuple[int, ...] | None = None) -> Path:
 
 
 def make_engine(
-    path: Path, max_rows: int, max_kv_slots: int, model: CausalLM | None = None, **kwargs: object
+    path: Path,
+    max_rows: int,
+    max_kv_slots: int,
+    model: CausalLM | None = None,
+    dtype: str = "bfloat16",
+    **kwargs: object,
 ) -> Engine:
     config = EngineConfig(
         model_dir=str(path),
         device=DEVICE,
-        dtype="bfloat16",
+        dtype=dtype,
         max_rows=max_rows,
         max_kv_slots=max_kv_slots,
         **kwargs,
