@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from widebeam.services.decoder import cli_generate
+from widebeam.services.decoder.server import cli as decoder_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_generate.add_arguments(generate)
     generate.set_defaults(handler=cli_generate.run)
+    decoder = commands.add_parser("decoder", help="the decoder service (gRPC)")
+    decoder_cli.add_arguments(decoder)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""The decoder's gRPC service: `widebeam decoder serve` (see `app.py`)."""

@@ -1,0 +1,166 @@
+"""Build and run the decoder's gRPC server.
+
+Start-up order: bind and serve health (NOT_SERVING) first, load the model off the event loop,
+start the engine thread and the catalog follower, then flip health to SERVING. Until then the
+Decoder RPCs answer UNAVAILABLE. SIGTERM/SIGINT: health NOT_SERVING, in-flight RPCs get
+`grace_period_s`, then the engine and the follower stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.engine import Engine
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.server.async_engine import AsyncEngine
+from widebeam.services.decoder.server.catalog_sync import CatalogSync
+from widebeam.services.decoder.server.servicer import DecoderServicer, ServerInfo
+from widebeam.services.decoder.server.settings import DecoderSettings
+
+log = logging.getLogger("widebeam.decoder")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Decoder"].full_name
+CATALOG_READY_TIMEOUT_S = 10.0  # how long start-up waits for the first Redis catalog read
+
+
+def model_layout(model_dir: str, spec: str | None, vocab_size: int) -> SidLayout | None:
+    """The model's SID layout: from `spec`, else the tokenizer; None when it has no SID tokens
+    (then only unconstrained Generate works)."""
+    if spec:
+        layout = SidLayout.parse(spec)
+    elif (Path(model_dir) / "tokenizer.json").is_file():
+        layout = SidLayout.from_tokenizer(model_dir)
+    else:
+        layout = None
+    if layout is not None:
+        layout.validate_against_vocab(vocab_size)
+    return layout
+
+
+def build_engine(settings: DecoderSettings) -> tuple[Engine, SidLayout | None]:
+    engine = Engine(
+        EngineConfig(
+            model_dir=settings.model,
+            device=settings.device,
+            dtype=settings.dtype,
+            max_rows=settings.max_rows,
+            max_kv_slots=settings.max_kv_slots,
+            max_model_len=settings.max_model_len,
+            catalog_path=settings.catalog_file,
+            sid_layout=settings.sid_layout,
+        )
+    )
+    layout = engine.sid_layout or model_layout(
+        settings.model, settings.sid_layout, engine.vocab_size
+    )
+    return engine, layout
+
+
+class DecoderServer:
+    def __init__(self, settings: DecoderSettings) -> None:
+        self.settings = settings
+        self.servicer = DecoderServicer()
+        self.engine: AsyncEngine | None = None
+        self.catalog_sync: CatalogSync | None = None
+        self.server: grpc.aio.Server | None = None
+        self.health: health.aio.HealthServicer | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        """Bind, serve health, load the model, go SERVING; returns the bound port."""
+        s = self.settings
+        # Created here: grpc.aio objects bind to the event loop running at creation.
+        size = s.max_message_bytes
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+            ]
+        )
+        self.health = health.aio.HealthServicer()
+        pb_grpc.add_DecoderServicer_to_server(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, self.server)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        try:
+            self.port = self.server.add_insecure_port(f"{s.host}:{s.port}")
+        except RuntimeError:
+            raise ValueError(f"cannot listen on {s.host}:{s.port} (in use?)") from None
+        await self.server.start()
+        log.info("decoder listening on %s:%d (loading %s)", s.host, self.port, s.model)
+        engine, layout = await asyncio.to_thread(build_engine, s)
+        self.engine = AsyncEngine(engine, s.max_waiting).start()
+        if s.redis_url:
+            self.catalog_sync = CatalogSync(
+                self.engine, s.redis_url, s.catalogs, layout, engine.device, s.catalog_namespace
+            ).start()
+            ready = self.catalog_sync.subscriber.wait_ready
+            if not await asyncio.to_thread(ready, CATALOG_READY_TIMEOUT_S):
+                log.warning("catalogs in Redis not read yet; serving, and still following")
+            await asyncio.to_thread(self.engine.wait_for_swaps, CATALOG_READY_TIMEOUT_S)
+        info = ServerInfo(
+            str(Path(s.model).resolve()), engine.model.config.model_type, layout,
+            s.device, s.dtype, s.max_message_bytes,
+        )  # fmt: skip
+        self.servicer.attach(self.engine, info)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        log.info("decoder serving on %s:%d", s.host, self.port)
+        return self.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.settings.grace_period_s if grace is None else grace
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
+        if self.server is not None:
+            await self.server.stop(grace)
+        if self.catalog_sync is not None:
+            self.catalog_sync.stop()
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.stop)
+        log.info("decoder stopped")
+
+    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        assert self.health is not None
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+
+async def serve(settings: DecoderSettings) -> None:
+    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    server = DecoderServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    start = asyncio.create_task(server.start())
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        if start.done():
+            start.result()  # start-up errors (bad model dir, port taken) end the process
+            await waiter
+            log.info("decoder shutting down")
+        else:
+            start.cancel()
+    finally:
+        waiter.cancel()
+        await server.stop()
+
+
+def run(settings: DecoderSettings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(serve(settings))

@@ -1,0 +1,247 @@
+"""Run the engine on its own thread and expose it to asyncio.
+
+`Engine.step()` is blocking tensor work, so it never runs on the event loop. Everything that
+touches the engine — submissions, aborts, catalog swaps, steps — happens on one thread, so the
+engine needs no locks: callers hand work over through queues guarded by one condition variable,
+and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. The thread
+sleeps on the condition when it has nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from widebeam.services.decoder.engine import Engine
+from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.server.async_types import (
+    EngineFailure,
+    EngineLoad,
+    Overloaded,
+    Prepare,
+    ShuttingDown,
+)
+from widebeam.services.decoder.server.served_catalog import ServedCatalog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Job:
+    rid: str
+    prepare: Prepare
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[RequestOutput]
+
+
+class AsyncEngine:
+    def __init__(self, engine: Engine, max_waiting: int) -> None:
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self._cond = threading.Condition()
+        self._inbox: list[_Job] = []
+        self._aborts: list[str] = []
+        self._swaps: list[tuple[str, ServedCatalog | None]] = []
+        self._in_transit = 0  # jobs taken from the inbox, not yet counted by the scheduler
+        self._engine_waiting = 0
+        self._stopping = False
+        self._swaps_requested = self._swaps_applied = 0
+        self._jobs: dict[str, _Job] = {}  # submitted to the engine; engine thread only
+        self._served: dict[str, ServedCatalog] = {}  # engine thread writes, others copy
+        self._load = EngineLoad(kv_slots_free=engine.scheduler.pages.free_slots)
+        self._ids = itertools.count()
+        self.step_failures = 0
+        for name, constraint in engine.catalogs.items():
+            self._served[name] = ServedCatalog.from_constraint(name, constraint)
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    # ----- any thread -------------------------------------------------------------------------
+    def start(self) -> AsyncEngine:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Fail whatever is still pending with ShuttingDown and join the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def swap_catalog(self, name: str, served: ServedCatalog | None) -> None:
+        """Make `served` current for new admissions (None drops the catalog); applied between
+        steps on the engine thread. Admitted requests keep the version they pinned."""
+        with self._cond:
+            self._swaps.append((name, served))
+            self._swaps_requested += 1
+            self._cond.notify_all()
+
+    def wait_for_swaps(self, timeout: float) -> bool:
+        """Block until every swap requested so far is applied; False on timeout."""
+        with self._cond:
+            target = self._swaps_requested
+            return self._cond.wait_for(lambda: self._swaps_applied >= target, timeout)
+
+    def catalogs(self) -> dict[str, ServedCatalog]:
+        with self._cond:
+            return dict(self._served)
+
+    def load(self) -> EngineLoad:
+        with self._cond:
+            return self._load
+
+    def abort(self, rid: str) -> None:
+        with self._cond:
+            self._aborts.append(rid)
+            self._cond.notify_all()
+
+    # ----- event loop -------------------------------------------------------------------------
+    async def generate(
+        self, request: GenerationRequest | Prepare, timeout: float | None = None
+    ) -> RequestOutput:
+        """Run one request; raises RequestError, Overloaded, EngineFailure, ShuttingDown or
+        TimeoutError. Cancellation or timeout aborts the request and frees its rows."""
+        prepare: Prepare = request if callable(request) else (lambda _catalogs: request)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[RequestOutput] = loop.create_future()
+        rid = f"req-{next(self._ids)}"
+        with self._cond:
+            if self._stopping:
+                raise ShuttingDown("the decoder is shutting down")
+            waiting = len(self._inbox) + self._in_transit + self._engine_waiting
+            if waiting >= self.max_waiting:
+                raise Overloaded(
+                    f"{waiting} requests already waiting (limit {self.max_waiting}); retry later"
+                )
+            self._inbox.append(_Job(rid, prepare, loop, future))
+            self._cond.notify_all()
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            if future.cancelled() or not future.done():
+                self.abort(rid)
+
+    # ----- engine thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(self._has_work)
+                if self._stopping:
+                    break
+                jobs, self._inbox = self._inbox, []
+                aborts, self._aborts = set(self._aborts), []
+                swaps, self._swaps = self._swaps, []
+                self._in_transit = len(jobs)
+            try:
+                self._apply_swaps(swaps)
+                self._submit([j for j in jobs if j.rid not in aborts])
+                for rid in aborts:
+                    self._abort(rid)
+                if self.engine.has_unfinished():
+                    self._step()
+            except Exception:  # a bug in our own bookkeeping must not kill the loop either
+                log.exception("engine loop iteration failed")
+            self._publish_load()
+        self._shutdown()
+
+    def _has_work(self) -> bool:
+        queued = self._inbox or self._aborts or self._swaps
+        return bool(queued) or self._stopping or self.engine.has_unfinished()
+
+    def _apply_swaps(self, swaps: list[tuple[str, ServedCatalog | None]]) -> None:
+        for name, served in swaps:
+            self.engine.set_catalog(name, None if served is None else served.constraint)
+            with self._cond:
+                if served is None:
+                    self._served.pop(name, None)
+                else:
+                    self._served[name] = served
+                self._swaps_applied += 1
+                self._cond.notify_all()
+            log.info("catalog %s -> %s", name, "dropped" if served is None else served.version)
+
+    def _submit(self, jobs: list[_Job]) -> None:
+        served = self._served  # only this thread writes it
+        for job in jobs:
+            try:
+                request = dataclasses.replace(job.prepare(served), request_id=job.rid)
+                self.engine.submit(request)
+            except RequestError as exc:
+                _settle(job, error=exc)
+                continue
+            except Exception as exc:
+                log.exception("request %s could not be submitted", job.rid)
+                _settle(job, error=EngineFailure(f"engine error: {type(exc).__name__}: {exc}"))
+                continue
+            self._jobs[job.rid] = job
+
+    def _abort(self, rid: str) -> None:
+        if self._jobs.pop(rid, None) is not None:
+            self.engine.abort(rid)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as exc:
+            self.step_failures += 1
+            log.exception("engine step failed; failing the requests it was running")
+            self._fail_running(EngineFailure(f"engine step failed: {type(exc).__name__}: {exc}"))
+            return
+        for out in outputs:
+            job = self._jobs.pop(str(out.request_id), None)
+            if job is not None:
+                _settle(job, result=out)
+
+    def _fail_running(self, error: Exception) -> None:
+        """Abort (freeing rows and KV) every request past admission; waiting ones stay queued."""
+        waiting = {state.request_id for state in self.engine.scheduler.waiting}
+        for rid in [r for r in self._jobs if r not in waiting]:
+            job = self._jobs.pop(rid)
+            try:
+                self.engine.abort(rid)
+            except Exception:
+                log.exception("abort of %s after a failed step failed", rid)
+            _settle(job, error=error)
+
+    def _publish_load(self) -> None:
+        scheduler = self.engine.scheduler
+        load = EngineLoad(
+            rows_in_use=scheduler.rows_in_use,
+            running=len(scheduler.running),
+            waiting=len(scheduler.waiting),
+            kv_slots_free=scheduler.pages.free_slots,
+        )
+        with self._cond:
+            self._in_transit = 0
+            self._engine_waiting = load.waiting
+            self._load = load
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            pending, self._inbox = self._inbox, []
+        for rid, job in list(self._jobs.items()):
+            self.engine.abort(rid)
+            pending.append(job)
+        self._jobs.clear()
+        for job in pending:
+            _settle(job, error=ShuttingDown("the decoder is shutting down"))
+        self._publish_load()
+
+
+def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+    def apply() -> None:
+        if job.future.done():  # cancelled by the caller meanwhile
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    # RuntimeError: the caller's loop is closed, so nobody is waiting any more.
+    with contextlib.suppress(RuntimeError):
+        job.loop.call_soon_threadsafe(apply)

@@ -1,0 +1,78 @@
+"""The prompt format of a user history: the one place that defines it.
+
+An item is written as its SID tokens, bracketed when the layout has begin/end tokens:
+``[begin] code_0 .. code_{L-1} [end]``. A history is its items oldest first, concatenated, then
+one more ``begin`` token (when the layout has one) so the model's next tokens are the codes of
+the next item. Training data and the demo must build prompts with these functions too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.catalog.trie import SidTrie
+
+
+def sid_to_tokens(layout: SidLayout, codes: Sequence[int]) -> list[int]:
+    """Tokens of one item; ValueError when ``codes`` does not fit the layout."""
+    if len(codes) != layout.depth:
+        raise ValueError(f"SID {list(codes)} has {len(codes)} codes; the layout has {layout.depth}")
+    tokens = [] if layout.begin_token_id is None else [layout.begin_token_id]
+    tokens += [layout.code_to_token(level, int(code)) for level, code in enumerate(codes)]
+    if layout.end_token_id is not None:
+        tokens.append(layout.end_token_id)
+    return tokens
+
+
+def history_prompt(layout: SidLayout, history: Sequence[Sequence[int]]) -> list[int]:
+    """Prompt tokens for a history of SIDs (oldest first); may be empty without a begin token."""
+    tokens: list[int] = []
+    for codes in history:
+        tokens += sid_to_tokens(layout, codes)
+    if layout.begin_token_id is not None:
+        tokens.append(layout.begin_token_id)
+    return tokens
+
+
+def tokens_to_sid(layout: SidLayout, tokens: Sequence[int]) -> tuple[int, ...] | None:
+    """SID codes of a generated path (begin/end/EOS tokens skipped); None if incomplete."""
+    codes = []
+    for token in tokens:
+        hit = layout.token_to_code(int(token))
+        if hit is not None and hit[0] == len(codes):
+            codes.append(hit[1])
+    return tuple(codes) if len(codes) == layout.depth else None
+
+
+class ItemSidIndex:
+    """item id -> SID codes of one trie version. Built once per version, off the request path."""
+
+    def __init__(self, trie: SidTrie) -> None:
+        self._sids = trie.sids
+        counts = np.diff(trie.sid_item_offsets)
+        sid_of_item = np.repeat(np.arange(len(counts)), counts).tolist()
+        self._sid_of = dict(zip(trie.item_ids, sid_of_item, strict=True))
+
+    def __len__(self) -> int:
+        return len(self._sid_of)
+
+    def __contains__(self, item_id: object) -> bool:
+        return item_id in self._sid_of
+
+    def get(self, item_id: str) -> tuple[int, ...] | None:
+        row = self._sid_of.get(item_id)
+        return None if row is None else tuple(int(c) for c in self._sids[row])
+
+    def resolve(self, item_ids: Sequence[str]) -> tuple[list[tuple[int, ...]], list[str]]:
+        """(SIDs of the known items in order, unknown item ids in order)."""
+        sids, unknown = [], []
+        for item in item_ids:
+            sid = self.get(item)
+            if sid is None:
+                unknown.append(item)
+            else:
+                sids.append(sid)
+        return sids, unknown

@@ -1,0 +1,137 @@
+"""Recommend: a history of items -> a SID-constrained beam request -> distinct catalog items.
+
+The history is mapped to SIDs on the engine thread (`RecommendCall` is the `Prepare` callback),
+against exactly the catalog version the engine then pins, so the history, the trie walked and
+the returned items all come from one version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from widebeam.services.decoder.engine import DEFAULT_CATALOG
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
+from widebeam.services.decoder.server.served_catalog import ServedCatalog
+
+DEFAULT_N = 10
+
+
+@dataclass(frozen=True)
+class RecommendSpec:
+    catalog: str
+    n: int
+    beam_width: int
+    history_items: tuple[str, ...]
+    history_sids: tuple[tuple[int, ...], ...]
+    exclude: frozenset[str]
+    skip_unknown: bool
+    length_penalty: float
+
+
+def parse_recommend(msg: pb.RecommendRequest) -> RecommendSpec:
+    if len(msg.history_item_ids) and len(msg.history_sids):
+        raise RequestError("give the history as history_item_ids or as history_sids, not both")
+    n = msg.n if msg.HasField("n") else DEFAULT_N
+    if n < 1:
+        raise RequestError(f"n must be >= 1, got {n}")
+    beam_width = msg.beam_width if msg.HasField("beam_width") else n
+    if not 1 <= n <= beam_width:
+        raise RequestError(f"n must be in 1..beam_width ({beam_width}), got {n}")
+    empty = [i for i, item in enumerate(msg.history_item_ids) if not item]
+    if empty:
+        raise RequestError(f"history_item_ids has empty ids at positions {empty[:10]}")
+    return RecommendSpec(
+        catalog=msg.catalog or DEFAULT_CATALOG,
+        n=n,
+        beam_width=beam_width,
+        history_items=tuple(msg.history_item_ids),
+        history_sids=tuple(tuple(sid.codes) for sid in msg.history_sids),
+        exclude=frozenset(msg.exclude_item_ids),
+        skip_unknown=msg.skip_unknown_items,
+        length_penalty=msg.length_penalty if msg.HasField("length_penalty") else 1.0,
+    )
+
+
+@dataclass
+class RecommendCall:
+    """`Prepare` callback: builds the engine request and remembers the catalog it used."""
+
+    spec: RecommendSpec
+    pinned: ServedCatalog | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    def __call__(self, catalogs: Mapping[str, ServedCatalog]) -> GenerationRequest:
+        spec = self.spec
+        served = catalogs.get(spec.catalog)
+        if served is None:
+            loaded = ", ".join(sorted(catalogs)) or "none"
+            raise RequestError(f"unknown catalog {spec.catalog!r}; loaded: {loaded}")
+        sids = list(spec.history_sids)
+        if spec.history_items:
+            sids, unknown = served.index.resolve(spec.history_items)
+            if unknown and not spec.skip_unknown:
+                shown = ", ".join(repr(u) for u in unknown[:10])
+                more = f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else ""
+                raise RequestError(
+                    f"history has {len(unknown)} item id(s) not in catalog {served.name!r} "
+                    f"version {served.version}: {shown}{more} (set skip_unknown_items to drop them)"
+                )
+            self.skipped = unknown
+        try:
+            prompt = history_prompt(served.layout, sids)
+        except ValueError as exc:
+            raise RequestError(f"history_sids: {exc}") from None
+        if not prompt:
+            raise RequestError(
+                "history is empty and the SID layout has no begin token to start from"
+            )
+        self.pinned = served
+        # No EOS: a complete SID path ends the beam, saving the forward that would emit EOS.
+        return GenerationRequest(
+            request_id="",
+            input_ids=tuple(prompt),
+            beam_width=spec.beam_width,
+            n=spec.beam_width,
+            max_new_tokens=served.constraint.path_length(tuple(prompt)),
+            length_penalty=spec.length_penalty,
+            eos_token_id=(),
+            constrained=True,
+            catalog=spec.catalog,
+        )
+
+
+def recommend_response(
+    call: RecommendCall, request_id: str, out: RequestOutput
+) -> pb.RecommendResponse:
+    spec, served = call.spec, call.pinned
+    assert served is not None and out.catalog_version == served.version
+    items: list[pb.RecommendedItem] = []
+    seen: set[str] = set()
+    for beam in out.beams:  # best first; items of one SID in catalog order
+        if len(items) == spec.n:
+            break
+        codes = tokens_to_sid(served.layout, beam.output_ids) or ()
+        for item in beam.item_ids or ():
+            if item in seen or item in spec.exclude:
+                continue
+            seen.add(item)
+            items.append(
+                pb.RecommendedItem(item_id=item, score=beam.score, sid=pb.Sid(codes=codes))
+            )
+            if len(items) == spec.n:
+                break
+    return pb.RecommendResponse(
+        request_id=request_id,
+        items=items,
+        catalog=pb.CatalogRef(name=served.name, version=served.version),
+        usage=pb.Usage(
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=sum(len(b.output_ids) for b in out.beams),
+        ),
+        exhausted=len(items) < spec.n,
+        beams_returned=len(out.beams),
+        skipped_history_item_ids=call.skipped,
+    )

@@ -1,0 +1,158 @@
+"""grpc.aio servicer for `widebeam.decoder.v1.Decoder`: protobuf in, engine work, protobuf out.
+
+Status codes: malformed or impossible requests -> INVALID_ARGUMENT with the engine's message;
+queue full -> RESOURCE_EXHAUSTED; loading or stopping -> UNAVAILABLE; deadline -> the request is
+aborted in the engine (rows freed) and the call ends DEADLINE_EXCEEDED; engine failure ->
+INTERNAL for the affected requests only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+from google.protobuf import empty_pb2
+
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.server.async_engine import AsyncEngine
+from widebeam.services.decoder.server.async_types import (
+    EngineFailure,
+    Overloaded,
+    Prepare,
+    ShuttingDown,
+)
+from widebeam.services.decoder.server.convert import (
+    catalog_info,
+    generate_response,
+    generation_request,
+    layout_info,
+)
+from widebeam.services.decoder.server.recommend import (
+    RecommendCall,
+    parse_recommend,
+    recommend_response,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What GetInfo reports besides the live engine state."""
+
+    model_path: str
+    model_type: str
+    sid_layout: SidLayout | None
+    device: str
+    dtype: str
+    max_message_bytes: int
+
+
+class DecoderServicer(pb_grpc.DecoderServicer):
+    def __init__(self) -> None:
+        self._engine: AsyncEngine | None = None
+        self._info: ServerInfo | None = None
+
+    def attach(self, engine: AsyncEngine, info: ServerInfo) -> None:
+        """Called once the model is loaded; until then every RPC answers UNAVAILABLE."""
+        self._engine, self._info = engine, info
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GenerateResponse:
+        engine = await self._ready(context)
+        spec: GenerationRequest = await _parsed(context, lambda: generation_request(request))
+        out = await _run(engine, spec, context)
+        return generate_response(request.request_id, spec.catalog, out)
+
+    async def Recommend(
+        self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecommendResponse:
+        engine = await self._ready(context)
+        call = RecommendCall(await _parsed(context, lambda: parse_recommend(request)))
+        out = await _run(engine, call, context)
+        return recommend_response(call, request.request_id, out)
+
+    async def GetInfo(
+        self, request: empty_pb2.Empty, context: grpc.aio.ServicerContext
+    ) -> pb.GetInfoResponse:
+        engine = await self._ready(context)
+        assert self._info is not None
+        info, core, load = self._info, engine.engine, engine.load()
+        limits = core.limits
+        response = pb.GetInfoResponse(
+            model_name=Path(info.model_path).name,
+            model_path=info.model_path,
+            model_type=info.model_type,
+            vocab_size=limits.vocab_size,
+            limits=pb.Limits(
+                max_rows=limits.max_rows,
+                max_beam_width=limits.max_rows,
+                max_model_len=limits.max_model_len,
+                max_kv_slots=limits.max_kv_slots,
+                max_waiting=engine.max_waiting,
+                max_message_bytes=info.max_message_bytes,
+            ),
+            catalogs=[catalog_info(c) for _, c in sorted(engine.catalogs().items())],
+            default_eos_token_ids=limits.default_eos_ids,
+            device=info.device,
+            dtype=info.dtype,
+            load=pb.Load(
+                rows_in_use=load.rows_in_use,
+                running_requests=load.running,
+                waiting_requests=load.waiting,
+                kv_slots_free=load.kv_slots_free,
+            ),
+        )
+        if info.sid_layout is not None:
+            response.sid_layout.CopyFrom(layout_info(info.sid_layout))
+        return response
+
+    async def _ready(self, context: grpc.aio.ServicerContext) -> AsyncEngine:
+        if self._engine is None:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "the decoder is still loading its model"
+            )
+        assert self._engine is not None
+        return self._engine
+
+
+async def _parsed(context: grpc.aio.ServicerContext, parse: Callable[[], T]) -> T:
+    try:
+        return parse()
+    except RequestError as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        raise  # unreachable: abort raises
+
+
+async def _run(
+    engine: AsyncEngine,
+    request: GenerationRequest | Prepare,
+    context: grpc.aio.ServicerContext,
+) -> RequestOutput:
+    failure: tuple[grpc.StatusCode, str] | None = None
+    try:
+        return await engine.generate(request, timeout=context.time_remaining())
+    except RequestError as exc:
+        failure = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    except Overloaded as exc:
+        failure = grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    except ShuttingDown as exc:
+        failure = grpc.StatusCode.UNAVAILABLE, str(exc)
+    except TimeoutError:
+        failure = grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded; the request was aborted"
+    except EngineFailure as exc:
+        failure = grpc.StatusCode.INTERNAL, str(exc)
+    except Exception as exc:
+        log.exception("unexpected error")
+        failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+    await context.abort(*failure)
+    raise AssertionError("unreachable: context.abort raises")
