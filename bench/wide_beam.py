@@ -7,9 +7,12 @@ unconstrained, max_new_tokens in {3, 16, 32, 64, 128}, with the public request p
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
+from pathlib import Path
 
 import torch
+from e2e import DecoderProcess, drive_grpc, generate_request
 from floor import linear_step_ms, request_flops
 from harness import (
     drive,
@@ -34,11 +37,36 @@ PUBLIC_MEAN_MS = {3: 244.6, 16: 927.7, 32: 1690.7, 64: 3511.0, 128: 8087.3}
 KV_SLOTS = 800_000  # ~92 GB of bf16 KV for this shape
 
 
+def run_e2e(path: Path, prompt: list[int], wanted: set[int], quick: bool) -> list[dict]:
+    """The same pattern through `widebeam decoder serve` (a subprocess) over gRPC."""
+    server = DecoderProcess(path, 4 * BEAMS, KV_SLOTS)
+    try:
+        server.wait_ready()
+        rows = []
+        for tokens, num, qps, conc in PATTERN:
+            if tokens not in wanted:
+                continue
+            num = QUICK_REQUESTS[tokens] if quick else num
+            warm = [generate_request("warm", prompt, BEAMS, tokens, ignore_eos=True)]
+            asyncio.run(drive_grpc(server.address, warm, None, 1))
+            reqs = [
+                generate_request(f"e2e-{tokens}-{i}", prompt, BEAMS, tokens, ignore_eos=True)
+                for i in range(num)
+            ]
+            stats = asyncio.run(drive_grpc(server.address, reqs, qps, conc)).summary()
+            print({"e2e_tokens": tokens, **stats}, flush=True)
+            rows.append(stats)
+        return rows
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tokens", default="3,16,32,64,128")
     parser.add_argument("--hf-tokens", default="3")
+    parser.add_argument("--e2e", action="store_true", help="also time through the decoder service")
     args = parser.parse_args()
     wanted = {int(t) for t in args.tokens.split(",")}
     hf_tokens = {int(t) for t in args.hf_tokens.split(",") if t}
@@ -113,6 +141,28 @@ def main() -> None:
                 practical_ms,
                 f"{100 * floor_ms / alone:.1f}%",
             ]
+        )
+    if args.e2e:
+        del model
+        torch.cuda.empty_cache()
+        e2e_rows = run_e2e(path, prompt, wanted, args.quick)
+        for row, e2e in zip(results, e2e_rows, strict=True):
+            row["e2e"] = e2e
+        print(
+            markdown_table(
+                ["tokens", "reqs", "e2e mean ms", "e2e p50 ms", "e2e p90 ms", "public mean ms"],
+                [
+                    [
+                        r["max_new_tokens"],
+                        r["requests"],
+                        r["e2e"]["mean_ms"],
+                        r["e2e"]["p50_ms"],
+                        r["e2e"]["p90_ms"],
+                        r["public_mean_ms"],
+                    ]
+                    for r in results
+                ],
+            )
         )
     env = environment() | {"matmul_tflops": peak, "prompt_len": PROMPT_LEN, "quick": args.quick}
     write_json("wide_beam", {"env": env, "rows": results})

@@ -1,0 +1,106 @@
+"""End-to-end timing through the decoder service: a `widebeam decoder serve` subprocess and an
+asyncio gRPC client that sends `Generate` calls at a fixed rate with a concurrency cap."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from google.protobuf import empty_pb2
+from harness import DEVICE, RunStats
+
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2, decoder_pb2_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DecoderProcess:
+    def __init__(self, model: Path, max_rows: int, max_kv_slots: int, *extra: str) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "widebeam",
+            "decoder",
+            "serve",
+            "--model",
+            str(model),
+            "--device",
+            DEVICE,
+            "--dtype",
+            "bfloat16",
+            "--port",
+            str(self.port),
+            "--max-rows",
+            str(max_rows),
+            "--max-kv-slots",
+            str(max_kv_slots),
+            "--max-message-bytes",
+            str(256 << 20),
+            *extra,
+        ]
+        log = Path(os.environ.get("OUT", ".")) / f"decoder-{self.port}.log"
+        self.proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"decoder exited with {self.proc.returncode}")
+            try:
+                with grpc.insecure_channel(self.address) as channel:
+                    stub = decoder_pb2_grpc.DecoderStub(channel)
+                    stub.GetInfo(empty_pb2.Empty(), timeout=5)
+                    return
+            except grpc.RpcError:
+                time.sleep(1.0)
+        raise TimeoutError("decoder did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def drive_grpc(
+    address: str, requests: list[decoder_pb2.GenerateRequest], qps: float | None, concurrency: int
+) -> RunStats:
+    options = [("grpc.max_receive_message_length", 256 << 20)]
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
+        stub = decoder_pb2_grpc.DecoderStub(channel)
+        slots = asyncio.Semaphore(concurrency)
+        latencies: list[float] = []
+
+        async def one(req: decoder_pb2.GenerateRequest, at: float) -> None:
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+            async with slots:
+                start = time.perf_counter()
+                await stub.Generate(req, timeout=600)
+                latencies.append((time.perf_counter() - start) * 1000)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(one(r, 0 if qps is None else i / qps) for i, r in enumerate(requests))
+        )
+        return RunStats(latencies, time.perf_counter() - t0)
+
+
+def generate_request(
+    rid: str, prompt: list[int], beams: int, tokens: int, **extra: object
+) -> decoder_pb2.GenerateRequest:
+    return decoder_pb2.GenerateRequest(
+        request_id=rid, input_ids=prompt, beam_width=beams, n=beams, max_new_tokens=tokens, **extra
+    )
