@@ -1,0 +1,307 @@
+"""Catalog scale benchmark: a synthetic 1.5M-item, depth-3, codebook-8192 catalog.
+
+Measures, each phase in a fresh child process (so its peak RSS is its own):
+  build   parse + validate (load_catalog) and trie build (build_trie), Parquet and JSONL input;
+  publish CatalogStore.publish to a real redis-server;
+  load    CatalogStore.load of the current version, and a CatalogSubscriber until ready;
+  http    optional (--http): the same Parquet file through `widebeam catalog serve` + upload.
+
+    .venv/bin/python bench/catalog_scale.py [--items 1500000] [--redis-url URL] [--write-docs]
+
+Without --redis-url a redis-server is started on a free port (and stopped at the end).
+The markdown table is printed last; --write-docs also writes it into docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFIX = "widebeam.services.catalog"
+
+
+def make_catalog(items: int, depth: int, codebook: int, shared: float, seed: int) -> dict:
+    """Random SIDs; a fraction ``shared`` of the items reuse another item's SID."""
+    rng = np.random.default_rng(seed)
+    n_sids = max(1, int(items * (1 - shared)))
+    packed = np.unique(rng.integers(0, codebook**depth, size=int(n_sids * 1.01) + 16))
+    packed = rng.permutation(packed)[:n_sids]  # distinct SIDs (collisions are rare at 8192^3)
+    which = np.concatenate([np.arange(n_sids), rng.integers(0, n_sids, items - n_sids)])
+    sids = np.stack(np.unravel_index(packed[rng.permutation(which)], (codebook,) * depth), 1)
+    popularity = np.round(rng.pareto(1.2, items) * 10, 3)
+    return {"sids": sids.astype(np.int64), "popularity": popularity}
+
+
+def write_files(cat: dict, out: Path) -> dict[str, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sids, pop = cat["sids"], cat["popularity"]
+    ids = [f"item-{i}" for i in range(len(sids))]
+    paths = {"parquet": out / "catalog.parquet", "jsonl": out / "catalog.jsonl"}
+    depth = sids.shape[1]
+    sid_col = pa.FixedSizeListArray.from_arrays(pa.array(sids.reshape(-1), pa.int32()), depth)
+    table = pa.table({"item_id": ids, "sid": sid_col, "popularity": pop})
+    pq.write_table(table, paths["parquet"], row_group_size=1 << 17)
+    with paths["jsonl"].open("w") as f:
+        for item, sid, p in zip(ids, sids.tolist(), pop.tolist(), strict=True):
+            f.write(f'{{"item_id": "{item}", "sid": {sid}, "popularity": {p}}}\n')
+    return paths
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def phase_build(args: argparse.Namespace) -> dict[str, Any]:
+    import redis
+
+    from widebeam.services.catalog.formats import build_trie, load_catalog
+    from widebeam.services.catalog.sid_layout import SidLayout
+    from widebeam.services.catalog.store import CatalogStore
+
+    layout = SidLayout.parse(args.layout)
+    t0 = time.perf_counter()
+    table = load_catalog(args.file, layout=layout)
+    t1 = time.perf_counter()
+    trie = build_trie(table, layout)
+    t2 = time.perf_counter()
+    del table
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=120)
+    published = CatalogStore(client).publish(args.name, trie, {"bench": True})
+    t3 = time.perf_counter()
+    return {
+        "parse_validate_s": t1 - t0,
+        "build_s": t2 - t1,
+        "publish_s": t3 - t2,
+        "version": published.version,
+        "stats": trie.stats(),
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def phase_load(args: argparse.Namespace) -> dict[str, Any]:
+    import redis
+
+    from widebeam.services.catalog.store import CatalogStore, CatalogSubscriber
+
+    t0 = time.perf_counter()
+    loaded = CatalogStore(redis.Redis.from_url(args.redis_url, socket_timeout=120)).load(args.name)
+    t1 = time.perf_counter()
+    del loaded
+    with CatalogSubscriber(args.redis_url, [args.name]) as sub:
+        ok = sub.wait_ready(120) and sub.get(args.name) is not None
+        t2 = time.perf_counter()
+    return {"store_load_s": t1 - t0, "subscriber_ready_s": t2 - t1, "ok": ok,
+            "peak_rss_mib": peak_rss_mib()}  # fmt: skip
+
+
+def phase_http(args: argparse.Namespace) -> dict[str, Any]:
+    """Upload through the real service (one `widebeam catalog serve` child process)."""
+    from widebeam.services.catalog.service.client import upload
+
+    cmd = [sys.executable, "-m", "widebeam", "catalog", "serve", "--port", "0",
+           "--redis-url", args.redis_url, "--max-upload-bytes", str(4 << 30)]  # fmt: skip
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stderr=log, stdout=log, text=True)
+        try:
+            url = _wait_for_url(log, proc)
+            t0 = time.perf_counter()
+            params = {"sid_layout": args.layout}
+            response = upload(Path(args.file), url, args.name, params, None, 600, False)
+            t1 = time.perf_counter()
+            assert response.status_code == 201, response.text
+            return {"upload_s": t1 - t0, "server_peak_rss_mib": _vm_hwm_mib(proc.pid)}
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def _wait_for_url(log: Any, proc: subprocess.Popen[str]) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        log.seek(0)
+        for line in log.read().splitlines():
+            if "listening on " in line:
+                return line.split("listening on ")[1].strip()
+        time.sleep(0.1)
+    raise RuntimeError("the catalog service did not start")
+
+
+def _vm_hwm_mib(pid: int) -> float:
+    """Peak RSS of another process (VmHWM in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+PHASES = {"build": phase_build, "load": phase_load, "http": phase_http}
+
+
+def run_phase(phase: str, **kw: Any) -> dict[str, Any]:
+    """One phase in a fresh interpreter; its JSON result is the last stdout line."""
+    cmd = [sys.executable, __file__, "--phase", phase]
+    for key, value in kw.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"phase {phase} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+           "--dir", str(workdir)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            return proc, f"redis://127.0.0.1:{port}/0"
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores, {model}, {mem:.0f} GiB RAM"
+
+
+def commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+
+
+def report(args: argparse.Namespace, res: dict[str, Any], sizes: dict[str, int]) -> str:
+    aim = lambda ok: "yes" if ok else "**no**"  # noqa: E731
+    rows = ["| input | file | parse + validate | trie build | publish | build + publish "
+            "(aim ≤ 30 s) | peak RSS |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for fmt in ("parquet", "jsonl"):
+        r = res[fmt]
+        total = r["parse_validate_s"] + r["build_s"] + r["publish_s"]
+        rows.append(
+            f"| {fmt} | {sizes[fmt] / 2**20:.0f} MiB | {r['parse_validate_s']:.1f} s | "
+            f"{r['build_s']:.1f} s | {r['publish_s']:.1f} s | {total:.1f} s ({aim(total <= 30)}) "
+            f"| {r['peak_rss_mib']:.0f} MiB |"
+        )
+    load = res["load"]
+    rows += ["", "| load (aim ≤ 5 s) | seconds | peak RSS |", "|---|---:|---:|",
+             f"| `CatalogStore.load` (fetch, verify, rebuild) | {load['store_load_s']:.1f} s "
+             f"({aim(load['store_load_s'] <= 5)}) | {load['peak_rss_mib']:.0f} MiB |",
+             f"| `CatalogSubscriber` start → ready | {load['subscriber_ready_s']:.1f} s "
+             f"({aim(load['subscriber_ready_s'] <= 5)}) | (same process) |"]  # fmt: skip
+    if "http" in res:
+        h = res["http"]
+        rows += ["", "| end to end over HTTP (Parquet) | seconds | service peak RSS |",
+                 "|---|---:|---:|", f"| `widebeam catalog upload` → 201 | {h['upload_s']:.1f} s "
+                 f"| {h['server_peak_rss_mib']:.0f} MiB |"]  # fmt: skip
+    stats = res["parquet"]["stats"]
+    head = [
+        f"- date: {time.strftime('%Y-%m-%d')}; machine: {machine()}; commit: {commit()}",
+        f"- command: `{args.command}`",
+        f"- catalog: {args.items:,} items, depth {args.depth}, codebook {args.codebook}, "
+        f"{stats['num_sids']:,} distinct SIDs ({args.shared:.0%} of items share a SID), "
+        f"trie {stats['num_nodes']:,} nodes, max branching {stats['max_branching']}",
+        f"- Redis: {res['redis_used_mib']:.0f} MiB used after both publishes "
+        "(artifact chunks + item/SID lookup hashes, two versions)",
+    ]
+    return "\n".join([*head, "", *rows])
+
+
+def write_docs(text: str) -> Path:
+    path = ROOT / "docs" / "benchmarks.md"
+    doc = path.read_text() if path.exists() else "# Benchmarks\n"
+    section = "## Catalog scale\n\n" + text.strip() + "\n"
+    start = doc.find("## Catalog scale")
+    if start < 0:
+        doc = doc.rstrip("\n") + "\n\n" + section
+    else:
+        nxt = doc.find("\n## ", start + 1)
+        doc = doc[:start] + section + ("" if nxt < 0 else "\n" + doc[nxt + 1 :])
+    path.write_text(doc)
+    return path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--items", type=int, default=1_500_000)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--codebook", type=int, default=8192)
+    p.add_argument("--shared", type=float, default=0.1, help="fraction of items sharing a SID")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--redis-url", help="default: start a redis-server on a free port")
+    p.add_argument("--http", action="store_true", help="also upload through the HTTP service")
+    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
+    p.add_argument("--file", help=argparse.SUPPRESS)
+    p.add_argument("--name", help=argparse.SUPPRESS)
+    p.add_argument("--layout", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.phase:
+        print(json.dumps(PHASES[args.phase](args)))
+        return
+    args.command = " ".join([".venv/bin/python", "bench/catalog_scale.py", *sys.argv[1:]])
+    layout = ",".join(f"{100 + i * args.codebook}:{args.codebook}" for i in range(args.depth))
+    with tempfile.TemporaryDirectory(prefix="widebeam-catalog-bench-") as tmp:
+        out = Path(tmp)
+        t0 = time.perf_counter()
+        paths = write_files(make_catalog(args.items, args.depth, args.codebook, args.shared,
+                                         args.seed), out)  # fmt: skip
+        print(f"generated + wrote the catalog in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        redis_proc, url = (None, args.redis_url) if args.redis_url else start_redis(out)
+        try:
+            res: dict[str, Any] = {}
+            for fmt, path in paths.items():
+                res[fmt] = run_phase("build", file=path, name=f"bench-{fmt}", layout=layout,
+                                     redis_url=url)  # fmt: skip
+                print(fmt, res[fmt], file=sys.stderr)
+            res["load"] = run_phase("load", name="bench-parquet", redis_url=url)
+            print("load", res["load"], file=sys.stderr)
+            import redis
+
+            res["redis_used_mib"] = redis.Redis.from_url(url).info("memory")["used_memory"] / 2**20
+            if args.http:
+                res["http"] = run_phase("http", file=paths["parquet"], name="bench-http",
+                                        layout=layout, redis_url=url)  # fmt: skip
+                print("http", res["http"], file=sys.stderr)
+        finally:
+            if redis_proc is not None:
+                redis_proc.terminate()
+                redis_proc.wait(10)
+        text = report(args, res, {fmt: path.stat().st_size for fmt, path in paths.items()})
+    if args.write_docs:
+        print(f"wrote {write_docs(text)}", file=sys.stderr)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
