@@ -1,0 +1,42 @@
+"""Where an eager decode step spends its time: torch profiler over one request of a workload,
+top operators by device time (run on the GPU machine)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from harness import make_engine, model_dir
+from torch.profiler import ProfilerActivity, profile
+
+from widebeam.services.decoder.request import GenerationRequest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--beams", type=int, default=5000)
+    parser.add_argument("--tokens", type=int, default=3)
+    parser.add_argument("--shape", default="qwen3-0.6b")
+    args = parser.parse_args()
+    path = model_dir(args.shape)
+    engine = make_engine(path, max_rows=args.beams, max_kv_slots=64 + args.beams * args.tokens)
+    rng = random.Random(0)
+    prompt = tuple(rng.randrange(1000, 100000) for _ in range(64))
+    req = lambda i: GenerationRequest(
+        f"p{i}",
+        prompt,
+        beam_width=args.beams,
+        n=args.beams,
+        max_new_tokens=args.tokens,
+        ignore_eos=True,
+    )
+    engine.generate([req(0)])
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        engine.generate([req(1)])
+    print(
+        prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60)
+    )
+
+
+if __name__ == "__main__":
+    main()
