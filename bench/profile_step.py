@@ -22,14 +22,15 @@ def main() -> None:
     engine = make_engine(path, max_rows=args.beams, max_kv_slots=64 + args.beams * args.tokens)
     rng = random.Random(0)
     prompt = tuple(rng.randrange(1000, 100000) for _ in range(64))
-    req = lambda i: GenerationRequest(
-        f"p{i}",
-        prompt,
-        beam_width=args.beams,
-        n=args.beams,
-        max_new_tokens=args.tokens,
-        ignore_eos=True,
-    )
+    def req(i: int) -> GenerationRequest:
+        return GenerationRequest(
+            f"p{i}",
+            prompt,
+            beam_width=args.beams,
+            n=args.beams,
+            max_new_tokens=args.tokens,
+            ignore_eos=True,
+        )
     engine.generate([req(0)])
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         engine.generate([req(1)])
