@@ -22,6 +22,7 @@ def main() -> None:
     engine = make_engine(path, max_rows=args.beams, max_kv_slots=64 + args.beams * args.tokens)
     rng = random.Random(0)
     prompt = tuple(rng.randrange(1000, 100000) for _ in range(64))
+
     def req(i: int) -> GenerationRequest:
         return GenerationRequest(
             f"p{i}",
@@ -31,6 +32,7 @@ def main() -> None:
             max_new_tokens=args.tokens,
             ignore_eos=True,
         )
+
     engine.generate([req(0)])
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         engine.generate([req(1)])
