@@ -1,0 +1,205 @@
+"""Batch jobs in plain Redis: a job record, its input rows by chunk, its results by row index.
+
+Keys (`P` = settings.namespace), all expiring `result_ttl_s` after the job's last change:
+  P:job:{id}          HASH   id, status, total, chunk_size, num_chunks, catalog, timestamps
+  P:job:{id}:rows     HASH   chunk index -> {"start": first row index, "rows": [...]}
+  P:job:{id}:results  HASH   row index -> the row's JSON result line (written with HSETNX)
+  P:job:{id}:failed   SET    row indexes whose result is an error
+
+`done` is HLEN of the results and `failed` SCARD of the failed set, so a redelivered chunk
+can neither duplicate a row nor count it twice. Status changes are compare-and-set Lua
+scripts, so a cancel never races a completion into an inconsistent state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+ACTIVE = ("queued", "running")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+# KEYS: job, results, failed, rows; ARGV: row, line, is_error, ttl, now
+_WRITE_ROW = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local new = redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
+if new == 1 and ARGV[3] == '1' then redis.call('SADD', KEYS[3], ARGV[1]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[5])
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
+return new
+"""
+
+# KEYS: job, results, failed, rows; ARGV: ttl, now. Finishes a job whose rows are all present.
+_FINISH = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return nil end
+if status ~= 'queued' and status ~= 'running' then return status end
+local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
+if redis.call('HLEN', KEYS[2]) < total then return status end
+status = 'succeeded'
+if redis.call('SCARD', KEYS[3]) >= total then status = 'failed' end
+redis.call('HSET', KEYS[1], 'status', status, 'updated_at', ARGV[2])
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+return status
+"""
+
+# KEYS: job, results, failed, rows; ARGV: from, to, ttl, now. Moves an active job to `to`.
+_TRANSITION = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return nil end
+if status ~= ARGV[1] and not (ARGV[1] == '*' and (status == 'queued' or status == 'running'))
+then return status end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[4])
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return ARGV[2]
+"""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    status: str
+    total: int
+    done: int
+    failed: int
+    chunk_size: int
+    num_chunks: int
+    catalog: str | None
+    created_at: float
+    updated_at: float
+    expires_in_s: int | None
+
+
+class JobStore:
+    def __init__(self, client: redis.Redis, namespace: str, ttl_s: int) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.ttl_s = ttl_s
+        self._write_row = client.register_script(_WRITE_ROW)
+        self._finish = client.register_script(_FINISH)
+        self._transition = client.register_script(_TRANSITION)
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str, ttl_s: int) -> JobStore:
+        return cls(redis.Redis.from_url(url), namespace, ttl_s)
+
+    def keys(self, job_id: str) -> list[str]:
+        base = f"{self.namespace}:job:{job_id}"
+        return [base, f"{base}:results", f"{base}:failed", f"{base}:rows"]
+
+    def create(self, rows: list[dict[str, Any]], chunk_size: int, catalog: str | None) -> JobRecord:
+        job_id = uuid.uuid4().hex
+        job_key, _, _, rows_key = self.keys(job_id)
+        now = time.time()
+        chunks = {
+            str(k): json.dumps(
+                {"start": start, "rows": rows[start : start + chunk_size]}, separators=(",", ":")
+            )
+            for k, start in enumerate(range(0, len(rows), chunk_size))
+        }
+        record = {
+            "id": job_id,
+            "status": "queued",
+            "total": len(rows),
+            "chunk_size": chunk_size,
+            "num_chunks": len(chunks),
+            "catalog": catalog or "",
+            "created_at": repr(now),
+            "updated_at": repr(now),
+        }
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(rows_key, mapping=chunks)
+            pipe.expire(rows_key, self.ttl_s)
+            pipe.hset(job_key, mapping=record)
+            pipe.expire(job_key, self.ttl_s)
+            pipe.execute()
+        return self._record(record, 0, 0, self.ttl_s)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        job_key, results_key, failed_key, _ = self.keys(job_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(job_key).hlen(results_key).scard(failed_key).ttl(job_key)
+            fields, done, failed, ttl = pipe.execute()
+        if not fields:
+            return None
+        record = {k.decode(): v.decode() for k, v in fields.items()}
+        return self._record(record, done, failed, ttl if ttl >= 0 else None)
+
+    def status(self, job_id: str) -> str | None:
+        value = self.client.hget(self.keys(job_id)[0], "status")
+        return value.decode() if value is not None else None
+
+    def chunk_rows(self, job_id: str, chunk_index: int) -> tuple[int, list[dict[str, Any]]] | None:
+        """(index of the chunk's first row, its rows); None when the job is gone."""
+        raw = self.client.hget(self.keys(job_id)[3], str(chunk_index))
+        if raw is None:
+            return None
+        chunk = json.loads(raw)
+        return int(chunk["start"]), list(chunk["rows"])
+
+    def present(self, job_id: str, rows: Iterable[int]) -> set[int]:
+        """The rows among `rows` whose result is already written."""
+        wanted = list(rows)
+        results_key = self.keys(job_id)[1]
+        with self.client.pipeline(transaction=False) as pipe:
+            for row in wanted:
+                pipe.hexists(results_key, str(row))
+            found = pipe.execute()
+        return {row for row, hit in zip(wanted, found, strict=True) if hit}
+
+    def write_row(self, job_id: str, row: int, result: dict[str, Any], is_error: bool) -> int:
+        """1: written; 0: the row was already there (left as it was); -1: the job is gone."""
+        line = json.dumps({"row": row, **result}, separators=(",", ":"))
+        args = [row, line, "1" if is_error else "0", self.ttl_s, repr(time.time())]
+        return int(self._write_row(keys=self.keys(job_id), args=args))
+
+    def mark_running(self, job_id: str) -> str | None:
+        return self._cas(job_id, "queued", "running")
+
+    def cancel(self, job_id: str) -> str | None:
+        """The job's status after the call (cancelled unless it had already ended); None: gone."""
+        return self._cas(job_id, "*", "cancelled")
+
+    def fail(self, job_id: str) -> str | None:
+        return self._cas(job_id, "*", "failed")
+
+    def finish_if_complete(self, job_id: str) -> str | None:
+        value = self._finish(keys=self.keys(job_id), args=[self.ttl_s, repr(time.time())])
+        return value.decode() if value is not None else None
+
+    def iter_results(self, job_id: str, total: int, batch: int = 512) -> Iterator[bytes]:
+        """Result lines in input order; rows not written yet are skipped."""
+        results_key = self.keys(job_id)[1]
+        for start in range(0, total, batch):
+            fields = [str(i) for i in range(start, min(total, start + batch))]
+            for line in self.client.hmget(results_key, fields):
+                if line is not None:
+                    yield line + b"\n"
+
+    def _cas(self, job_id: str, expected: str, new: str) -> str | None:
+        value = self._transition(
+            keys=self.keys(job_id), args=[expected, new, self.ttl_s, repr(time.time())]
+        )
+        return value.decode() if value is not None else None
+
+    @staticmethod
+    def _record(fields: dict[str, Any], done: int, failed: int, ttl: int | None) -> JobRecord:
+        return JobRecord(
+            id=str(fields["id"]),
+            status=str(fields["status"]),
+            total=int(fields["total"]),
+            done=int(done),
+            failed=int(failed),
+            chunk_size=int(fields["chunk_size"]),
+            num_chunks=int(fields["num_chunks"]),
+            catalog=str(fields["catalog"]) or None,
+            created_at=float(fields["created_at"]),
+            updated_at=float(fields["updated_at"]),
+            expires_in_s=ttl,
+        )

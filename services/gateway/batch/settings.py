@@ -1,0 +1,84 @@
+"""Batch-job settings (`WIDEBEAM_BATCH_*`), shared by the gateway routes and the Celery worker."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class BatchSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_BATCH_", extra="forbid")
+
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="broker, results, job store")
+    namespace: str = Field("widebeam:batch", description="prefix of the job-store keys")
+    queue: str = Field("widebeam.batch", description="Celery queue of the chunk tasks")
+    decoder_addresses: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:50051"],
+        description="decoder gRPC addresses, comma-separated (workers only)",
+    )
+    chunk_size: int = Field(20, ge=1, le=10_000, description="rows per Celery task")
+    result_ttl_s: int = Field(
+        7 * 86400, ge=1, description="job keys expire this long after the job's last change"
+    )
+    # A row gets this long in all (retries on other replicas and beam widening included); a
+    # chunk therefore ends within chunk_size * row_budget_s, which the visibility timeout must
+    # exceed, or Redis would hand a still-running chunk to a second worker.
+    row_budget_s: float = Field(60.0, gt=0)
+    rpc_timeout_s: float = Field(30.0, gt=0, description="deadline of one Recommend call")
+    visibility_timeout_s: int = Field(
+        3600, ge=1, description="unacked chunks are redelivered after this (worker lost)"
+    )
+    restore_interval_s: int = Field(
+        10, ge=1, description="how often workers look for chunks of lost workers"
+    )
+    chunk_max_retries: int = Field(3, ge=0, description="chunk retries while decoders are down")
+    retry_delay_s: float = Field(5.0, ge=0)
+    max_job_rows: int = Field(100_000, ge=1)
+    max_upload_bytes: int = Field(64 << 20, ge=1024, description="request body / JSONL upload")
+    # Row limits, used when the gateway settings do not define them.
+    max_n: int = Field(128, ge=1)
+    max_beam_width: int = Field(512, ge=1)
+    max_history_len: int = Field(1000, ge=1)
+    default_beam_width: int = Field(64, ge=1, description="beam of rows that give none")
+    max_exclude: int = Field(10_000, ge=0)
+    # Worker process.
+    concurrency: int = Field(1, ge=1, description="chunks run at once per worker")
+    rows_in_flight: int = Field(8, ge=1, description="rows of one chunk sent to decoders at once")
+    pool: Literal["auto", "solo", "threads", "prefork"] = Field(
+        "auto", description="auto: solo at concurrency 1, else threads"
+    )
+    loglevel: str = "INFO"
+
+    @field_validator("decoder_addresses", mode="before")
+    @classmethod
+    def _split_addresses(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [a.strip() for a in value.split(",") if a.strip()]
+        return value
+
+    @field_validator("decoder_addresses")
+    @classmethod
+    def _some_address(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one decoder address is needed")
+        return value
+
+    @model_validator(mode="after")
+    def _visibility_above_longest_chunk(self) -> BatchSettings:
+        longest = self.chunk_size * self.row_budget_s
+        if self.visibility_timeout_s <= longest:
+            raise ValueError(
+                f"visibility_timeout_s ({self.visibility_timeout_s}) must exceed the longest "
+                f"chunk, chunk_size * row_budget_s = {longest:g}s"
+            )
+        if self.retry_delay_s >= self.visibility_timeout_s:
+            raise ValueError("retry_delay_s must be below visibility_timeout_s")
+        return self
+
+    @property
+    def resolved_pool(self) -> str:
+        if self.pool != "auto":
+            return self.pool
+        return "solo" if self.concurrency == 1 else "threads"

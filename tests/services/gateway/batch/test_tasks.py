@@ -1,0 +1,138 @@
+"""The chunk task's logic in-process, against a real decoder: results in the recommend shape,
+idempotent re-runs, row errors, widening, cancellation between rows, retries while decoders
+are down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.services.decoder.conftest import SidModel
+from tests.services.gateway.batch.conftest import batch_settings, store_of
+from widebeam.services.decoder.server.background import BackgroundServer
+from widebeam.services.gateway.batch.decoder_runner import DecoderRunner
+from widebeam.services.gateway.batch.job_store import JobStore
+from widebeam.services.gateway.batch.schemas import RowLimits, validate_row
+from widebeam.services.gateway.batch.settings import BatchSettings
+from widebeam.services.gateway.batch.tasks import DecodersUnavailable, process_chunk
+
+LIMITS = RowLimits(32, 64, 50, 100, 16)
+
+
+def rows(count: int, **fields: Any) -> list[dict[str, Any]]:
+    history = [["item-3", "item-17"], ["item-42"], ["item-7", "item-8", "item-9"]]
+    return [
+        validate_row({"history": history[i % 3], "n": 5} | fields, LIMITS, None)
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+def settings(redis_url: str, decoder: BackgroundServer) -> BatchSettings:
+    return batch_settings(redis_url, decoder.address, row_budget_s=5, visibility_timeout_s=60)
+
+
+@pytest.fixture
+def runner(settings: BatchSettings) -> DecoderRunner:
+    return DecoderRunner(settings)
+
+
+def run(store: JobStore, runner: DecoderRunner, job_id: str, chunk: int, **kw: Any) -> dict:
+    kw.setdefault("final_attempt", False)
+    return process_chunk(store, runner, job_id, chunk, rows_in_flight=3, **kw)
+
+
+def results(store: JobStore, job_id: str, total: int) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in store.iter_results(job_id, total)]
+
+
+def test_a_chunk_writes_recommend_responses_and_reruns_write_nothing(
+    settings: BatchSettings, runner: DecoderRunner, sid_model: SidModel
+) -> None:
+    store = store_of(settings)
+    job = store.create(rows(12, user_id="u1"), chunk_size=10, catalog=None)
+    assert run(store, runner, job.id, 1) == {
+        "job": job.id,
+        "chunk": 1,
+        "written": 2,
+        "outcome": "running",
+    }
+    assert run(store, runner, job.id, 0)["outcome"] == "succeeded"
+    assert run(store, runner, job.id, 0)["written"] == 0  # redelivered: every row is present
+    got = results(store, job.id, 12)
+    assert [r["row"] for r in got] == list(range(12))
+    catalog = dict(sid_model.catalog)
+    first = got[0]
+    assert first["user_id"] == "u1" and first["model"] and first["latency_ms"] > 0
+    assert first["catalog"]["name"] == "default" and first["catalog"]["version"].startswith("file-")
+    assert len(first["items"]) == 5 and first["usage"]["total_tokens"] > 0
+    for item in first["items"]:
+        assert tuple(item["sid"]) == catalog[item["item_id"]]
+        assert item["item_id"] not in ("item-3", "item-17")  # exclude_history
+    record = store.get(job.id)
+    assert record is not None and (record.status, record.done, record.failed) == (
+        "succeeded",
+        12,
+        0,
+    )
+
+
+def test_row_errors_are_rows_and_exhaustion_widens_the_beam(
+    settings: BatchSettings, runner: DecoderRunner
+) -> None:
+    store = store_of(settings)
+    bad = rows(1)[0] | {"history": ["no-such-item"]}
+    narrow = rows(1, beam_width=5)[0]
+    taken = [i["item_id"] for i in runner.recommend(narrow).result(10)["items"]]
+    excluding = narrow | {"exclude": taken}
+    elsewhere = rows(1)[0] | {"catalog": "nowhere"}
+    job = store.create([bad, excluding, elsewhere], chunk_size=3, catalog=None)
+    assert run(store, runner, job.id, 0)["outcome"] == "succeeded"
+    error, widened, unknown = results(store, job.id, 3)
+    assert unknown["error"]["code"] == "catalog_not_found" and unknown["error"]["status"] == 404
+    assert error["error"]["status"] == 400 and "no-such-item" in error["error"]["message"]
+    assert error["error"]["type"] == "invalid_request_error"
+    assert widened["beam_width"] > 5 and len(widened["items"]) == 5
+    assert not {i["item_id"] for i in widened["items"]} & set(taken)
+    record = store.get(job.id)
+    assert record is not None and (record.done, record.failed) == (3, 2)
+
+
+def test_cancellation_is_seen_between_rows(
+    settings: BatchSettings, runner: DecoderRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_of(settings)
+    job = store.create(rows(10), chunk_size=10, catalog=None)
+    sent: list[int] = []
+    real = runner.recommend
+
+    def recommend_then_cancel(row: dict[str, Any]) -> Any:
+        sent.append(1)
+        if len(sent) == 4:
+            store.cancel(job.id)
+        return real(row)
+
+    monkeypatch.setattr(runner, "recommend", recommend_then_cancel)
+    assert run(store, runner, job.id, 0)["outcome"] == "cancelled"
+    record = store.get(job.id)
+    assert record is not None and record.status == "cancelled" and record.done == 4
+
+
+@pytest.fixture
+def dead_runner(settings: BatchSettings) -> Iterator[DecoderRunner]:
+    yield DecoderRunner(settings.model_copy(update={"decoder_addresses": ["127.0.0.1:1"]}))
+
+
+def test_unreachable_decoders_retry_the_chunk_then_fail_its_rows(
+    settings: BatchSettings, dead_runner: DecoderRunner
+) -> None:
+    store = store_of(settings)
+    job = store.create(rows(2), chunk_size=2, catalog=None)
+    with pytest.raises(DecodersUnavailable):
+        run(store, dead_runner, job.id, 0)
+    assert store.get(job.id).done == 0  # type: ignore[union-attr]
+    assert run(store, dead_runner, job.id, 0, final_attempt=True)["outcome"] == "failed"
+    assert {r["error"]["code"] for r in results(store, job.id, 2)} == {"decoder_unavailable"}
