@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from widebeam.launcher import up as up_cli
+from widebeam.services.catalog import cli as catalog_cli
 from widebeam.services.decoder import cli_generate
 from widebeam.services.decoder.server import cli as decoder_cli
+from widebeam.services.gateway import cli as gateway_cli
+from widebeam.services.gateway.batch import cli as worker_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +23,16 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(handler=cli_generate.run)
     decoder = commands.add_parser("decoder", help="the decoder service (gRPC)")
     decoder_cli.add_arguments(decoder)
+    catalog = commands.add_parser("catalog", help="the catalog service (HTTP) and its client")
+    catalog_cli.add_arguments(catalog)
+    gateway = commands.add_parser("gateway", help="the REST gateway (HTTP)")
+    gateway_cli.add_arguments(gateway)
+    worker = commands.add_parser("worker", help="the Celery worker of the batch jobs")
+    worker_cli.add_arguments(worker)
+    up = commands.add_parser(
+        "up", help="run the whole stack locally (redis, catalog, decoder, gateway, worker)"
+    )
+    up_cli.add_arguments(up)
     return parser
 
 

@@ -8,7 +8,6 @@ import sys
 from typing import IO, Any
 
 from widebeam.services.decoder.config import EngineConfig
-from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
 from widebeam.services.decoder.request_parsing import request_from_dict
 
@@ -77,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     )
     with _open_in(args.input) as stream:
         parsed = _read_requests(stream)
+    from widebeam.services.decoder.engine import Engine  # torch: only when generating
+
     engine = Engine(config)
     requests = [p for p in parsed if isinstance(p, GenerationRequest)]
     results = iter(engine.generate(requests))

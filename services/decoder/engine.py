@@ -8,6 +8,7 @@ now, then runs one decode forward over every running row, beam and ordinary requ
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
 
 import torch
@@ -33,6 +34,7 @@ from widebeam.services.decoder.scheduler.scheduler import Scheduler
 from widebeam.services.decoder.validation import EngineLimits, validate_request
 
 DEFAULT_CATALOG = "default"
+log = logging.getLogger(__name__)
 
 
 def _missing_catalog_message(name: str | None, loaded: dict[str, TrieConstraint]) -> str:
@@ -212,24 +214,28 @@ class Engine:
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
         finished = []
         for state, logits in chunks:
-            search = state.search
-            mask = None
-            if state.constraint is not None:
-                eos = search.eos_ids
-                mask = state.constraint.mask(state.nodes, eos, self.vocab_size)
-            if isinstance(search, BeamSearch):
-                spec = state.resolved.spec
-                lp = processed_logprobs(
-                    logits, mask, search.eos_ids, search.step < spec.min_new_tokens
-                )
-                selection = search.advance(lp)
-            else:
-                selection = search.advance(logits, mask)
-            if search.done:
+            try:
+                selection = self._advance(state, logits)
+            except Exception as exc:  # one request's failure must not take its batch down
+                log.exception("request %s failed in its beam step", state.request_id)
+                self.scheduler.finish(state)
+                finished.append(RequestOutput(state.request_id, error=f"internal error: {exc}"))
+                continue
+            if state.search.done:
                 finished.append(self._finish(state))
             else:
                 self._apply(state, selection)
         return finished
+
+    def _advance(self, state: RequestState, logits: torch.Tensor) -> StepSelection:
+        search = state.search
+        mask = None
+        if state.constraint is not None:
+            mask = state.constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
+        if isinstance(search, BeamSearch):
+            block_eos = search.step < state.resolved.spec.min_new_tokens
+            return search.advance(processed_logprobs(logits, mask, search.eos_ids, block_eos))
+        return search.advance(logits, mask)
 
     def _apply(self, state: RequestState, sel: StepSelection) -> None:
         k, step = state.num_rows, state.search.step - 1

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from widebeam.services.decoder.request import GenerationRequest, RequestError
 
+# len ** length_penalty must stay a finite float for any length the engine can reach.
+MAX_LENGTH_PENALTY = 20.0
+
 
 @dataclass(frozen=True)
 class EngineLimits:
@@ -63,7 +66,11 @@ def validate_request(
         f"prompt ({len(req.input_ids)} tokens) + max_new_tokens ({req.max_new_tokens}) = {total} "
         f"exceeds the context length {limits.max_model_len}",
     )
-    _check(math.isfinite(req.length_penalty), "length_penalty must be a finite number")
+    _check(
+        math.isfinite(req.length_penalty) and abs(req.length_penalty) <= MAX_LENGTH_PENALTY,
+        f"length_penalty must be a number in [-{MAX_LENGTH_PENALTY}, {MAX_LENGTH_PENALTY}], "
+        f"got {req.length_penalty}",
+    )
     _check(
         req.early_stopping in (True, False, "never"),
         f'early_stopping must be true, false or "never", got {req.early_stopping!r}',

@@ -40,6 +40,8 @@ BAD = [
     (dict(max_new_tokens=60, input_ids=tuple(range(10))), "exceeds the context length 64"),
     (dict(min_new_tokens=9, max_new_tokens=3), "min_new_tokens must be in"),
     (dict(early_stopping="sometimes"), "early_stopping must be"),
+    (dict(length_penalty=2.0**40), "length_penalty must be a number in"),
+    (dict(length_penalty=float("nan")), "length_penalty must be a number in"),
     (dict(temperature=-1.0), "temperature must be >= 0"),
     (dict(temperature=0.7, beam_width=4, n=1), "sampling (temperature > 0) needs beam_width 1"),
     (dict(top_p=0.0), "top_p must be in (0, 1]"),

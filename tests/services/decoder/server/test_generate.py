@@ -94,7 +94,7 @@ BAD = [
     (dict(temperature=-1.0), "temperature must be >= 0"),
     (dict(top_p=1.5), "top_p must be in (0, 1]"),
     (dict(temperature=0.5, beam_width=2), "needs beam_width 1"),
-    (dict(length_penalty=float("nan")), "length_penalty must be a finite number"),
+    (dict(length_penalty=float("nan")), "length_penalty must be a number in"),
 ]
 
 

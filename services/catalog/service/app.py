@@ -1,0 +1,62 @@
+"""``create_app(settings)``: the catalog service's FastAPI app (no module-level state).
+
+Routes: ``upload.py`` (POST versions), ``catalogs.py`` (reads, activate), ``ops.py``
+(healthz, readyz, metrics). Errors: ``errors.py``. API reference: docs/catalog.md and /docs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from widebeam.services.catalog.service import catalogs, ops, upload
+from widebeam.services.catalog.service.errors import install_error_handlers
+from widebeam.services.catalog.service.settings import CatalogSettings, redact_url
+from widebeam.services.catalog.service.state import ServiceState
+
+log = logging.getLogger("widebeam.catalog.service")
+
+
+def create_app(settings: CatalogSettings | None = None) -> FastAPI:
+    """Build the app; ``settings`` default to the ``WIDEBEAM_CATALOG_*`` environment.
+
+    The default SID layout (``model_dir``) is resolved here, so a bad setting fails at start-up.
+    """
+    settings = settings if settings is not None else CatalogSettings()
+    state = ServiceState.create(settings)
+    try:
+        state.default_layout()
+    except (OSError, ValueError) as exc:
+        state.client.close()
+        raise ValueError(f"catalog service: cannot read the default SID layout: {exc}") from None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info(
+            "catalog service: redis %s, namespace %r, writes %s, upload limit %d bytes",
+            redact_url(settings.redis_url),
+            settings.namespace,
+            "need an API key" if settings.api_key is not None else "are open (no API key)",
+            settings.max_upload_bytes,
+        )
+        try:
+            yield
+        finally:
+            await run_in_threadpool(state.client.close)
+
+    app = FastAPI(
+        title="widebeam catalog service",
+        version="1",
+        summary="Upload SID catalogs, publish versioned tries over Redis, look up items/SIDs.",
+        lifespan=lifespan,
+    )
+    app.state.catalog = state
+    install_error_handlers(app)
+    app.include_router(upload.router, tags=["catalogs"])
+    app.include_router(catalogs.router, tags=["catalogs"])
+    app.include_router(ops.router, tags=["operations"])
+    return app

@@ -1,0 +1,79 @@
+"""Upload options: query parameters (raw body) or form fields (multipart), never both."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from widebeam.services.catalog.formats import FORMATS
+from widebeam.services.catalog.service.errors import ApiError
+
+RESERVED_METADATA = "source"  # the service records the upload's format/size/filename there
+
+
+class UploadOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: str | None = Field(None, description=f"one of {list(FORMATS)}; default: auto-detect")
+    sid_layout: str | None = Field(
+        None,
+        description="BASE:SIZE,...[;begin=ID;end=ID]; default: the current version's layout, "
+        "else the service's configured layout",
+    )
+    codebook_size: int | None = Field(None, ge=1, description="per-level codebook size C")
+    activate: bool = Field(True, description="make the new version current")
+    metadata: dict[str, Any] | None = Field(None, description="JSON object kept in the manifest")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        if value is not None and value not in FORMATS:
+            raise ValueError(f"unknown format {value!r}; expected one of {list(FORMATS)}")
+        return value
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _json_object(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not valid JSON ({exc})") from None
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("must be a JSON object")
+        if isinstance(value, dict) and RESERVED_METADATA in value:
+            raise ValueError(f"key {RESERVED_METADATA!r} is reserved for the service")
+        return value
+
+    @field_validator("sid_layout", "format", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+
+OPTION_NAMES = frozenset(UploadOptions.model_fields)
+
+
+def parse_options(query: Mapping[str, str], fields: Mapping[str, str]) -> UploadOptions:
+    """Options from query parameters and multipart fields; 400 on unknown/duplicate/invalid."""
+    for where, names in (("query parameter", query), ("form field", fields)):
+        unknown = sorted(set(names) - OPTION_NAMES)
+        if unknown:
+            raise ApiError(
+                400,
+                "invalid_request",
+                f"unknown {where}(s) {unknown}; expected {sorted(OPTION_NAMES)}",
+            )
+    both = sorted(set(query) & set(fields))
+    if both:
+        raise ApiError(400, "invalid_request", f"option(s) {both} given as query and form field")
+    try:
+        return UploadOptions.model_validate({**query, **fields})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ApiError(400, "invalid_request", problems) from None

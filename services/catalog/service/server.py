@@ -1,0 +1,48 @@
+"""Serve the app with uvicorn on an address we bind ourselves, so ``--port 0`` logs the
+port that was actually picked."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+
+import uvicorn
+
+from widebeam.services.catalog.service.app import create_app
+from widebeam.services.catalog.service.settings import CatalogSettings
+
+log = logging.getLogger("widebeam.catalog.service")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(settings: CatalogSettings) -> None:
+    level = settings.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    sock = bind(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    log.info("catalog service listening on http://%s:%d", shown, port)
+    config = uvicorn.Config(
+        app,
+        log_level=level.lower(),
+        # The request body is streamed by the upload route; keep-alive for CLI retries.
+        timeout_keep_alive=10,
+        log_config=None,  # keep the root logging set up above (one format for all lines)
+    )
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
+    # it found installed; a no-op handler turns that into a normal return (exit status 0).
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+    uvicorn.Server(config).run(sockets=[sock])
+    log.info("catalog service stopped")

@@ -1,0 +1,88 @@
+"""The gateway's FastAPI app: `create_app(settings)`; nothing is created at import time.
+
+Lifespan: open the decoder pool, poll the decoders' GetInfo (metrics, cached limits/catalogs),
+close both at shutdown. Layers, outermost first: metrics, body limit, exception handlers, routes
+(the `/v1` ones behind the API-key dependency). The batch-jobs router is mounted when its module
+(`widebeam.services.gateway.batch.router`) is installed."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, Depends, FastAPI
+
+from widebeam.services.gateway.auth import make_api_key_dependency
+from widebeam.services.gateway.decoder_pool import DecoderPool
+from widebeam.services.gateway.handlers import install_handlers
+from widebeam.services.gateway.info_poller import InfoPoller
+from widebeam.services.gateway.metrics import GatewayMetrics
+from widebeam.services.gateway.middleware import BodyLimitMiddleware, MetricsMiddleware
+from widebeam.services.gateway.routes import chat, completions, health, models, recommend
+from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.gateway.state import GatewayState
+
+log = logging.getLogger("widebeam.gateway")
+
+BATCH_ROUTER_MODULE = "widebeam.services.gateway.batch.router"
+
+
+def create_app(settings: GatewaySettings | None = None) -> FastAPI:
+    settings = settings or GatewaySettings()
+    metrics = GatewayMetrics()
+    pool = DecoderPool.from_settings(settings, observer=metrics.observe_call)
+    state = GatewayState(settings, pool, metrics)
+    poller = InfoPoller(pool, metrics, settings.info_poll_interval_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.start()  # grpc.aio channels belong to the loop that serves the app
+        await poller.poll_once()  # limits and catalogs known before the first request
+        poller.start()
+        try:
+            yield
+        finally:
+            await poller.stop()
+            await pool.close()
+
+    app = FastAPI(
+        title="widebeam gateway",
+        summary="Generative recommendation: SID-constrained wide beam search over HTTP.",
+        version="1",
+        lifespan=lifespan,
+        docs_url="/docs",
+    )
+    app.state.gateway = state
+    install_handlers(app)
+    require_api_key = make_api_key_dependency(settings)
+    v1 = APIRouter(dependencies=[Depends(require_api_key)])
+    for module in (recommend, completions, chat, models):
+        v1.include_router(module.create_router())
+    batch = _batch_router(settings, pool, require_api_key)
+    if batch is not None:
+        v1.include_router(batch)
+    app.include_router(v1)
+    app.include_router(health.create_router())
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
+    return app
+
+
+def _batch_router(
+    settings: GatewaySettings, pool: DecoderPool, require_api_key: object
+) -> APIRouter | None:
+    """The batch engineer's router, if that module exists (a missing module is not an error;
+    a broken one is, so it fails loudly here rather than as missing routes)."""
+    try:
+        present = importlib.util.find_spec(BATCH_ROUTER_MODULE) is not None
+    except ModuleNotFoundError:  # the `batch` package itself is absent
+        present = False
+    if not present:
+        return None
+    module = importlib.import_module(BATCH_ROUTER_MODULE)
+    router: APIRouter = module.create_batch_router(settings, pool, require_api_key)
+    log.info("batch-job routes mounted")
+    return router

@@ -1,0 +1,113 @@
+"""`widebeam gateway serve`: flags override `WIDEBEAM_GATEWAY_*` environment variables."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+
+from pydantic import ValidationError
+
+from widebeam.services.gateway.settings import GatewaySettings
+
+log = logging.getLogger("widebeam.gateway")
+
+# flag dest -> settings field (flags left unset fall back to the environment, then defaults)
+_FIELDS = {
+    "host": "host",
+    "port": "port",
+    "decoder": "decoders",
+    "redis_url": "redis_url",
+    "api_key": "api_keys",
+    "model_name": "model_name",
+    "model_dir": "model_dir",
+    "max_beam_width": "max_beam_width",
+    "max_n": "max_n",
+    "max_history": "max_history",
+    "max_tokens": "max_tokens",
+    "max_body_bytes": "max_body_bytes",
+    "request_timeout": "request_timeout_s",
+    "log_level": "log_level",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    commands = parser.add_subparsers(dest="gateway_command", required=True)
+    serve = commands.add_parser("serve", help="run the REST gateway (HTTP)")
+    add = serve.add_argument
+    add("--host", help="bind address (default 127.0.0.1) [WIDEBEAM_GATEWAY_HOST]")
+    add("--port", type=int, help="port (default 8000; 0 = a free one, logged)")
+    add("--decoder", help="decoder addresses HOST:PORT,... [WIDEBEAM_GATEWAY_DECODERS]")
+    add("--redis-url", help="Redis of the batch jobs [WIDEBEAM_GATEWAY_REDIS_URL]")
+    add(
+        "--api-key",
+        action="append",
+        help="accepted Bearer key; repeat for several [WIDEBEAM_GATEWAY_API_KEYS, comma-separated]",
+    )
+    add("--model-name", help="model name to report (default: the decoder's)")
+    add("--model-dir", help="tokenizer directory (default: the decoder's model path)")
+    add("--max-beam-width", type=int)
+    add("--max-n", type=int)
+    add("--max-history", type=int)
+    add("--max-tokens", type=int)
+    add("--max-body-bytes", type=int)
+    add("--request-timeout", type=float, help="seconds one HTTP request may take")
+    add("--log-level", help="DEBUG, INFO, WARNING, ...")
+    serve.set_defaults(handler=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    given = {field: getattr(args, dest) for dest, field in _FIELDS.items()}
+    try:
+        return GatewaySettings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ValueError(
+            f"invalid gateway settings: {problems} (flags override WIDEBEAM_GATEWAY_* variables)"
+        ) from None
+
+
+def serve(settings: GatewaySettings) -> None:
+    import uvicorn
+
+    from widebeam.services.gateway.app import create_app
+
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Bind here rather than in uvicorn so `--port 0` can log the port actually chosen.
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from None
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        create_app(settings),
+        log_level=settings.log_level.lower(),
+        loop="asyncio",  # grpc.aio is tested on the standard loop
+        access_log=False,
+    )
+    log.info("gateway listening on http://%s:%d (decoders: %s)", host, port, settings.decoders)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
+    # handler it found; this one turns that into exit code 0, like the decoder's.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
+    uvicorn.Server(config).run(sockets=[sock])
+    log.info("gateway stopped")
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def run(args: argparse.Namespace) -> int:
+    serve(settings_from_args(args))
+    return 0

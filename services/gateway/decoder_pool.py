@@ -1,0 +1,191 @@
+"""Async gRPC client pool over the decoder replicas.
+
+Round robin over replicas that are not cooling down after an UNAVAILABLE; a call that a replica
+could not take (UNAVAILABLE, RESOURCE_EXHAUSTED) moves on to the next one while the retry budget
+(attempts and seconds) lasts. Generate and Recommend are stateless, so a retry is always safe.
+Every failure leaves as an `ApiError` (see `grpc_status`). Usable outside the HTTP app too (the
+batch worker): create, `await start()` inside the event loop that will use it, `await close()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import empty_pb2
+
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.gateway.errors import ApiError, retry_later
+from widebeam.services.gateway.grpc_status import RETRYABLE, to_api_error
+from widebeam.services.gateway.settings import GatewaySettings
+
+log = logging.getLogger(__name__)
+
+# (method, replica address, status code name) after every decoder call, for metrics.
+CallObserver = Callable[[str, str, str], None]
+
+
+@dataclass
+class Replica:
+    address: str
+    stub: pb_grpc.DecoderStub
+    channel: grpc.aio.Channel
+    down_until: float = 0.0  # monotonic; while in the future, tried only as a last resort
+    info: pb.GetInfoResponse | None = None  # latest GetInfo answer (set by the poller)
+
+    @property
+    def up(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+
+class DecoderPool:
+    def __init__(
+        self,
+        addresses: list[str],
+        *,
+        deadline_s: float = 30.0,
+        retry_attempts: int = 3,
+        retry_budget_s: float = 5.0,
+        retry_after_s: int = 1,
+        max_message_bytes: int = 64 << 20,
+        cooldown_s: float = 1.0,
+        observer: CallObserver | None = None,
+    ) -> None:
+        if not addresses:
+            raise ValueError("a decoder pool needs at least one address")
+        self.addresses = list(addresses)
+        self.deadline_s = deadline_s
+        self.retry_attempts = retry_attempts
+        self.retry_budget_s = retry_budget_s
+        self.retry_after_s = retry_after_s
+        self.max_message_bytes = max_message_bytes
+        self.cooldown_s = cooldown_s
+        self.observer = observer
+        self.replicas: list[Replica] = []
+        self._next = itertools.count()
+
+    @classmethod
+    def from_settings(
+        cls, settings: GatewaySettings, observer: CallObserver | None = None
+    ) -> DecoderPool:
+        return cls(
+            settings.decoders,
+            deadline_s=settings.request_timeout_s,
+            retry_attempts=settings.retry_attempts,
+            retry_budget_s=settings.retry_budget_s,
+            retry_after_s=settings.retry_after_s,
+            max_message_bytes=settings.max_message_bytes,
+            observer=observer,
+        )
+
+    async def start(self) -> DecoderPool:
+        # Short reconnect backoff: a restarted replica should be used again within a second,
+        # not after gRPC's default back-off of up to two minutes.
+        options = [
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        for address in self.addresses:
+            channel = grpc.aio.insecure_channel(address, options=options)
+            self.replicas.append(Replica(address, pb_grpc.DecoderStub(channel), channel))
+        return self
+
+    async def close(self) -> None:
+        for replica in self.replicas:
+            await replica.channel.close()
+        self.replicas = []
+
+    # ----- calls ---------------------------------------------------------------------------
+    async def generate(
+        self, request: pb.GenerateRequest, timeout: float | None = None
+    ) -> pb.GenerateResponse:
+        response: pb.GenerateResponse = await self._call("Generate", request, timeout)
+        return response
+
+    async def recommend(
+        self, request: pb.RecommendRequest, timeout: float | None = None
+    ) -> pb.RecommendResponse:
+        response: pb.RecommendResponse = await self._call("Recommend", request, timeout)
+        return response
+
+    async def info(self, timeout: float | None = None) -> pb.GetInfoResponse:
+        response: pb.GetInfoResponse = await self._call("GetInfo", empty_pb2.Empty(), timeout)
+        return response
+
+    async def info_of(self, replica: Replica, timeout: float) -> pb.GetInfoResponse | None:
+        """GetInfo of one replica (no retry); None when it does not answer. Keeps its state."""
+        try:
+            info: pb.GetInfoResponse = await replica.stub.GetInfo(
+                empty_pb2.Empty(), timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            self._observe("GetInfo", replica.address, exc.code().name)
+            replica.info = None
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                replica.down_until = time.monotonic() + self.cooldown_s
+            return None
+        replica.info, replica.down_until = info, 0.0
+        return info
+
+    def latest_info(self) -> pb.GetInfoResponse | None:
+        """The most recent GetInfo of any replica that answered its last poll."""
+        return next((r.info for r in self.replicas if r.info is not None), None)
+
+    # ----- retry loop ----------------------------------------------------------------------
+    def _order(self) -> list[Replica]:
+        if not self.replicas:
+            raise retry_later(503, "the decoder pool is closed", "decoder_unavailable", 1)
+        start = next(self._next) % len(self.replicas)
+        ring = self.replicas[start:] + self.replicas[:start]
+        return [r for r in ring if r.up] + [r for r in ring if not r.up]
+
+    async def _call(self, method: str, request: Any, timeout: float | None) -> Any:
+        started = time.monotonic()
+        deadline = started + (self.deadline_s if timeout is None else timeout)
+        failures: dict[grpc.StatusCode, str] = {}
+        for attempt, replica in enumerate(self._order()):
+            remaining = deadline - time.monotonic()
+            if attempt and (
+                attempt > self.retry_attempts
+                or time.monotonic() - started > self.retry_budget_s
+                or remaining <= 0
+            ):
+                break
+            try:
+                response = await getattr(replica.stub, method)(request, timeout=remaining)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                self._observe(method, replica.address, code.name)
+                if code not in RETRYABLE:
+                    raise to_api_error(code, exc.details() or "", self.retry_after_s) from None
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    replica.down_until = time.monotonic() + self.cooldown_s
+                log.info("%s on %s: %s; trying another replica", method, replica.address, code.name)
+                failures[code] = exc.details() or ""
+                continue
+            self._observe(method, replica.address, "OK")
+            replica.down_until = 0.0
+            if isinstance(response, pb.GetInfoResponse):  # fresher than the poller's copy
+                replica.info = response
+            return response
+        raise self._exhausted(failures)
+
+    def _exhausted(self, failures: dict[grpc.StatusCode, str]) -> ApiError:
+        # Overload anywhere wins: the client should slow down, not assume an outage.
+        for code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+            if code in failures:
+                return to_api_error(code, failures[code], self.retry_after_s)
+        return to_api_error(grpc.StatusCode.DEADLINE_EXCEEDED, "", self.retry_after_s)
+
+    def _observe(self, method: str, address: str, code: str) -> None:
+        if self.observer is not None:
+            self.observer(method, address, code)

@@ -1,0 +1,134 @@
+"""Shared core of the OpenAI-compatible endpoints: request fields -> decoder Generate -> beams.
+
+Beam semantics are transformers' `generate(num_beams=beam_width, num_return_sequences=n)`:
+each returned beam is one choice, best first. Without `beam_width`, n > 1 means beam search
+with n beams (deterministic), since sampling returns one sequence per request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.gateway.errors import bad_request
+from widebeam.services.gateway.schemas.completions import BeamFields, unsupported
+from widebeam.services.gateway.state import GatewayState
+from widebeam.services.gateway.text_codec import TextCodec
+
+DEFAULT_MAX_TOKENS = 16
+DEFAULT_CATALOG = "default"
+_EARLY_STOPPING = {
+    None: pb.EARLY_STOPPING_UNSPECIFIED,
+    False: pb.EARLY_STOPPING_FALSE,
+    True: pb.EARLY_STOPPING_TRUE,
+    "never": pb.EARLY_STOPPING_NEVER,
+}
+FINISH_REASONS = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length"}
+
+
+@dataclass(frozen=True)
+class Generated:
+    response: pb.GenerateResponse
+    codec: TextCodec | None
+
+    def text(self, beam: pb.Beam) -> str:
+        return self.codec.decode(list(beam.output_ids)) if self.codec is not None else ""
+
+    def usage(self) -> dict[str, int]:
+        usage = self.response.usage
+        return {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        }
+
+    def extensions(self, beam: pb.Beam) -> dict[str, object]:
+        """widebeam's per-choice additions to the OpenAI shape."""
+        extra: dict[str, object] = {
+            "sequence_score": beam.score,
+            "cum_logprob": beam.cum_logprob,
+            "token_ids": list(beam.output_ids),
+        }
+        if self.response.HasField("catalog"):
+            extra["item_ids"] = list(beam.item_ids)
+        return extra
+
+    def catalog(self) -> dict[str, str] | None:
+        if not self.response.HasField("catalog"):
+            return None
+        return {"name": self.response.catalog.name, "version": self.response.catalog.version}
+
+
+async def require_codec(state: GatewayState, what: str) -> TextCodec:
+    codec = await state.codec()
+    if codec is None:
+        raise bad_request(
+            f"{what} needs the model's tokenizer, which this gateway cannot read; send token "
+            "ids, or start the gateway with WIDEBEAM_GATEWAY_MODEL_DIR",
+            code="tokenizer_unavailable",
+        )
+    return codec
+
+
+async def generate(
+    state: GatewayState,
+    body: BeamFields,
+    route: str,
+    prompt: list[int],
+    max_tokens: int | None,
+    logprobs: bool,
+) -> Generated:
+    unsupported(body)
+    state.check_model(body.model)
+    settings = state.settings
+    if not prompt:
+        raise bad_request("the prompt is empty: it needs at least one token", param="prompt")
+    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    if max_tokens > settings.max_tokens:
+        raise bad_request(
+            f"max_tokens must be <= {settings.max_tokens} (the gateway's limit)",
+            param="max_tokens",
+        )
+    if body.n > settings.max_n:
+        raise bad_request(f"n must be <= {settings.max_n} (the gateway's limit)", param="n")
+    beam = body.beam_width or body.n
+    cap, who = state.beam_cap()
+    if beam > cap:
+        raise bad_request(f"beam_width must be <= {cap} ({who})", param="beam_width")
+    if body.n > beam:
+        raise bad_request(f"n ({body.n}) must be <= beam_width ({beam})", param="n")
+    if body.temperature and beam > 1:
+        raise bad_request(
+            "temperature > 0 samples one sequence; use it with beam_width 1 and n 1, or leave "
+            "it unset for beam search",
+            param="temperature",
+        )
+    catalog = ""
+    if body.constrained:
+        catalog = (await state.require_catalog(body.catalog or DEFAULT_CATALOG)).name
+    elif body.catalog is not None:
+        raise bad_request("catalog is only used with constrained=true", param="catalog")
+    request = pb.GenerateRequest(
+        input_ids=prompt,
+        beam_width=beam,
+        n=body.n,
+        max_new_tokens=max_tokens,
+        early_stopping=_EARLY_STOPPING[body.early_stopping],
+        ignore_eos=body.ignore_eos,
+        constrained=body.constrained,
+        catalog=catalog,
+        return_logprobs=logprobs,
+    )
+    # proto3 `optional`: only fields the client gave, so the decoder's defaults apply otherwise.
+    for name, value in (
+        ("min_new_tokens", body.min_tokens),
+        ("length_penalty", body.length_penalty),
+        ("temperature", body.temperature),
+        ("top_p", body.top_p),
+        ("top_k", body.top_k),
+        ("seed", body.seed),
+    ):
+        if value is not None:
+            setattr(request, name, value)
+    state.metrics.beam_width.labels(route).observe(beam)
+    response = await state.pool.generate(request, timeout=settings.request_timeout_s)
+    return Generated(response, await state.codec())

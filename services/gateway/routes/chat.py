@@ -1,0 +1,77 @@
+"""OpenAI-compatible `POST /v1/chat/completions`: messages through the model's chat template
+(see `chat_template`), then the same beam generation as `/v1/completions`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter
+
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.gateway.errors import bad_request
+from widebeam.services.gateway.generation import (
+    FINISH_REASONS,
+    Generated,
+    generate,
+    require_codec,
+)
+from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
+from widebeam.services.gateway.schemas.completions import ChatCompletionRequest
+from widebeam.services.gateway.state import State
+
+ROUTE = "/v1/chat/completions"
+
+
+def _logprobs(generated: Generated, beam: pb.Beam) -> dict[str, Any]:
+    ids = list(beam.output_ids)
+    codec = generated.codec
+    tokens = codec.tokens(ids) if codec is not None else [str(i) for i in ids]
+    return {
+        "content": [
+            {"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
+            for tok, lp in zip(tokens, beam.logprobs, strict=False)
+        ]
+    }
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(tags=["openai"])
+
+    @router.post(
+        ROUTE, responses=ERROR_RESPONSES, summary="Chat completion; beams as choices (OpenAI)"
+    )
+    async def chat_completions(body: ChatCompletionRequest, state: State) -> dict[str, Any]:
+        if body.max_tokens is not None and body.max_completion_tokens is not None:
+            raise bad_request(
+                "give max_tokens or max_completion_tokens, not both", param="max_tokens"
+            )
+        codec = await require_codec(state, "a chat request")
+        ids = codec.chat_prompt([m.as_template_input() for m in body.messages])
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        want_logprobs = bool(body.logprobs)
+        generated = await generate(state, body, ROUTE, ids, max_tokens, want_logprobs)
+        choices = [
+            {
+                "index": index,
+                "message": {"role": "assistant", "content": generated.text(beam)},
+                "finish_reason": FINISH_REASONS.get(beam.finish_reason, "length"),
+                "logprobs": _logprobs(generated, beam) if want_logprobs else None,
+                **generated.extensions(beam),
+            }
+            for index, beam in enumerate(generated.response.beams)
+        ]
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": choices,
+            "usage": generated.usage(),
+        }
+        if (catalog := generated.catalog()) is not None:
+            out["catalog"] = catalog
+        return out
+
+    return router

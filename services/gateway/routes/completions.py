@@ -1,0 +1,89 @@
+"""OpenAI-compatible `POST /v1/completions`: one choice per returned beam, best first."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter
+
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.gateway.errors import bad_request
+from widebeam.services.gateway.generation import (
+    FINISH_REASONS,
+    Generated,
+    generate,
+    require_codec,
+)
+from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
+from widebeam.services.gateway.schemas.completions import CompletionRequest
+from widebeam.services.gateway.state import GatewayState, State
+
+ROUTE = "/v1/completions"
+
+
+async def prompt_ids(state: GatewayState, prompt: object) -> list[int]:
+    """`prompt` as OpenAI allows it (text, token ids, or a list of one of those) -> ids."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        if len(prompt) != 1:
+            raise bad_request(
+                f"one prompt per request, got {len(prompt)}; send them as separate requests",
+                param="prompt",
+            )
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        codec = await require_codec(state, "a text prompt")
+        return codec.encode(prompt)
+    assert isinstance(prompt, list)
+    return [int(token) for token in prompt]
+
+
+def _logprobs(generated: Generated, beam: pb.Beam) -> dict[str, Any]:
+    codec, ids = generated.codec, list(beam.output_ids)
+    pieces = [codec.decode([i]) for i in ids] if codec is not None else [""] * len(ids)
+    offsets, position = [], 0
+    for piece in pieces:
+        offsets.append(position)
+        position += len(piece)
+    return {
+        "tokens": codec.tokens(ids) if codec is not None else [str(i) for i in ids],
+        "token_logprobs": list(beam.logprobs),
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(tags=["openai"])
+
+    @router.post(
+        ROUTE, responses=ERROR_RESPONSES, summary="Text completion; beams as choices (OpenAI)"
+    )
+    async def completions(body: CompletionRequest, state: State) -> dict[str, Any]:
+        ids = await prompt_ids(state, body.prompt)
+        want_logprobs = body.logprobs is not None
+        generated = await generate(state, body, ROUTE, ids, body.max_tokens, want_logprobs)
+        choices = [
+            {
+                "index": index,
+                "text": generated.text(beam),
+                "finish_reason": FINISH_REASONS.get(beam.finish_reason, "length"),
+                "logprobs": _logprobs(generated, beam) if want_logprobs else None,
+                **generated.extensions(beam),
+            }
+            for index, beam in enumerate(generated.response.beams)
+        ]
+        out: dict[str, Any] = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": choices,
+            "usage": generated.usage(),
+        }
+        if (catalog := generated.catalog()) is not None:
+            out["catalog"] = catalog
+        return out
+
+    return router

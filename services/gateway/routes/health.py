@@ -1,0 +1,55 @@
+"""`/healthz` (the process answers), `/readyz` (a decoder answers GetInfo and serves at least
+one catalog), `/metrics` (Prometheus text). None of them needs an API key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from widebeam.services.gateway.errors import ApiError
+from widebeam.services.gateway.state import GatewayState, State
+
+READY_TIMEOUT_S = 2.0
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/healthz", summary="Liveness: the gateway process answers")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/readyz", summary="Readiness: a decoder answers and serves a catalog")
+    async def readyz(state: State) -> Response:
+        try:
+            info = await state.pool.info(timeout=READY_TIMEOUT_S)
+        except ApiError as exc:
+            return _not_ready(f"no decoder answers GetInfo: {exc.message}", state)
+        if not info.catalogs:
+            return _not_ready("the decoders have no catalog loaded yet", state)
+        body: dict[str, Any] = {
+            "status": "ready",
+            "model": state.model_name(),
+            "catalogs": {c.name: c.version for c in info.catalogs},
+            "decoders": {r.address: r.up for r in state.pool.replicas},
+        }
+        return JSONResponse(body)
+
+    @router.get("/metrics", summary="Prometheus metrics")
+    async def metrics(state: State) -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+def _not_ready(reason: str, state: GatewayState) -> JSONResponse:
+    body = {
+        "status": "not_ready",
+        "reason": reason,
+        "decoders": {r.address: r.up for r in state.pool.replicas},
+    }
+    headers = {"Retry-After": str(state.settings.retry_after_s)}
+    return JSONResponse(body, status_code=503, headers=headers)

@@ -1,0 +1,42 @@
+"""OpenAI-compatible `GET /v1/models` and `GET /v1/models/{model}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
+from widebeam.services.gateway.state import GatewayState, State
+
+
+def _model(state: GatewayState) -> dict[str, Any]:
+    info = state.pool.latest_info()
+    entry: dict[str, Any] = {
+        "id": state.model_name(),
+        "object": "model",
+        "created": 0,
+        "owned_by": "widebeam",
+    }
+    if info is not None:  # extensions: what a client needs to size its requests
+        entry["max_beam_width"] = state.beam_cap()[0]
+        entry["max_model_len"] = info.limits.max_model_len
+        entry["catalogs"] = [
+            {"name": c.name, "version": c.version, "num_items": c.num_items} for c in info.catalogs
+        ]
+    return entry
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(tags=["openai"])
+
+    @router.get("/v1/models", responses=ERROR_RESPONSES, summary="The served model (OpenAI)")
+    async def list_models(state: State) -> dict[str, Any]:
+        return {"object": "list", "data": [_model(state)]}
+
+    @router.get("/v1/models/{model}", responses=ERROR_RESPONSES, summary="One model (OpenAI)")
+    async def get_model(model: str, state: State) -> dict[str, Any]:
+        state.check_model(model)
+        return _model(state)
+
+    return router

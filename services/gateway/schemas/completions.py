@@ -1,0 +1,126 @@
+"""OpenAI-compatible `/v1/completions` and `/v1/chat/completions` request bodies.
+
+Fields OpenAI defines that widebeam cannot honour are accepted only at their neutral value
+(e.g. `stream=false`, `echo=false`, penalties 0) and answered with a 400 otherwise, never
+silently ignored (`unsupported` below). Unknown fields are a 400 too."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from widebeam.services.gateway.errors import bad_request
+from widebeam.services.gateway.schemas.common import Text
+
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+INT32 = 2**31  # proto int32 fields: larger values must be a 400 here, not a ValueError later
+
+
+class BeamFields(BaseModel):
+    """Sampling / beam parameters shared by both endpoints; the beam ones are extensions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Text = Field(description="the served model's name (GET /v1/models)")
+    max_tokens: int | None = Field(None, ge=1, lt=INT32, description="default 16")
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    n: int = Field(1, ge=1, lt=INT32, description="choices returned; <= beam_width")
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
+    user: Text | None = Field(None, description="accepted and ignored")
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    stop: Text | list[Text] | None = None
+    presence_penalty: float | None = Field(None, allow_inf_nan=False)
+    frequency_penalty: float | None = Field(None, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = None
+    # widebeam extensions
+    beam_width: int | None = Field(
+        None, ge=1, lt=INT32, description="beam search with this many beams"
+    )
+    constrained: bool = Field(False, description="only catalog SIDs (walk the catalog trie)")
+    catalog: Text | None = Field(None, description="catalog of a constrained request")
+    # Bounded: the decoder raises `(steps + 1) ** length_penalty`, which overflows past ~±100.
+    length_penalty: float | None = Field(None, ge=-20, le=20, allow_inf_nan=False)
+    early_stopping: bool | Literal["never"] | None = None
+    min_tokens: int | None = Field(None, ge=0, lt=INT32)
+    top_k: int | None = Field(None, ge=0, lt=INT32)
+    ignore_eos: bool = False
+
+
+class CompletionRequest(BeamFields):
+    prompt: Text | list[TokenId] | list[Text] | list[list[TokenId]]
+    logprobs: int | None = Field(
+        None, ge=0, le=5, description="0: log-probabilities of the returned tokens"
+    )
+    echo: bool | None = False
+    suffix: Text | None = None
+    best_of: int | None = Field(None, ge=1)
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: Text
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Text | list[TextPart] | None = None
+    name: Text | None = None
+
+    def as_template_input(self) -> dict[str, str]:
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        # "developer" is OpenAI's newer name for "system"; model templates know "system".
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": content or ""}
+
+
+class ChatCompletionRequest(BeamFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(
+        None, ge=1, lt=INT32, description="alias of max_tokens"
+    )
+
+
+def unsupported(body: BeamFields) -> None:
+    """400 for OpenAI features widebeam does not implement, naming the field."""
+    checks: list[tuple[str, bool, str]] = [
+        ("stream", bool(body.stream), "streaming is not supported; set stream=false"),
+        ("stream_options", body.stream_options is not None, "streaming is not supported"),
+        ("stop", bool(body.stop), "stop sequences are not supported; use max_tokens / EOS"),
+        ("presence_penalty", bool(body.presence_penalty), "only 0 is supported"),
+        ("frequency_penalty", bool(body.frequency_penalty), "only 0 is supported"),
+        ("logit_bias", bool(body.logit_bias), "not supported"),
+    ]
+    if isinstance(body, CompletionRequest):
+        checks += [
+            ("echo", bool(body.echo), "echo is not supported"),
+            ("suffix", body.suffix is not None, "suffix (insertion) is not supported"),
+            ("best_of", (body.best_of or 1) > 1, "not supported; use beam_width"),
+            (
+                "logprobs",
+                bool(body.logprobs),
+                "only logprobs=0 is supported: the log-probability of each returned token, "
+                "without alternatives",
+            ),
+        ]
+    if isinstance(body, ChatCompletionRequest):
+        checks.append(
+            (
+                "top_logprobs",
+                bool(body.top_logprobs),
+                "alternatives are not available; use logprobs=true with top_logprobs 0",
+            )
+        )
+    for field, bad, why in checks:
+        if bad:
+            raise bad_request(f"{field}: {why}", code="unsupported_parameter", param=field)

@@ -1,0 +1,73 @@
+"""Gateway settings: CLI flags override `WIDEBEAM_GATEWAY_*` environment variables."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_commas(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_GATEWAY_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535, description="0 picks a free port (logged)")
+    decoders: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:50051"],
+        description="decoder gRPC addresses HOST:PORT (comma-separated)",
+    )
+    redis_url: str | None = Field(None, description="Redis of the batch jobs (optional)")
+    # NoDecode: the variable holds comma-separated keys, not JSON. Empty = no authentication.
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+
+    # Limits on what one request may ask for.
+    max_beam_width: int = Field(512, ge=1)
+    max_n: int = Field(128, ge=1)
+    max_history: int = Field(1000, ge=1)
+    max_tokens: int = Field(1024, ge=1)
+    max_body_bytes: int = Field(4 << 20, ge=1024)
+    default_beam_width: int = Field(64, ge=1, description="/v1/recommend beam when not given")
+
+    # Decoder calls.
+    request_timeout_s: float = Field(30.0, gt=0, description="deadline of one HTTP request")
+    retry_attempts: int = Field(3, ge=0, description="extra tries on another replica")
+    retry_budget_s: float = Field(5.0, ge=0, description="no new try after this long")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After on 429 / 503")
+    info_poll_interval_s: float = Field(2.0, gt=0, description="GetInfo polling (metrics)")
+    max_message_bytes: int = Field(64 << 20, ge=1024)
+
+    # What /v1/models reports; default: the decoder's model name.
+    model_name: str | None = None
+    # Tokenizer (chat template, text <-> ids); default: the decoder's model path, if readable.
+    model_dir: str | None = None
+    log_level: str = "INFO"
+
+    @field_validator("decoders", mode="before")
+    @classmethod
+    def _split_decoders(cls, value: object) -> object:
+        return _split_commas(value)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        return _split_commas(value)
+
+    @field_validator("decoders")
+    @classmethod
+    def _need_decoders(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one decoder address is required")
+        bad = [a for a in value if a.rpartition(":")[0] == "" or not a.rpartition(":")[2].isdigit()]
+        if bad:
+            raise ValueError(f"decoder addresses must be HOST:PORT, got {bad}")
+        return value
+
+    def key_values(self) -> list[bytes]:
+        return [key.get_secret_value().encode() for key in self.api_keys]

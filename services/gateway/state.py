@@ -1,0 +1,100 @@
+"""What the routes of one gateway app share: settings, decoder pool, metrics, tokenizer, and
+answers derived from the decoders' GetInfo (model name, limits, catalogs)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.gateway.decoder_pool import DecoderPool
+from widebeam.services.gateway.errors import ApiError
+from widebeam.services.gateway.metrics import GatewayMetrics
+from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.gateway.text_codec import TextCodec
+
+FALLBACK_MODEL_NAME = "widebeam"
+
+
+@dataclass
+class GatewayState:
+    settings: GatewaySettings
+    pool: DecoderPool
+    metrics: GatewayMetrics
+    _codec: TextCodec | None = None
+    _codec_settled: bool = False
+    _codec_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    # ----- model ---------------------------------------------------------------------------
+    def model_name(self) -> str:
+        info = self.pool.latest_info()
+        return self.settings.model_name or (info.model_name if info else "") or FALLBACK_MODEL_NAME
+
+    def check_model(self, name: str) -> None:
+        """Unknown model names are refused, as OpenAI does, so a typo is not silently served."""
+        info = self.pool.latest_info()
+        known = {n for n in (self.settings.model_name, info.model_name if info else None) if n}
+        if known and name not in known:
+            raise ApiError(
+                404,
+                f"model {name!r} is not served here; available: {', '.join(sorted(known))}",
+                "model_not_found",
+                param="model",
+            )
+
+    async def codec(self) -> TextCodec | None:
+        """The tokenizer, loaded once; None when neither the settings nor the decoder name a
+        directory readable here (then retried while the decoder has not answered yet)."""
+        if self._codec_settled:
+            return self._codec
+        async with self._codec_lock:
+            if self._codec_settled:
+                return self._codec
+            directory = self.settings.model_dir
+            if directory is None:
+                info = self.pool.latest_info() or await self.pool.info(timeout=5.0)
+                directory = info.model_path if os.path.isdir(info.model_path) else None
+            if directory is not None:
+                self._codec = await asyncio.to_thread(TextCodec.load, directory)
+            self._codec_settled = True
+            return self._codec
+
+    # ----- limits and catalogs -------------------------------------------------------------
+    def beam_cap(self) -> tuple[int, str]:
+        """The widest beam allowed and who sets it (the gateway's limit or the decoders')."""
+        info = self.pool.latest_info()
+        decoder_max = info.limits.max_beam_width if info and info.limits.max_beam_width else 0
+        if decoder_max and decoder_max < self.settings.max_beam_width:
+            return decoder_max, "the decoders' limit"
+        return self.settings.max_beam_width, "the gateway's limit"
+
+    async def require_catalog(self, name: str) -> pb.CatalogInfo:
+        """The catalog's info; 404 when no decoder serves it (after one fresh GetInfo, so a
+        catalog published since the last poll is found)."""
+        for fresh in (False, True):
+            info = await self.pool.info() if fresh else self.pool.latest_info()
+            if info is None:
+                continue
+            for catalog in info.catalogs:
+                if catalog.name == name:
+                    return catalog
+        loaded = ", ".join(sorted(c.name for c in info.catalogs)) if info else ""
+        raise ApiError(
+            404,
+            f"unknown catalog {name!r}; loaded: {loaded or 'none'}",
+            "catalog_not_found",
+            param="catalog",
+        )
+
+
+def get_state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
+
+
+# Route parameter type: `state: State` injects the app's GatewayState.
+State = Annotated[GatewayState, Depends(get_state)]

@@ -1,0 +1,68 @@
+"""The model's tokenizer on the gateway side: prompt text -> ids, beams -> text, chat -> prompt.
+
+Uses the `tokenizers` library on `tokenizer.json` (no transformers, no torch). The directory is
+`WIDEBEAM_GATEWAY_MODEL_DIR`, else the model path the decoder reports in GetInfo when this
+machine can read it; without either, only token-id prompts work and choices carry no text."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from widebeam.services.gateway.chat_template import ChatRenderer, load_chat_template
+
+log = logging.getLogger(__name__)
+
+
+class TextCodec:
+    def __init__(self, tokenizer: Tokenizer, chat: ChatRenderer, source: str) -> None:
+        self.tokenizer = tokenizer
+        self.chat = chat
+        self.source = source
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> TextCodec | None:
+        root = Path(model_dir)
+        file = root / "tokenizer.json"
+        if not file.is_file():
+            return None
+        try:
+            tokenizer = Tokenizer.from_file(str(file))
+        except Exception as exc:
+            log.warning("cannot read %s (%s): prompts must be token ids", file, exc)
+            return None
+        chat = ChatRenderer(load_chat_template(root), _special_tokens(root))
+        log.info("tokenizer from %s; chat prompts: %s", root, chat.source)
+        return cls(tokenizer, chat, str(root))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def tokens(self, ids: list[int]) -> list[str]:
+        return [self.tokenizer.id_to_token(i) or "" for i in ids]
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        # The template already writes the special tokens; the post-processor must not add more.
+        return self.encode(self.chat.render(messages), add_special_tokens=False)
+
+
+def _special_tokens(root: Path) -> dict[str, str]:
+    """bos_token / eos_token strings for the chat template (HF stores str or {"content": ...})."""
+    config_file = root / "tokenizer_config.json"
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (OSError, ValueError):
+        config = {}
+    out: dict[str, str] = {}
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = config.get(key)
+        if isinstance(value, dict):
+            value = value.get("content")
+        out[key] = value if isinstance(value, str) else ""
+    return out

@@ -1,0 +1,89 @@
+"""`widebeam gateway serve`: flags, environment, and a real process that logs its address."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from widebeam.cli import build_parser
+from widebeam.services.decoder.server.background import BackgroundServer
+from widebeam.services.gateway.cli import settings_from_args
+from widebeam.services.gateway.settings import GatewaySettings
+
+
+def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_DECODERS", "a:1, b:2")
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_API_KEYS", "k1,k2")
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_MAX_BEAM_WIDTH", "256")
+    settings = GatewaySettings()
+    assert settings.decoders == ["a:1", "b:2"] and settings.max_beam_width == 256
+    assert settings.key_values() == [b"k1", b"k2"]
+    assert "k1" not in repr(settings)  # SecretStr: keys never appear in logs or reprs
+
+
+def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_PORT", "9000")
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_HOST", "0.0.0.0")
+    args = build_parser().parse_args(
+        ["gateway", "serve", "--port", "0", "--decoder", "h:1,h:2", "--api-key", "x",
+         "--api-key", "y", "--redis-url", "redis://r:6379/0"]
+    )  # fmt: skip
+    settings = settings_from_args(args)
+    assert settings.port == 0 and settings.host == "0.0.0.0"
+    assert settings.decoders == ["h:1", "h:2"] and settings.key_values() == [b"x", b"y"]
+    assert settings.redis_url == "redis://r:6379/0"
+
+
+def test_invalid_settings_are_a_clear_error() -> None:
+    args = build_parser().parse_args(["gateway", "serve", "--decoder", "nohostport"])
+    with pytest.raises(ValueError, match="decoder addresses must be HOST:PORT"):
+        settings_from_args(args)
+
+
+def test_serve_process(decoder_server: BackgroundServer) -> None:
+    command = [
+        sys.executable, "-m", "widebeam.cli", "gateway", "serve", "--port", "0",
+        "--decoder", decoder_server.address, "--api-key", "secret-key-4711",
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            match = re.search(r"gateway listening on (http://\S+)", line)
+            url = match.group(1) if match else None
+        assert url, "".join(lines)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            for _ in range(100):
+                try:
+                    if http.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+            assert http.get("/readyz").status_code == 200
+            wrong = http.get("/v1/models", headers={"Authorization": "Bearer wrong-key-0815"})
+            assert wrong.status_code == 401
+            ok = http.get("/v1/models", headers={"Authorization": "Bearer secret-key-4711"})
+            assert ok.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=20)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = "".join(lines) + rest
+    assert "secret-key-4711" not in output and "wrong-key-0815" not in output
