@@ -5,6 +5,7 @@ everything is ready; stops all of them on Ctrl-C, SIGTERM, or when one dies."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -176,7 +177,15 @@ class Stack:
         )
         if done.returncode != 0:
             raise StartupError(f"catalog upload failed: {done.stderr.strip() or done.stdout}")
-        print(f"  upload | {done.stdout.strip()}", flush=True)
+        try:
+            result = json.loads(done.stdout)
+            summary = (
+                f"catalog {result['name']!r} version {result['version']} "
+                f"({result['stats'].get('num_items', '?')} items) is current"
+            )
+        except (ValueError, KeyError, TypeError):
+            summary = " ".join(done.stdout.split())
+        print(f"  upload | {summary}", flush=True)
 
     def watch(self) -> int:
         """Block until a signal (exit 0) or a child's death (exit 1)."""
