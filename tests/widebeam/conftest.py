@@ -1,3 +1,3 @@
-"""The launcher tests run the stack over the decoder tests' tiny SID model."""
+"""The end-to-end tests run the stack over the decoder tests' tiny SID model."""
 
 from tests.services.decoder.conftest import sid_model  # noqa: F401 (fixture)

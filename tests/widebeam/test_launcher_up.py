@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -14,38 +12,13 @@ import pytest
 
 from tests.services.decoder.conftest import SidModel
 from tests.support.redis_server import find_redis_server, free_port
+from tests.widebeam.stack import start_stack
 
 pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server")
 
 
 def _start(sid_model: SidModel, port: int, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    log = tmp_path / "up.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "widebeam",
-            "up",
-            "--model",
-            str(sid_model.model_dir),
-            "--catalog",
-            str(sid_model.catalog_path),
-            "--port",
-            str(port),
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        text = log.read_text()
-        if f"gateway: http://127.0.0.1:{port}" in text:
-            return proc, log
-        assert proc.poll() is None, text[-3000:]
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("widebeam up did not become ready:\n" + log.read_text()[-3000:])
+    return start_stack(sid_model.model_dir, sid_model.catalog_path, port, tmp_path)
 
 
 def _children_of(proc: subprocess.Popen) -> list[int]:

@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--port", type=int, default=8000, help="gateway port")
     add("--device", default="cpu", choices=["cpu", "cuda"])
     add("--dtype", default=None, help="decoder dtype (default: float32 on cpu, bfloat16 on cuda)")
+    add("--catalog-port", type=int, help="catalog service port (default: a free one)")
+    add("--decoder-port", type=int, help="decoder gRPC port (default: a free one)")
     add("--redis-url", help="use this Redis instead of starting a redis-server")
     add(
         "--api-key",
@@ -60,7 +62,8 @@ class Stack:
             else {}
         )
         redis_url = args.redis_url or self._start_redis()
-        catalog_port, decoder_port = free_port(), free_port()
+        catalog_port = args.catalog_port or free_port()
+        decoder_port = args.decoder_port or free_port()
         catalog_url = f"http://127.0.0.1:{catalog_port}"
         catalog = self.spawn(
             "catalog",
