@@ -66,8 +66,7 @@ def publish(
     source: dict[str, Any],
 ) -> PublishedVersion:
     metadata = {**(options.metadata or {}), RESERVED_METADATA: source}
-    store = state.store if options.activate else state.staged
-    return store.publish(name, trie, metadata)
+    return state.store.publish(name, trie, metadata, activate=options.activate)
 
 
 def source_info(fmt: str, size: int, filename: str | None) -> dict[str, Any]:

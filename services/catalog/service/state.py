@@ -14,7 +14,6 @@ from redis.retry import Retry
 
 from widebeam.services.catalog.service.metrics import Metrics
 from widebeam.services.catalog.service.settings import CatalogSettings
-from widebeam.services.catalog.service.staged_publish import staged_store
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.store import CatalogStore
 
@@ -27,7 +26,6 @@ class ServiceState:
     settings: CatalogSettings
     client: redis.Redis
     store: CatalogStore
-    staged: CatalogStore  # publishes without moving `current` (activate=false)
     metrics: Metrics
     build_slots: anyio.Semaphore
     _layout_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -45,10 +43,9 @@ class ServiceState:
             client_name="widebeam-catalog-service",
         )
         store = CatalogStore(client, settings.namespace, retain=settings.retain)
-        staged = staged_store(client, settings.namespace, settings.retain)
         metrics = Metrics(lambda: current_versions(store))
         slots = anyio.Semaphore(settings.max_concurrent_builds)
-        return cls(settings, client, store, staged, metrics, slots)
+        return cls(settings, client, store, metrics, slots)
 
     def default_layout(self) -> SidLayout | None:
         """The settings' fallback layout, read once (a tokenizer.json can be large)."""

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 # KEYS: manifest, lookup, versions, current, catalogs, events, staging
-# ARGV: manifest json, lookup json, version, name, stream maxlen
-# Returns 1 when `current` moved to this version, 0 when a newer one was already committed.
+# ARGV: manifest json, lookup json, version, name, stream maxlen, activate ("1" or "0")
+# Returns 1 when `current` moved to this version, 0 when a newer one was already committed
+# or activate is "0".
 COMMIT = """
 if redis.call('ZREM', KEYS[7], ARGV[3]) == 0 then
   return redis.error_reply('STAGING_LOST staging entry of version ' .. ARGV[3] .. ' is gone')
 end
 local v = tonumber(ARGV[3])
 local top = redis.call('ZREVRANGE', KEYS[3], 0, 0)
-local move = #top == 0 or tonumber(top[1]) < v or redis.call('EXISTS', KEYS[4]) == 0
+local move = ARGV[6] == '1' and (#top == 0 or tonumber(top[1]) < v
+    or redis.call('EXISTS', KEYS[4]) == 0)
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], v, ARGV[3])

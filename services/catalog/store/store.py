@@ -73,9 +73,14 @@ class CatalogStore:
     # -- writing ------------------------------------------------------------------------------
 
     def publish(
-        self, name: str, trie: SidTrie, metadata: dict[str, Any] | None = None
+        self,
+        name: str,
+        trie: SidTrie,
+        metadata: dict[str, Any] | None = None,
+        activate: bool = True,
     ) -> PublishedVersion:
-        """Store ``trie`` as a new version and make it current (unless a newer one already is)."""
+        """Store ``trie`` as a new version and make it current (unless a newer one already is,
+        or ``activate`` is false: then it is kept, complete, for a later ``activate``)."""
         ckeys = self.keys.catalog(name)
         meta = check_metadata(metadata)
         chunks, artifact = codec.encode_chunks(
@@ -93,7 +98,7 @@ class CatalogStore:
             keys += [self.keys.catalogs, self.keys.events, ckeys.staging]
             manifest_json = json.dumps(manifest, separators=(",", ":"))
             record_json = json.dumps(lookup_record(manifest))
-            args = [manifest_json, record_json, version, name, self.stream_maxlen]
+            args = [manifest_json, record_json, version, name, self.stream_maxlen, int(activate)]
             moved = self._commit(keys=keys, args=args)
         except redis.ResponseError as exc:
             self._discard(ckeys.staging, vkeys, version)

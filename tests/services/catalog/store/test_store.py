@@ -214,3 +214,13 @@ def test_manifest_is_plain_json(store: CatalogStore, make_trie: MakeTrie) -> Non
     assert json.loads(raw)["schema"] == "widebeam.catalog.manifest/1"
     trie = SidTrie.from_arrays(make_trie(10).to_arrays())
     assert store.load("c").trie.content_hash == trie.content_hash
+
+
+def test_publish_without_activate_keeps_current(store: CatalogStore, make_trie: MakeTrie) -> None:
+    first = store.publish("books", make_trie(20, seed=0))
+    staged = store.publish("books", make_trie(20, seed=1), activate=False)
+    assert first.activated and not staged.activated
+    assert store.current_version("books") == first.version
+    assert store.list_versions("books") == [first.version, staged.version]
+    store.activate("books", staged.version)
+    assert store.current_version("books") == staged.version
