@@ -6,9 +6,20 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.widebeam-installed
 
-.PHONY: install test lint demo clean
+.PHONY: install test lint demo clean system-deps
 
-install: $(STAMP)
+install: $(STAMP) system-deps
+
+# Tests and `widebeam up` start real redis-server processes; install it from the distribution
+# when it is missing (root, or sudo without a password).
+system-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server is required: install it (e.g. apt-get install redis-server)"; exit 1; }
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
