@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+from widebeam.settings_cli import settings_from_flags
 
 if TYPE_CHECKING:  # the service package imports FastAPI: only load it for these commands
     from widebeam.services.catalog.service.settings import CatalogSettings
@@ -72,16 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
 def serve_settings(args: argparse.Namespace) -> CatalogSettings:
     from widebeam.services.catalog.service.settings import CatalogSettings
 
-    given = {field: getattr(args, dest, None) for dest, field in _SERVE_FIELDS.items()}
-    try:
-        return CatalogSettings(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ValueError(
-            f"invalid catalog settings: {problems} (flags override WIDEBEAM_CATALOG_* variables)"
-        ) from None
+    return settings_from_flags(CatalogSettings, args, _SERVE_FIELDS, "catalog")
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -7,9 +7,8 @@ import logging
 import signal
 import socket
 
-from pydantic import ValidationError
-
 from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.settings_cli import settings_from_flags
 
 log = logging.getLogger("widebeam.gateway")
 
@@ -58,16 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
-    given = {field: getattr(args, dest) for dest, field in _FIELDS.items()}
-    try:
-        return GatewaySettings(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ValueError(
-            f"invalid gateway settings: {problems} (flags override WIDEBEAM_GATEWAY_* variables)"
-        ) from None
+    return settings_from_flags(GatewaySettings, args, _FIELDS, "gateway")
 
 
 def serve(settings: GatewaySettings) -> None:

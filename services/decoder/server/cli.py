@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from pydantic import ValidationError
-
 from widebeam.services.decoder.server.settings import DecoderSettings
+from widebeam.settings_cli import settings_from_flags
 
 # flag dest -> settings field (flags left unset fall back to the environment, then defaults)
 _FIELDS = {
@@ -55,16 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> DecoderSettings:
-    given = {field: getattr(args, dest) for dest, field in _FIELDS.items()}
-    try:
-        return DecoderSettings(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ValueError(
-            f"invalid decoder settings: {problems} (flags override WIDEBEAM_DECODER_* variables)"
-        ) from None
+    return settings_from_flags(DecoderSettings, args, _FIELDS, "decoder")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pydantic import ValidationError
-
 from widebeam.services.gateway.batch.settings import BatchSettings
+from widebeam.settings_cli import settings_from_flags
 
 # flag dest -> settings field (unset flags fall back to the environment, then the defaults)
 _FIELDS = {
@@ -38,16 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> BatchSettings:
-    given = {field: getattr(args, dest, None) for dest, field in _FIELDS.items()}
-    try:
-        return BatchSettings(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ValueError(
-            f"invalid batch settings: {problems} (flags override WIDEBEAM_BATCH_* variables)"
-        ) from None
+    return settings_from_flags(BatchSettings, args, _FIELDS, "batch")
 
 
 def worker_argv(settings: BatchSettings) -> list[str]:
