@@ -10,25 +10,25 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 from widebeam.kernels.attention.factory import make_attention_backend
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
-from widebeam.services.decoder.beam.greedy_search import GreedySearch
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
-from widebeam.services.decoder.beam.sampler import SamplingParams
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.kv.kv_cache import KVCache, slots_of_pages
+from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
 from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
 from widebeam.services.decoder.results import build_output
 from widebeam.services.decoder.runner.model_runner import ModelRunner
+from widebeam.services.decoder.scheduler.request_start import start_request
 from widebeam.services.decoder.scheduler.request_state import RequestState
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
 from widebeam.services.decoder.validation import EngineLimits, validate_request
@@ -41,6 +41,14 @@ def _missing_catalog_message(name: str | None, loaded: dict[str, TrieConstraint]
     if not loaded:
         return "constrained request but no catalog is loaded"
     return f"unknown catalog {name or DEFAULT_CATALOG!r}; loaded: {', '.join(sorted(loaded))}"
+
+
+class EngineStats(NamedTuple):
+    rows_in_use: int
+    running: int
+    waiting: int  # submitted, not yet admitted
+    kv_slots_free: int
+    waiting_ids: frozenset[str]
 
 
 class Engine:
@@ -117,6 +125,16 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
 
+    def stats(self) -> EngineStats:
+        sched = self.scheduler
+        return EngineStats(
+            sched.rows_in_use,
+            len(sched.running),
+            len(sched.waiting),
+            sched.pages.free_slots,
+            frozenset(state.request_id for state in sched.waiting),
+        )
+
     def step(self) -> list[RequestOutput]:
         done: list[RequestOutput] = []
         admitted = self.scheduler.admit()
@@ -146,40 +164,9 @@ class Engine:
         return [outputs[i] for i in range(len(requests))]
 
     # ----- internals --------------------------------------------------------------------------
-    def _start(self, state: RequestState) -> None:
-        spec, k = state.resolved.spec, state.num_rows
-        slots = slots_of_pages(state.pages, self.scheduler.pages.page_size, self.device)
-        state.prompt_slots = slots[: state.prompt_len]
-        state.private_slots = slots[state.prompt_len : state.prompt_len + k * spec.max_new_tokens]
-        state.suffix_table = torch.empty((k, 0), dtype=torch.int64, device=self.device)
-        eos = torch.tensor(state.resolved.eos_ids, dtype=torch.int64, device=self.device)
-        if k == 1:
-            params = SamplingParams(spec.temperature, spec.top_p, spec.top_k, spec.seed)
-            state.search = GreedySearch(
-                params,
-                spec.length_penalty,
-                eos,
-                spec.max_new_tokens,
-                spec.min_new_tokens,
-                self.device,
-            )
-        else:
-            state.search = BeamSearch(
-                k,
-                spec.n,
-                spec.length_penalty,
-                spec.early_stopping,
-                eos,
-                spec.max_new_tokens,
-                self.device,
-            )
-        if state.constraint is not None:
-            start = state.constraint.start_node(spec.input_ids)
-            state.nodes = torch.full((1,), start, dtype=torch.int64, device=self.device)
-
     def _prefill(self, states: list[RequestState]) -> list[RequestOutput]:
         for state in states:
-            self._start(state)
+            start_request(state, self.scheduler.pages.page_size, self.device)
         logits = self.runner.prefill(
             [s.resolved.spec.input_ids for s in states], [s.prompt_slots for s in states]
         )

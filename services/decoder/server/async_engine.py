@@ -54,7 +54,7 @@ class AsyncEngine:
         self._swaps_requested = self._swaps_applied = 0
         self._jobs: dict[str, _Job] = {}  # submitted to the engine; engine thread only
         self._served: dict[str, ServedCatalog] = {}  # engine thread writes, others copy
-        self._load = EngineLoad(kv_slots_free=engine.scheduler.pages.free_slots)
+        self._load = EngineLoad(kv_slots_free=engine.stats().kv_slots_free)
         self._ids = itertools.count()
         self.step_failures = 0
         for name, constraint in engine.catalogs.items():
@@ -199,7 +199,7 @@ class AsyncEngine:
 
     def _fail_running(self, error: Exception) -> None:
         """Abort (freeing rows and KV) every request past admission; waiting ones stay queued."""
-        waiting = {state.request_id for state in self.engine.scheduler.waiting}
+        waiting = self.engine.stats().waiting_ids
         for rid in [r for r in self._jobs if r not in waiting]:
             job = self._jobs.pop(rid)
             try:
@@ -209,12 +209,12 @@ class AsyncEngine:
             _settle(job, error=error)
 
     def _publish_load(self) -> None:
-        scheduler = self.engine.scheduler
+        stats = self.engine.stats()
         load = EngineLoad(
-            rows_in_use=scheduler.rows_in_use,
-            running=len(scheduler.running),
-            waiting=len(scheduler.waiting),
-            kv_slots_free=scheduler.pages.free_slots,
+            rows_in_use=stats.rows_in_use,
+            running=stats.running,
+            waiting=stats.waiting,
+            kv_slots_free=stats.kv_slots_free,
         )
         with self._cond:
             self._in_transit = 0
