@@ -9,7 +9,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class DecoderSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_DECODER_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_DECODER_", extra="forbid", env_ignore_empty=True)
 
     model: str = Field(description="HF model directory (config.json + safetensors + tokenizer)")
     sid_layout: str | None = Field(None, description="BASE:SIZE,...; default: from the tokenizer")
