@@ -46,7 +46,10 @@ def request_from_dict(data: Any) -> GenerationRequest:
         if data.get(name) is not None:
             if not (_is_int(data[name]) or isinstance(data[name], float)):
                 raise RequestError(f"{name} must be a number, got {data[name]!r}")
-            kwargs[name] = float(data[name])
+            try:
+                kwargs[name] = float(data[name])
+            except OverflowError:  # a JSON integer beyond float range, e.g. 10**400
+                raise RequestError(f"{name} is out of range for a number") from None
     for name in _BOOL_FIELDS:
         if data.get(name) is not None:
             if not isinstance(data[name], bool):

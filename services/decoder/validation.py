@@ -13,6 +13,9 @@ from widebeam.services.decoder.request import GenerationRequest, RequestError
 
 # len ** length_penalty must stay a finite float for any length the engine can reach.
 MAX_LENGTH_PENALTY = 20.0
+# Sampling divides fp32 logits by the temperature: below this they overflow to inf and the
+# sampler fails (an INTERNAL error for a bad request). Anything smaller is greedy in effect.
+MIN_TEMPERATURE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,10 @@ def _check_sampling(req: GenerationRequest) -> None:
     sampling = bool(req.temperature)
     if req.temperature is not None:
         _check(
-            math.isfinite(req.temperature) and req.temperature >= 0,
-            f"temperature must be >= 0, got {req.temperature}",
+            math.isfinite(req.temperature)
+            and (req.temperature == 0 or req.temperature >= MIN_TEMPERATURE),
+            f"temperature must be >= 0 (0 = greedy; a positive one >= {MIN_TEMPERATURE:g}), "
+            f"got {req.temperature}",
         )
     if req.top_p is not None:
         _check(0.0 < req.top_p <= 1.0, f"top_p must be in (0, 1], got {req.top_p}")

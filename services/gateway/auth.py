@@ -18,17 +18,19 @@ from widebeam.services.gateway.settings import GatewaySettings
 # auto_error=False: a missing header is ours to answer (401 in our error shape, not 403).
 _bearer = HTTPBearer(auto_error=False, description="API key (when the gateway has keys)")
 
-ApiKeyDependency = Callable[[HTTPAuthorizationCredentials | None], None]
+ApiKeyDependency = Callable[..., None]
 
 
 def make_api_key_dependency(settings: GatewaySettings) -> ApiKeyDependency:
     keys = settings.key_values()
+    if not keys:
+        # An open gateway must not declare a Bearer scheme in its OpenAPI spec: clients and
+        # spec-driven tools would then believe every /v1 route needs a key.
+        return _open_access
 
     def require_api_key(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
-        if not keys:
-            return
         given = credentials.credentials.encode() if credentials is not None else b""
         matched = False
         for key in keys:
@@ -42,3 +44,7 @@ def make_api_key_dependency(settings: GatewaySettings) -> ApiKeyDependency:
             )
 
     return require_api_key
+
+
+def _open_access() -> None:
+    """The `/v1` dependency when no keys are configured."""

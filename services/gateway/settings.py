@@ -15,7 +15,9 @@ def _split_commas(value: object) -> object:
 
 
 class GatewaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_GATEWAY_", extra="forbid", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="WIDEBEAM_GATEWAY_", extra="forbid", env_ignore_empty=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535, description="0 picks a free port (logged)")

@@ -16,7 +16,9 @@ from widebeam.services.catalog.sid_layout import SidLayout
 
 
 class CatalogSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_CATALOG_", extra="forbid", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="WIDEBEAM_CATALOG_", extra="forbid", env_ignore_empty=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(8300, ge=0, le=65535, description="0 picks a free port (logged)")

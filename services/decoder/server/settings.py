@@ -9,7 +9,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class DecoderSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_DECODER_", extra="forbid", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="WIDEBEAM_DECODER_", extra="forbid", env_ignore_empty=True
+    )
 
     model: str = Field(description="HF model directory (config.json + safetensors + tokenizer)")
     sid_layout: str | None = Field(None, description="BASE:SIZE,...; default: from the tokenizer")

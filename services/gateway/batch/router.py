@@ -27,6 +27,7 @@ from widebeam.services.gateway.batch.schemas import (
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.uploads import BadSubmission, read_submission
 from widebeam.services.gateway.errors import ApiError, retry_later
+from widebeam.services.gateway.schemas.common import ErrorResponse
 
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -49,6 +50,21 @@ _SUBMIT_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+def _errors(**extra: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` of a route: the errors every batch route can answer, plus `extra`
+    (status -> description) for the route's own."""
+    common = {
+        "400": "malformed parameter (the message names it)",
+        "401": "missing or invalid API key",
+        "404": "unknown or expired job",
+        "503": "the job store or broker is unavailable (see Retry-After)",
+    }
+    return {
+        int(status): {"model": ErrorResponse, "description": what}
+        for status, what in {**common, **extra}.items()
+    }
 
 
 class _Backend:
@@ -119,7 +135,15 @@ def create_batch_router(
             return _store_down()
         return job if job is not None else _not_found(job_id)
 
-    @router.post("", status_code=202, response_model=BatchJobCreated, openapi_extra=_SUBMIT_BODY)
+    @router.post(
+        "",
+        status_code=202,
+        response_model=BatchJobCreated,
+        openapi_extra=_SUBMIT_BODY,
+        responses=_errors(
+            **{"400": "invalid row, body or parameter", "413": "too many rows or bytes"}
+        ),
+    )
     async def submit(request: Request) -> Any:
         """JSON `{"requests": [...], "catalog"?}`, a multipart JSONL `file` (+ `catalog`), or
         an `application/x-ndjson` body; one `/v1/recommend` body per row or line."""
@@ -135,12 +159,19 @@ def create_batch_router(
             return _store_down()
         return JSONResponse({"id": job.id, "status": job.status}, status_code=202)
 
-    @router.get("/{job_id}", response_model=BatchJobStatus)
+    @router.get("/{job_id}", response_model=BatchJobStatus, responses=_errors())
     async def status(job_id: str) -> Any:
         job = await load(job_id)
         return job if isinstance(job, JSONResponse) else _status(job)
 
-    @router.get("/{job_id}/results", response_class=StreamingResponse)
+    @router.get(
+        "/{job_id}/results",
+        response_class=StreamingResponse,
+        responses={
+            200: {"content": {"application/x-ndjson": {}}, "description": "JSONL, input order"},
+            **_errors(**{"409": "the job is still queued or running (see ?partial=true)"}),
+        },
+    )
     async def results(
         job_id: str,
         partial: bool = Query(False, description="stream the rows done so far of a running job"),
@@ -162,7 +193,7 @@ def create_batch_router(
         headers = {"X-Batch-Job-Status": job.status}
         return StreamingResponse(lines, media_type="application/x-ndjson", headers=headers)
 
-    @router.delete("/{job_id}", response_model=BatchJobStatus)
+    @router.delete("/{job_id}", response_model=BatchJobStatus, responses=_errors())
     async def cancel(job_id: str) -> Any:
         """Cancels a queued or running job (rows not yet sent are skipped); an ended job is
         left as it is. Answers the job's status either way."""

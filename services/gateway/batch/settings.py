@@ -9,7 +9,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class BatchSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="WIDEBEAM_BATCH_", extra="forbid", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="WIDEBEAM_BATCH_", extra="forbid", env_ignore_empty=True
+    )
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="broker, results, job store")
     namespace: str = Field("widebeam:batch", description="prefix of the job-store keys")

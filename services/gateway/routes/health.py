@@ -22,7 +22,11 @@ def create_router() -> APIRouter:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @router.get("/readyz", summary="Readiness: a decoder answers and serves a catalog")
+    @router.get(
+        "/readyz",
+        summary="Readiness: a decoder answers and serves a catalog",
+        responses={503: {"description": "not ready (see Retry-After)"}},
+    )
     async def readyz(state: State) -> Response:
         try:
             info = await state.pool.info(timeout=READY_TIMEOUT_S)
@@ -38,7 +42,12 @@ def create_router() -> APIRouter:
         }
         return JSONResponse(body)
 
-    @router.get("/metrics", summary="Prometheus metrics")
+    @router.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+    )
     async def metrics(state: State) -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
