@@ -1,0 +1,158 @@
+"""Ragged (varlen) causal prefill attention in Triton, flash-attention style.
+
+Segments are packed back to back (`cu_seqlens`); each program takes one block of BLOCK_Q query
+tokens of one segment × one KV head, with the GQA group's query heads stacked into the M
+dimension (as in the decode prefix kernel), and streams that segment's keys up to the block's
+last token. K and V come from this batch's fresh k, v (the engine writes the cache separately).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import triton
+import triton.language as tl
+
+from widebeam.kernels.attention.triton_common import (
+    LOG2E,
+    dot_precision,
+    gqa_padded,
+    interpreting,
+)
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr,  # [N, HQ, D] last dim contiguous
+    k_ptr,  # [N, HKV, D]
+    v_ptr,  # [N, HKV, D]
+    out_ptr,  # [N, HQ, D] contiguous, dtype of q
+    work_seg_start_ptr,  # [B] int32, first token of the item's segment
+    work_seg_end_ptr,  # [B] int32, one past its last token
+    work_q_start_ptr,  # [B] int32, first query token of the item's block
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    qk_scale,  # softmax scale * log2(e)
+    HQ: tl.constexpr,
+    GQA: tl.constexpr,
+    GQA_P: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
+):
+    item = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    seg_start = tl.load(work_seg_start_ptr + item)
+    seg_end = tl.load(work_seg_end_ptr + item)
+    q_start = tl.load(work_q_start_ptr + item)
+    m_idx = tl.arange(0, BLOCK_Q * GQA_P)
+    head_in_group = m_idx % GQA_P
+    tok = q_start + m_idx // GQA_P
+    head = kv_head * GQA + head_in_group
+    m_ok = (tok < seg_end) & (head_in_group < GQA)
+    d = tl.arange(0, D)
+    q = tl.load(
+        q_ptr + tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+        mask=m_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_Q * GQA_P], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_Q * GQA_P], tl.float32)
+    acc = tl.zeros([BLOCK_Q * GQA_P, D], tl.float32)
+    kv_end = tl.minimum(q_start + BLOCK_Q, seg_end)  # causal: nothing past the block's last token
+    for n0 in range(seg_start, kv_end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < kv_end
+        k_t = tl.load(
+            k_ptr + n.to(tl.int64)[None, :] * stride_kt + kv_head * stride_kh + d[:, None],
+            mask=n_ok[None, :],
+            other=0.0,
+        )
+        v = tl.load(
+            v_ptr + n.to(tl.int64)[:, None] * stride_vt + kv_head * stride_vh + d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
+        if UPCAST:
+            k_t = k_t.to(tl.float32)
+        s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+        visible = n_ok[None, :] & (n[None, :] <= tok[:, None])
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # padded M rows see no key
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p_v = p.to(v.dtype)
+        if UPCAST:
+            p_v = p_v.to(tl.float32)
+            v = v.to(tl.float32)
+        pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    has = l_i > 0.0
+    out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    tl.store(
+        out_ptr + (tok.to(tl.int64) * HQ + head)[:, None] * D + d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=m_ok[:, None],
+    )
+
+
+def prefill_work(
+    cu_seqlens: tuple[int, ...], block_q: int, device: torch.device
+) -> torch.Tensor:  # [3, B] int32: segment start, segment end, block's first query token
+    items = [
+        (start, end, q0)
+        for start, end in itertools.pairwise(cu_seqlens)
+        for q0 in range(start, end, block_q)
+    ]
+    return torch.tensor(items, dtype=torch.int32).reshape(-1, 3).t().contiguous().to(device)
+
+
+def ragged_causal_prefill(
+    q: torch.Tensor,  # [N, Hq, D]
+    k: torch.Tensor,  # [N, Hkv, D]
+    v: torch.Tensor,  # [N, Hkv, D]
+    cu_seqlens: tuple[int, ...],
+    scale: float,
+    *,
+    work: torch.Tensor | None = None,  # prefill_work(cu_seqlens, block_q, q.device), reusable
+    out: torch.Tensor | None = None,  # [N, Hq, D] contiguous, dtype of q
+    block_q: int | None = None,
+    block_n: int = 64,
+) -> torch.Tensor:  # [N, Hq, D] dtype of q
+    tokens, q_heads, dim = q.shape
+    kv_heads = k.shape[1]
+    if dim & (dim - 1):
+        raise ValueError(f"head_dim must be a power of two, got {dim}")
+    gqa_p = gqa_padded(q_heads, kv_heads)
+    block_q = block_q or max(64 // gqa_p, 1)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    if out is None:
+        out = torch.empty((tokens, q_heads, dim), dtype=q.dtype, device=q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
+        raise ValueError("out must be a contiguous tensor of q's shape and dtype")
+    if len(cu_seqlens) < 2 or cu_seqlens[0] != 0 or cu_seqlens[-1] != tokens:
+        out.zero_()  # tokens outside every segment: defined zeros
+    if work is None:
+        work = prefill_work(cu_seqlens, block_q, q.device)
+    if work.shape[1] == 0:
+        return out
+    _prefill_kernel[(work.shape[1], kv_heads)](
+        q, k, v, out, work[0], work[1], work[2],
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
+        BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
+        DOT_PRECISION=dot_precision(q.dtype),
+    )  # fmt: skip
+    return out

@@ -1,0 +1,117 @@
+"""Decode kernel 1 of the cascade: a request's rows against its shared prompt KV.
+
+One program per (work item = a block of one request's rows, KV head, prompt split). The block's
+rows × the GQA group's query heads form the M dimension of `tl.dot`, so the prompt KV is streamed
+once per block of rows, not once per row: many queries against one KV, on tensor cores. Long
+prompts are split across programs (flash-decoding) so that a single wide request still fills the
+GPU; each split writes a normalised partial output and its log2-unit log-sum-exp, which
+`triton_cascade._suffix_merge_kernel` folds into the row's result.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def prefix_kernel(
+    q_ptr,  # [R, HQ, D] fp16/bf16/fp32, last dim contiguous
+    k_ptr,  # [slots, HKV, D] same dtype, last dim contiguous
+    v_ptr,  # [slots, HKV, D]
+    o_part_ptr,  # [num_splits, R, HQ, D] fp32, contiguous
+    lse_part_ptr,  # [num_splits, R, HQ] fp32 (log2 units), contiguous
+    work_group_ptr,  # [B] int32, -1 = padding item
+    work_row_start_ptr,  # [B] int32
+    group_row_start_ptr,  # [G] int32
+    group_num_rows_ptr,  # [G] int32
+    group_prompt_len_ptr,  # [G] int32
+    table_ptr,  # [G, T_cap] int32 slot (PAGE == 1) or page ids
+    num_rows,  # R
+    num_splits,  # prompt chunks per work item (runtime: no recompile per value)
+    stride_qr,
+    stride_qh,
+    stride_ks,
+    stride_kh,
+    stride_vs,
+    stride_vh,
+    stride_table,
+    qk_scale,  # softmax scale * log2(e)
+    HQ: tl.constexpr,
+    GQA: tl.constexpr,  # q heads per kv head
+    GQA_P: tl.constexpr,  # GQA rounded up to a power of two
+    D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
+):
+    item = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    group = tl.load(work_group_ptr + item)
+    live = group >= 0
+    g = tl.maximum(group, 0)
+    row0 = tl.load(work_row_start_ptr + item)
+    group_end = tl.load(group_row_start_ptr + g) + tl.load(group_num_rows_ptr + g)
+    rows_here = tl.where(live, tl.minimum(group_end - row0, BLOCK_R), 0)
+    prompt_len = tl.where(live, tl.load(group_prompt_len_ptr + g), 0)
+    # Split the prompt into num_splits chunks of whole BLOCK_N tiles.
+    chunk = tl.cdiv(tl.cdiv(prompt_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, prompt_len)
+
+    m_idx = tl.arange(0, BLOCK_R * GQA_P)
+    head_in_group = m_idx % GQA_P
+    row = row0 + m_idx // GQA_P
+    head = kv_head * GQA + head_in_group
+    m_ok = (m_idx // GQA_P < rows_here) & (head_in_group < GQA)
+    d = tl.arange(0, D)
+    q = tl.load(
+        q_ptr + row.to(tl.int64)[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
+        mask=m_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
+    acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < end
+        entry = tl.load(table_ptr + g * stride_table + n // PAGE, mask=n_ok, other=0)
+        slot = entry.to(tl.int64) * PAGE + n % PAGE
+        k_t = tl.load(  # [D, BLOCK_N]: K^T straight from the gather
+            k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
+            mask=n_ok[None, :],
+            other=0.0,
+        )
+        v = tl.load(
+            v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
+        if UPCAST:
+            k_t = k_t.to(tl.float32)
+        s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # P is rounded to V's dtype as on tensor cores; UPCAST keeps that rounding.
+        p_v = p.to(v.dtype)
+        if UPCAST:
+            p_v = p_v.to(tl.float32)
+            v = v.to(tl.float32)
+        pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    has = l_i > 0.0  # false for an empty chunk: zeros and -inf, never 0/0
+    out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    part = (split * num_rows + row.to(tl.int64)) * HQ + head
+    tl.store(o_part_ptr + part[:, None] * D + d[None, :], out, mask=m_ok[:, None])
+    tl.store(lse_part_ptr + part, lse, mask=m_ok)

@@ -1,0 +1,72 @@
+"""Random decode batches for the kernel tests: ragged groups, padding rows, poisoned KV."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    q: torch.Tensor  # [R, Hq, D]
+    k_cache: torch.Tensor  # [slots, Hkv, D], NaN in every slot no group references
+    v_cache: torch.Tensor
+    batch: DecodeBatch
+    real_rows: torch.Tensor  # [R] bool, False = padding row
+
+
+def decode_case(
+    groups: list[tuple[int, int, int]],  # (rows, prompt_len, suffix_len) per group
+    *,
+    q_heads: int,
+    kv_heads: int,
+    dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    seed: int,
+    pad_rows: int = 0,  # padding rows before each group and at the end
+    page_size: int = 1,  # > 1: prompts start on page boundaries, as the engine lays them out
+) -> DecodeCase:
+    gen = torch.Generator().manual_seed(seed)
+    need = [(-(-p // page_size) - (-r * s // page_size)) * page_size for r, p, s in groups]
+    num_slots = 2 * sum(need) + 8 * page_size
+    pages = torch.randperm(num_slots // page_size, generator=gen)
+    free = (pages[:, None] * page_size + torch.arange(page_size)).reshape(-1)
+    if page_size == 1:
+        free = torch.randperm(num_slots, generator=gen)  # prompts scattered anywhere
+    made, row, used = [], 0, [torch.empty(0, dtype=torch.int64)]
+    for num_rows, prompt_len, suffix_len in groups:
+        row += pad_rows
+        prompt = free[:prompt_len]
+        free = free[-(-prompt_len // page_size) * page_size :]
+        suffix = free[: num_rows * suffix_len].reshape(num_rows, suffix_len)
+        free = free[-(-num_rows * suffix_len // page_size) * page_size :]  # next page
+        made.append(DecodeGroup(row, num_rows, prompt.to(device), suffix.to(device)))
+        used += [prompt, suffix.reshape(-1)]
+        row += num_rows
+    rows = row + pad_rows
+    real = torch.zeros(rows, dtype=torch.bool)
+    for g in made:
+        real[g.row_start : g.row_start + g.num_rows] = True
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype).to(device)
+
+    k_cache, v_cache = rand(num_slots, kv_heads, dim), rand(num_slots, kv_heads, dim)
+    unused = torch.ones(num_slots, dtype=torch.bool)
+    unused[torch.cat(used)] = False
+    k_cache[unused.to(device)] = float("nan")  # a kernel reading outside its slots shows NaN
+    v_cache[unused.to(device)] = float("nan")
+    q = rand(rows, q_heads, dim)
+    return DecodeCase(q, k_cache, v_cache, DecodeBatch(tuple(made)), real.to(device))
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    """fp32: the kernels accumulate exactly like the reference up to summation order. bf16/fp16:
+    P is rounded to V's dtype before the PV product and the output is rounded once."""
+    if dtype == torch.float32:
+        return {"rtol": 1e-5, "atol": 2e-5}
+    return {"rtol": 2e-2, "atol": 2e-2}

@@ -1,0 +1,86 @@
+"""Triton cascade decode == torch reference (interpreter on the CPU, compiled on CUDA).
+
+Ragged groups (prompt 0, 1, not a multiple of the tile, several tiles; 1..20 rows, several
+prefix blocks), suffix lengths 1..7, padding rows, GQA 1/2/3, prompt splits (including splits
+that get no tokens), slot and page tables, fp32 / bf16 / fp16, head_dim 32/64. Outputs are
+poisoned (NaN) before the call and every KV slot no group references holds NaN.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.kernels.attention.cases import decode_case, tolerance
+from widebeam.kernels.attention.packed import pack_decode
+from widebeam.kernels.attention.torch_ref import cascade_decode
+
+# (rows, prompt_len, suffix_len) per group
+GROUPS = [(3, 70, 2), (20, 1, 5), (1, 0, 3), (6, 130, 7), (2, 64, 1)]
+
+CASES = {  # id: (q_heads, kv_heads, dim, dtype, num_splits, page_size)
+    "mha-fp32": (4, 4, 32, torch.float32, 1, 1),
+    "gqa2-fp32-split3": (4, 2, 32, torch.float32, 3, 1),
+    "gqa3-fp32-split2-page4": (6, 2, 32, torch.float32, 2, 4),
+    "gqa2-bf16-d64-page16": (4, 2, 64, torch.bfloat16, 1, 16),
+    "mha-bf16-split4": (2, 2, 32, torch.bfloat16, 4, 1),
+    "gqa2-fp16-split2-page4": (4, 2, 32, torch.float16, 2, 4),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cascade_matches_reference(kernel_device: torch.device, name: str) -> None:
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+    from widebeam.kernels.attention.triton_common import gqa_padded
+
+    q_heads, kv_heads, dim, dtype, splits, page_size = CASES[name]
+    case = decode_case(
+        GROUPS, q_heads=q_heads, kv_heads=kv_heads, dim=dim, dtype=dtype,
+        device=kernel_device, seed=list(CASES).index(name), pad_rows=1, page_size=page_size,
+    )  # fmt: skip
+    rows = case.q.shape[0]
+    block_rows = 16 // gqa_padded(q_heads, kv_heads)  # smallest tile the GPU's tl.dot takes
+    packed = pack_decode(
+        case.batch, rows, block_rows=block_rows, num_splits=splits, page_size=page_size
+    )
+    out = torch.full_like(case.q, float("nan"))
+    cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.17, out=out)
+    expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 0.17)
+    real = case.real_rows
+    torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))
+    assert (out[~real] == 0).all(), "padding rows must come back as zeros"
+
+
+def test_padded_capacities_and_empty_rows(kernel_device: torch.device) -> None:
+    """CUDA-graph style: G, B, S and T padded past what the batch uses; a group with no prompt
+    and a zero-length suffix (no KV at all) yields zeros, not NaN."""
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    case = decode_case(
+        [(2, 0, 0), (5, 33, 3)], q_heads=4, kv_heads=2, dim=32, dtype=torch.float32,
+        device=kernel_device, seed=11, pad_rows=3,
+    )  # fmt: skip
+    rows = case.q.shape[0]
+    packed = pack_decode(
+        case.batch, rows, block_rows=8, num_splits=2, num_groups=4, num_work=9,
+        suffix_capacity=12, prompt_capacity=80,
+    )  # fmt: skip
+    out = cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.3)
+    expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 0.3)
+    first = case.batch.groups[0]
+    empty = slice(first.row_start, first.row_start + first.num_rows)
+    assert (out[empty] == 0).all() and (out[~case.real_rows] == 0).all()
+    second = case.batch.groups[1]
+    rs = slice(second.row_start, second.row_start + second.num_rows)
+    torch.testing.assert_close(out[rs], expected[rs], **tolerance(torch.float32))
+
+
+def test_no_rows(kernel_device: torch.device) -> None:
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    case = decode_case(
+        [], q_heads=2, kv_heads=1, dim=16, dtype=torch.float32, device=kernel_device, seed=0
+    )
+    packed = pack_decode(case.batch, 0, device=kernel_device)
+    out = cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.3)
+    assert out.shape == (0, 2, 16)
