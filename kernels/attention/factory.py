@@ -5,7 +5,7 @@ from __future__ import annotations
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.torch_ref import TorchAttention
 
-BACKENDS = ("torch", "triton")
+BACKENDS = ("auto", "torch", "triton")
 
 
 def triton_available() -> bool:
@@ -15,6 +15,13 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def resolve_backend_name(name: str, device_type: str) -> str:
+    """ "auto": the Triton kernels on CUDA when Triton is importable, else the torch reference."""
+    if name != "auto":
+        return name
+    return "triton" if device_type == "cuda" and triton_available() else "torch"
 
 
 def make_attention_backend(name: str = "torch", **options: object) -> AttentionBackend:

@@ -17,7 +17,7 @@ class EngineConfig:
     page_size: int = 16
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     max_prefill_tokens: int = 8192  # prompt tokens prefilled in one step (one request may exceed)
-    attention_backend: str = "torch"
+    attention_backend: str = "auto"  # auto: Triton kernels on CUDA, torch reference elsewhere
     catalog_path: str | None = None  # JSONL catalog for constrained decoding
     sid_layout: str | None = None  # "BASE:SIZE,..."; default: inferred from the tokenizer
 

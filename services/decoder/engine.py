@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.kernels.attention.factory import make_attention_backend
+from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
@@ -81,7 +81,11 @@ class Engine:
             self.device,
         )
         self.runner = ModelRunner(
-            self.model, cache, make_attention_backend(config.attention_backend)
+            self.model,
+            cache,
+            make_attention_backend(
+                resolve_backend_name(config.attention_backend, self.device.type)
+            ),
         )
         self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.

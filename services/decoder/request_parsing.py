@@ -14,6 +14,7 @@ _KNOWN = {
     "input_ids",
     "eos_token_id",
     "early_stopping",
+    "catalog",  # parsed below; without it here every request naming a catalog was "unknown"
     *_INT_FIELDS,
     *_FLOAT_FIELDS,
     *_BOOL_FIELDS,

@@ -26,6 +26,7 @@ from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
 from widebeam.services.decoder.server.servicer import DecoderServicer, ServerInfo
 from widebeam.services.decoder.server.settings import DecoderSettings
+from widebeam.services.decoder.server.wire import MalformedRequestInterceptor
 
 log = logging.getLogger("widebeam.decoder")
 
@@ -82,10 +83,11 @@ class DecoderServer:
         # Created here: grpc.aio objects bind to the event loop running at creation.
         size = s.max_message_bytes
         self.server = grpc.aio.server(
+            interceptors=[MalformedRequestInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
-            ]
+            ],
         )
         self.health = health.aio.HealthServicer()
         pb_grpc.add_DecoderServicer_to_server(self.servicer, self.server)

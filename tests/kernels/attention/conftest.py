@@ -50,3 +50,6 @@ def kernel_device() -> torch.device:
         pytest.skip("triton kernels were decorated before TRITON_INTERPRET=1 was set")
     _fix_interpreter_scalar_index()
     return torch.device("cpu")
+
+
+from tests.services.decoder.conftest import sid_model  # noqa: E402, F401 (fixture)

@@ -24,7 +24,7 @@ def test_cuda_engine_matches_cpu(sid_model: SidModel) -> None:
         GenerationRequest("g", (6,), max_new_tokens=4),
     ]
     outs = {}
-    for device in ("cpu", "cuda"):
+    for device in ("cpu", "cuda"):  # cuda: "auto" picks the Triton attention kernels
         engine = Engine(
             EngineConfig(
                 model_dir=str(sid_model.model_dir),
