@@ -53,7 +53,7 @@ def _read_requests(stream: IO[str]) -> list[GenerationRequest | RequestOutput]:
             continue
         try:
             data = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, and ints over the digit limit
             parsed.append(RequestOutput(None, error=f"line {number}: invalid JSON: {exc}"))
             continue
         try:

@@ -23,6 +23,9 @@ from widebeam.services.catalog.store import InvalidNameError, VersionNotFoundErr
 log = logging.getLogger("widebeam.catalog.service")
 
 RETRY_AFTER_S = 5
+# Catalog errors quote the offending value (an item id, a key); a hostile upload can make that
+# value megabytes long, and it must not come back in the response or go to the log whole.
+MAX_MESSAGE_CHARS = 1000
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
 
 
@@ -46,12 +49,18 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def clip(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS} more characters)"
+
+
 def to_api_error(exc: BaseException) -> ApiError | None:
     """The ApiError for a known exception type; None for a genuine server bug."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, CatalogError):
-        return ApiError(422, "invalid_catalog", str(exc))
+        return ApiError(422, "invalid_catalog", clip(str(exc)))
     if isinstance(exc, InvalidNameError):
         return ApiError(400, "invalid_name", str(exc))
     if isinstance(exc, VersionNotFoundError):
