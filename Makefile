@@ -34,8 +34,9 @@ lint: install
 test: install lint
 	$(BIN)/python -m pytest -q
 
+# DEMO_ONCE=1: exit after the examples instead of serving until Ctrl-C.
 demo: install
-	$(BIN)/python -m widebeam.demo
+	DEMO_ONCE=$(DEMO_ONCE) $(BIN)/python -m widebeam.showcase
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from widebeam.demo import cli as demo_cli
 from widebeam.launcher import up as up_cli
 from widebeam.services.catalog import cli as catalog_cli
+from widebeam.services.catalog.sids import cli as sids_cli
 from widebeam.services.decoder import cli_generate
 from widebeam.services.decoder.server import cli as decoder_cli
 from widebeam.services.gateway import cli as gateway_cli
@@ -24,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     decoder = commands.add_parser("decoder", help="the decoder service (gRPC)")
     decoder_cli.add_arguments(decoder)
     catalog = commands.add_parser("catalog", help="the catalog service (HTTP) and its client")
-    catalog_cli.add_arguments(catalog)
+    sids_cli.register(catalog_cli.add_arguments(catalog))
     gateway = commands.add_parser("gateway", help="the REST gateway (HTTP)")
     gateway_cli.add_arguments(gateway)
     worker = commands.add_parser("worker", help="the Celery worker of the batch jobs")
@@ -33,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         "up", help="run the whole stack locally (redis, catalog, decoder, gateway, worker)"
     )
     up_cli.add_arguments(up)
+    demo = commands.add_parser("demo", help="the demo recommender (synthetic data, tiny model)")
+    demo_cli.add_arguments(demo)
     return parser
 
 

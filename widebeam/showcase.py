@@ -70,17 +70,27 @@ def title(row: dict[str, Any] | None, item_id: str) -> str:
     return str(row.get("title") or item_id)
 
 
-def show_recommendation(gateway: str, items: dict[str, dict[str, Any]]) -> list[str]:
-    rng = random.Random(7)
+def pick_user(out: Path, items: dict[str, dict[str, Any]]) -> tuple[str, list[str], str | None]:
+    """A held-out user of the demo data when there is one (with the item they really picked
+    next), else a few items of the largest category."""
+    histories = out / "histories.jsonl"
+    if histories.exists():
+        with histories.open() as fh:
+            user = json.loads(fh.readline())
+        return user["user_id"], user["history"][-6:], user.get("held_out")
     by_category: dict[Any, list[str]] = {}
     for item_id, row in items.items():
         by_category.setdefault(row.get("category"), []).append(item_id)
     pool = max(by_category.values(), key=len)
-    history = rng.sample(pool, min(5, len(pool)))
-    body = {"user_id": "demo-user", "history": history, "n": 8, "beam_width": 32}
+    return "demo-user", random.Random(7).sample(pool, min(5, len(pool))), None
+
+
+def show_recommendation(gateway: str, items: dict[str, dict[str, Any]], out: Path) -> list[str]:
+    user_id, history, held_out = pick_user(out, items)
+    body = {"user_id": user_id, "history": history, "n": 10, "beam_width": 32}
     reply = httpx.post(f"{gateway}/v1/recommend", json=body, timeout=120).json()
     print("\n== POST /v1/recommend ==")
-    print("history (oldest first):")
+    print(f"{user_id}'s history (oldest first):")
     for item_id in history:
         print(f"    {item_id:<14} {title(items.get(item_id), item_id)}")
     version = reply["catalog"]["version"]
@@ -187,7 +197,7 @@ def main() -> None:
     gateway = f"http://127.0.0.1:{port}"
     try:
         items = read_catalog(catalog)
-        history = show_recommendation(gateway, items)
+        history = show_recommendation(gateway, items, catalog.parent)
         show_completion(gateway, history, items)
         show_batch(gateway, items)
         print(f"\ngateway: {gateway}   API docs: {gateway}/docs   metrics: {gateway}/metrics")

@@ -1,0 +1,102 @@
+"""The whole demo pipeline on a tiny config (seconds), its cache and its CLI; the full build is
+`slow` and must beat popularity."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from widebeam.cli import main
+from widebeam.demo.build import DEFAULT_OUT, DemoArtifacts, build_demo, cached_artifacts
+from widebeam.demo.config import DemoConfig, tiny_config
+from widebeam.services.catalog.formats.jsonl_table import parse_jsonl
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.model.transformer import CausalLM
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> DemoArtifacts:
+    return build_demo(tmp_path_factory.mktemp("demo"), tiny_config(), progress=False)
+
+
+def test_artifacts(tiny: DemoArtifacts) -> None:
+    assert tiny.rebuilt
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"):
+        assert (tiny.model_dir / name).is_file()
+    gen = json.loads((tiny.model_dir / "generation_config.json").read_text())
+    assert gen["eos_token_id"]
+    layout = SidLayout.from_tokenizer(tiny.model_dir)
+    assert layout is not None and [lv.size for lv in layout.levels] == [8, 8, 8]
+    assert layout.begin_token_id is not None and layout.end_token_id is not None
+    model = CausalLM.from_pretrained(tiny.model_dir)
+    assert model.config.num_hidden_layers == 2
+    with tiny.catalog.open("rb") as fh:
+        table = parse_jsonl(fh)
+    assert table.num_items == 200
+    first = json.loads(tiny.catalog.read_text().splitlines()[0])
+    assert set(first) == {"item_id", "sid", "popularity", "title", "category"}
+    assert first["title"].startswith("Item 0000 (category ")
+    histories = [json.loads(x) for x in tiny.histories.read_text().splitlines()]
+    assert len(histories) == 40 and all(h["history"] and h["held_out"] for h in histories)
+
+
+def test_eval_report(tiny: DemoArtifacts) -> None:
+    facts = json.loads(tiny.eval_json.read_text())
+    rows = {r["method"]: r for r in facts["eval"]["rows"]}
+    constrained = rows["constrained beam (catalog trie)"]
+    assert constrained["illegal_rate"] == 0.0  # the trie allows catalog SIDs only
+    assert 0.0 <= rows["unconstrained beam"]["illegal_rate"] <= 1.0
+    for row in rows.values():
+        assert 0.0 <= row["ndcg"] <= row["recall"] <= 1.0
+    assert "Recall@10" in facts["table"] and "popularity" in facts["table"]
+    assert facts["train"]["steps"] == 5 and facts["sids"]["num_items"] == 200
+
+
+def test_cache_hit_and_invalidation(tiny: DemoArtifacts) -> None:
+    start = time.perf_counter()
+    again = build_demo(tiny.root, tiny_config(), progress=False)
+    assert not again.rebuilt and time.perf_counter() - start < 1.0
+    assert again.model_dir == tiny.model_dir
+    cfg = tiny_config()
+    changed = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, seed=1))
+    assert changed.fingerprint() != cfg.fingerprint()
+    assert DemoConfig().fingerprint() != cfg.fingerprint()
+
+
+def test_cli_prints_model_and_catalog(tiny: DemoArtifacts, capsys: pytest.CaptureFixture) -> None:
+    assert main(["demo", "build", "--tiny", "--out", str(tiny.root), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"model: {tiny.model_dir}" in lines
+    assert f"catalog: {tiny.catalog}" in lines
+    assert any(line.startswith("constrained beam") for line in lines)
+
+
+def test_transformers_loads_the_checkpoint(tiny: DemoArtifacts) -> None:
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tiny.model_dir, dtype=torch.float32)
+    tok = transformers.AutoTokenizer.from_pretrained(tiny.model_dir)
+    ids = tok("<|sid_begin|><s_a_1><s_b_2><s_c_3><|sid_end|><|sid_begin|>")["input_ids"]
+    assert len(ids) == 6
+    ours = CausalLM.from_pretrained(tiny.model_dir)
+    from widebeam.services.decoder.model.attention_context import DenseCausalAttention
+
+    x = torch.tensor(ids)
+    with torch.no_grad():
+        mine = ours.compute_logits(ours(x, torch.arange(len(ids)), DenseCausalAttention()))
+        theirs = hf(x[None]).logits[0]
+    torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_full_demo_beats_popularity(tmp_path: Path) -> None:
+    # `make demo`'s cache when it is current (same config and code), else a fresh build.
+    art = cached_artifacts(DEFAULT_OUT, DemoConfig()) or build_demo(tmp_path, progress=False)
+    rows = {r["method"]: r for r in json.loads(art.eval_json.read_text())["eval"]["rows"]}
+    model, pop = rows["constrained beam (catalog trie)"], rows["popularity (top items in training)"]
+    assert model["recall"] > 2 * pop["recall"] and model["ndcg"] > 2 * pop["ndcg"]
+    assert model["illegal_rate"] == 0.0
