@@ -101,9 +101,15 @@ def show_recommendation(gateway: str, items: dict[str, dict[str, Any]], out: Pat
     print(f"    {'#':>2}  {'item':<14} {'score':>8}  sid           title")
     for rank, item in enumerate(reply["items"], 1):
         sid = ",".join(map(str, item["sid"]))
+        mark = "   <- what this user picked next" if item["item_id"] == held_out else ""
         print(
             f"    {rank:>2}  {item['item_id']:<14} {item['score']:8.3f}  {sid:<13} "
-            f"{title(items.get(item['item_id']), item['item_id'])}"
+            f"{title(items.get(item['item_id']), item['item_id'])}{mark}"
+        )
+    if held_out is not None:
+        print(
+            f"    (held out: this user's real next item was {held_out}, "
+            f"{title(items.get(held_out), held_out)})"
         )
     return history
 
@@ -151,18 +157,22 @@ def show_batch(gateway: str, items: dict[str, dict[str, Any]]) -> None:
     ]
     job = httpx.post(f"{gateway}/v1/batch-jobs", json={"requests": rows}, timeout=60).json()
     print(f"\n== POST /v1/batch-jobs ({len(rows)} users) → job {job['id']} ==")
+    tty, shown = sys.stdout.isatty(), ""
     while True:
         status = httpx.get(f"{gateway}/v1/batch-jobs/{job['id']}", timeout=30).json()
         bar = "#" * int(30 * status["done"] / status["total"])
-        print(
-            f"\r    [{bar:<30}] {status['done']}/{status['total']} {status['status']:<10}",
-            end="",
-            flush=True,
-        )
+        line = f"    [{bar:<30}] {status['done']}/{status['total']} {status['status']}"
+        if tty:  # redraw one line in a terminal; a log gets one line per change
+            print(f"\r{line:<60}", end="", flush=True)
+        elif line != shown:
+            print(line, flush=True)
+        shown = line
         if status["status"] in ("succeeded", "failed", "cancelled"):
             break
         time.sleep(0.5)
-    print()
+    if tty:
+        print()
+    # Users here have random histories: the batch shows the job machinery, not quality.
     lines = httpx.get(f"{gateway}/v1/batch-jobs/{job['id']}/results", timeout=60).text
     for line in lines.splitlines()[:3]:
         row = json.loads(line)

@@ -1,0 +1,40 @@
+"""`make demo DEMO_ONCE=1`, the README's first command, end to end: it builds (or reuses) the
+demo recommender, starts the stack, shows the examples and exits 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.redis_server import find_redis_server, free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server"),
+]
+
+
+def test_make_demo_once() -> None:
+    env = {**os.environ, "DEMO_ONCE": "1", "DEMO_PORT": str(free_port())}
+    done = subprocess.run(
+        ["make", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    for expected in (
+        "model: ",
+        "catalog: ",
+        "== POST /v1/recommend ==",
+        "recommended (catalog",
+        "== POST /v1/completions",
+        "choice 3:",
+        "== POST /v1/batch-jobs",
+        "24/24 succeeded",
+        "gateway: http://127.0.0.1:",
+    ):
+        assert expected in out, (expected, out[-4000:])
