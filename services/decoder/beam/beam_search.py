@@ -64,7 +64,9 @@ class BeamSearch:
         self.running_scores[1:] = NEG_INF_SCORE
         self.running_ghost = torch.ones(k, dtype=torch.bool, device=dev)  # [k] bool
         self.running_ghost[0] = False
-        self.fin_scores = torch.full((k,), NEG_INF_SCORE, dtype=torch.float32, device=dev)
+        # Empty slots hold -inf, not transformers' -1e9: with a strongly negative length_penalty
+        # a real hypothesis can score below -1e9 and must still beat an empty slot.
+        self.fin_scores = torch.full((k,), float("-inf"), dtype=torch.float32, device=dev)
         self.fin_done = torch.zeros(k, dtype=torch.bool, device=dev)  # [k] bool
         self.fin_ghost = torch.zeros(k, dtype=torch.bool, device=dev)  # [k] bool
         self.fin_step = torch.zeros(k, dtype=torch.int64, device=dev)  # [k] int64
@@ -96,7 +98,9 @@ class BeamSearch:
         parents = cand_rows[next_idx]
         tokens = cand_tokens[next_idx]
         self._update_finished(scores, hits, cand_rows, cand_tokens, cand_logprobs)
-        self.running_ghost = self.running_ghost[parents]
+        # A row that continues a hypothesis which already hit EOS (kept only to fill the beam)
+        # is a placeholder too: nothing it finishes is returned.
+        self.running_ghost = self.running_ghost[parents] | hits[next_idx]
         self.running_scores = running_all[next_idx]
         self.history_parents.append(parents)
         self.history_tokens.append(tokens)
@@ -134,7 +138,9 @@ class BeamSearch:
         beams_full = bool(self.fin_done.all()) and self.early_stopping is True
         penalised = penalised + float(beams_full) * NEG_INF_SCORE
         penalised = penalised + float(not self.heuristic_open) * NEG_INF_SCORE
-        penalised = penalised + (~just_finished) * NEG_INF_SCORE
+        # transformers adds -1e9 to candidates that did not just finish; -inf keeps them out of
+        # the finished set even when real scores fall below -1e9 (same ranking otherwise).
+        penalised = torch.where(just_finished, penalised, float("-inf"))
         merged_scores = torch.cat((self.fin_scores, penalised))
         keep_idx = torch.topk(merged_scores, k=k)[1]
         step_col = torch.full_like(cand_rows, self.step)
@@ -157,10 +163,15 @@ class BeamSearch:
         else:
             best_len = self.step
         best_running = self.running_scores[:1] / (best_len**self.length_penalty)
-        worst_finished = torch.where(self.fin_done, self.fin_scores.min(), NEG_INF_SCORE)
+        # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
+        # every real score above -1e9 and never stops a search whose scores fall below it.
+        worst_finished = torch.where(self.fin_done, self.fin_scores.min(), float("-inf"))
         self.heuristic_open = self.heuristic_open and bool((best_running > worst_finished).any())
         all_full = bool(self.fin_done.all()) and self.early_stopping is True
         self.done = not (self.heuristic_open and not all_full and not bool(hits.all()))
+        # Only placeholder or impossible rows left: nothing real can finish any more.
+        real = ~self.running_ghost & torch.isfinite(self.running_scores)
+        self.done = self.done or not bool(real.any())
 
     def results(self) -> list[FinishedBeam]:
         """The best `num_return` finished hypotheses, best first; ghosts and unfinished or

@@ -90,3 +90,25 @@ def test_fewer_valid_paths_than_n_returns_fewer_beams(sid_model: SidModel, tmp_p
     )[0]
     assert out.error is None
     assert sorted(b.item_ids[0] for b in out.beams) == ["x0", "x1", "x2"]
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_strongly_negative_length_penalty_still_returns_beams(
+    engine: Engine, constrained: bool
+) -> None:
+    """Scores far below -1e9 (len ** 11 scaling) must not lose to empty finished slots, as they
+    do in transformers' -1e9 bookkeeping (which then returns placeholder beams)."""
+    req = GenerationRequest(
+        "neg",
+        (0,),
+        beam_width=2,
+        n=2,
+        max_new_tokens=6,
+        length_penalty=-11.0,
+        early_stopping=True,
+        constrained=constrained,
+    )
+    out = engine.generate([req])[0]
+    assert out.error is None and len(out.beams) == 2
+    scores = [beam.score for beam in out.beams]
+    assert scores == sorted(scores, reverse=True) and all(math.isfinite(x) for x in scores)
