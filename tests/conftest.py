@@ -4,12 +4,22 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.support.redis_server import RedisServer, find_redis_server
+
+try:  # property tests: CI replays a fixed set of examples so a run is reproducible
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+    if os.environ.get("CI"):
+        _hypothesis_settings.load_profile("ci")
+except ImportError:  # hypothesis is a dev dependency; GPU machines may lack it
+    pass
 
 
 @pytest.fixture(scope="session")
