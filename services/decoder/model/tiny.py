@@ -8,45 +8,22 @@ from __future__ import annotations
 
 import json
 import math
-import string
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from widebeam.services.decoder.model.config import ModelConfig
+from widebeam.services.decoder.model.tiny_tokenizer import tiny_vocab, write_tokenizer
 from widebeam.services.decoder.model.weights import INDEX_FILE, SINGLE_FILE
 
-SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-SID_BEGIN = "<|sid_begin|>"
-SID_END = "<|sid_end|>"
 _ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "llama": "LlamaForCausalLM",
 }
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def sid_token(level: int, code: int) -> str:
-    """Name of SID code ``code`` at ``level`` (0-based): level 0 -> ``<s_a_{code}>``, 1 -> b, ..."""
-    return f"<s_{string.ascii_lowercase[level]}_{code}>"
-
-
-def tiny_vocab(base_vocab: int, sid_levels: Sequence[int] | None, sid_begin_end: bool) -> list[str]:
-    """Token strings in id order: base ``<t_i>``, Qwen-style specials, SID codes, SID brackets."""
-    tokens = [f"<t_{i}>" for i in range(base_vocab)]
-    tokens += SPECIAL_TOKENS
-    if sid_levels:
-        if len(sid_levels) > len(string.ascii_lowercase):
-            raise ValueError(f"at most 26 SID levels, got {len(sid_levels)}")
-        for level, size in enumerate(sid_levels):
-            tokens += [sid_token(level, c) for c in range(size)]
-        if sid_begin_end:
-            tokens += [SID_BEGIN, SID_END]
-    return tokens
 
 
 def write_tiny_model(
@@ -133,7 +110,7 @@ def write_tiny_model(
     state = _random_state(shapes, seed=seed, init_std=init_std, hidden_size=hidden_size)
     state = {k: v.to(_DTYPES[dtype]).contiguous() for k, v in state.items()}
     _save_weights(out, state, shards)
-    _write_tokenizer(out, tokens)
+    write_tokenizer(out, tokens)
     return out
 
 
@@ -252,33 +229,6 @@ def _save_weights(out: Path, state: dict[str, torch.Tensor], shards: int) -> Non
         weight_map.update(dict.fromkeys(part, file))
     total = sum(t.numel() * t.element_size() for t in state.values())
     _write_json(out / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": weight_map})
-
-
-def _write_tokenizer(out: Path, tokens: list[str]) -> None:
-    vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
-    # Every token is "<...>", so text splits on angle-bracket groups; whitespace is dropped.
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(r"<[^<>]*>"), "isolated")]
-    )
-    tok.decoder = decoders.Fuse()  # decode concatenates, as the tokens are self-delimiting
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    sid = [t for t in tokens if t.startswith("<s_") or t in (SID_BEGIN, SID_END)]
-    if sid:
-        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in sid])
-    tok.save(str(out / "tokenizer.json"))
-    _write_json(
-        out / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": None,
-            "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>",
-            "unk_token": "<|endoftext|>",
-            "model_max_length": 1_000_000,
-            "clean_up_tokenization_spaces": False,
-        },
-    )
 
 
 def _write_json(file: Path, data: object) -> None:

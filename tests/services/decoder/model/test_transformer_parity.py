@@ -16,7 +16,7 @@ from widebeam.services.decoder.model.attention_context import (
     DenseCausalAttention,
     dense_causal_attention,
 )
-from widebeam.services.decoder.model.tiny import sid_token
+from widebeam.services.decoder.model.tiny_tokenizer import sid_token
 from widebeam.services.decoder.model.transformer import CausalLM
 
 transformers = pytest.importorskip("transformers")
