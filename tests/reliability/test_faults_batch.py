@@ -1,0 +1,173 @@
+"""Faults in batch jobs: the `widebeam worker` SIGKILLed mid-chunk twice in one job, and
+redis-server restarted while a job runs. The job completes with exactly the expected rows:
+none lost, none duplicated."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.reliability.faults_support import restart_keeping_data
+from tests.reliability.support import GatewayApp
+from tests.services.gateway.batch.conftest import (
+    Worker,
+    batch_settings,
+    make_client,
+    store_of,
+    wait_for,
+)
+from tests.services.gateway.batch.test_worker_e2e import (
+    assert_complete,
+    finished,
+    requests,
+    result_rows,
+    submit,
+)
+from tests.services.gateway.support import gateway_settings
+from tests.support.redis_server import RedisServer
+from widebeam.services.decoder.server.background import BackgroundServer
+
+pytestmark = pytest.mark.slow
+
+TOTAL = 200
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    # Its own server: these tests kill and restart it, and workers use the default queue.
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_a_worker_killed_mid_chunk_twice_loses_and_duplicates_nothing(
+    own_redis: RedisServer, rel_decoder: BackgroundServer, tmp_path: Path
+) -> None:
+    settings = batch_settings(own_redis.url, rel_decoder.address)
+    store = store_of(settings)
+    size = settings.chunk_size
+    workers: list[Worker] = []
+    try:
+        with make_client(settings) as client:
+            workers.append(Worker(settings, tmp_path / "worker-0.log").wait_ready())
+            began = time.monotonic()
+            job_id = submit(client, TOTAL)
+            results_key = store.keys(job_id)[1]
+            partial_chunks: list[int] = []
+
+            def new_partial() -> list[int]:
+                # Chunks with some but not half their rows written, other than the one killed
+                # before (it stays partial until redelivered): the worker is inside one.
+                written = {int(k) for k in store.client.hkeys(results_key)}
+                return [
+                    c for c in range(TOTAL // size)
+                    if c not in partial_chunks
+                    and 1 <= len(written & set(range(c * size, (c + 1) * size))) <= size // 2
+                ]  # fmt: skip
+
+            for kill, past in enumerate((3 * size, 8 * size)):
+                wait_for(
+                    lambda past=past: store.client.hlen(results_key) >= past and new_partial(),
+                    90, f"kill {kill + 1} to land in a chunk", step=0.002,
+                )  # fmt: skip
+                workers[-1].kill(signal.SIGKILL)
+                partial = new_partial()
+                assert partial, f"kill {kill + 1} did not land inside a chunk"
+                partial_chunks += partial
+                log = tmp_path / f"worker-{kill + 1}.log"
+                workers.append(Worker(settings, log).wait_ready())
+            job: dict[str, Any] = wait_for(
+                lambda: finished(client, job_id), 90, "the job to finish", step=0.1
+            )
+            elapsed = time.monotonic() - began
+            rows = result_rows(client, job_id)
+    finally:
+        for worker in workers:
+            worker.stop()
+    print(
+        f"\nworker kill x2: rows {TOTAL}, partial chunks at the kills {partial_chunks}, "
+        f"status {job['status']}, done {job['done']}, failed {job['failed']}, "
+        f"rows returned {len(rows)}, distinct {len({r['row'] for r in rows})}, "
+        f"job time {elapsed:.1f} s"
+    )
+    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
+    assert len(rows) == TOTAL and store.client.hlen(results_key) == TOTAL
+    assert_complete(rows, TOTAL)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="intermittent (2 of ~12 runs, both after other batch tests in the same session): the "
+    "job did not resume within 90 s of a Redis restart; suspected worker/Celery-transport "
+    "reconnect bug, open in issue 8",
+)
+def test_redis_restarted_during_a_job_every_service_reconnects(
+    own_redis: RedisServer, rel_decoder: BackgroundServer, tmp_path: Path
+) -> None:
+    settings = batch_settings(own_redis.url, rel_decoder.address)
+    worker = Worker(settings, tmp_path / "worker.log")
+    try:
+        worker.wait_ready()
+        gw_settings = gateway_settings([rel_decoder.address], redis_url=own_redis.url)
+        with (
+            GatewayApp(gw_settings) as gateway,
+            httpx.Client(base_url=gateway.url, timeout=30) as http,
+        ):
+            submitted = http.post("/v1/batch-jobs", json={"requests": requests(TOTAL)})
+            assert submitted.status_code == 202, submitted.text
+            job_id = submitted.json()["id"]
+
+            def progress() -> int:
+                return int(http.get(f"/v1/batch-jobs/{job_id}").json()["done"])
+
+            wait_for(lambda: progress() >= 40, 60, "the job to be under way", step=0.05)
+            done_before = progress()
+            down_s = restart_keeping_data(own_redis)
+            restarted = time.monotonic()
+
+            def moved_on() -> bool:
+                now = progress_or_none(http, job_id)
+                return now is not None and now > done_before
+
+            # Both ends reconnected: the gateway reads the store, the worker writes new rows.
+            wait_for(moved_on, 60, "progress after the restart", step=0.05)
+            recovery_s = time.monotonic() - restarted
+
+            def done() -> dict[str, Any] | None:
+                job = http.get(f"/v1/batch-jobs/{job_id}").json()
+                return job if job["status"] not in ("queued", "running") else None
+
+            try:
+                job = wait_for(done, 40, "the job to finish", step=0.1)
+            except AssertionError:
+                print(http.get(f"/v1/batch-jobs/{job_id}").json(), worker.log()[-3000:])
+                raise
+            results = http.get(f"/v1/batch-jobs/{job_id}/results")
+            assert results.status_code == 200, results.text
+            rows = [httpx.Response(200, content=line).json() for line in results.text.splitlines()]
+        assert worker.proc.poll() is None, "the worker died with Redis"
+    finally:
+        worker.stop()
+    print(
+        f"\nredis restart mid-job: rows {TOTAL}, redis down {down_s:.2f} s, progress again "
+        f"{recovery_s:.2f} s after, status {job['status']}, done {job['done']}, failed "
+        f"{job['failed']}, rows returned {len(rows)}, distinct {len({r['row'] for r in rows})}"
+    )
+    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
+    assert_complete(rows, TOTAL)
+
+
+def progress_or_none(http: httpx.Client, job_id: str) -> int | None:
+    """`done` of the job, or None while the gateway cannot reach Redis yet (a 503)."""
+    try:
+        response = http.get(f"/v1/batch-jobs/{job_id}")
+    except httpx.HTTPError:
+        return None
+    return int(response.json()["done"]) if response.status_code == 200 else None
