@@ -6,7 +6,11 @@ with n beams (deterministic), since sampling returns one sequence per request.""
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.errors import bad_request
@@ -22,6 +26,7 @@ _EARLY_STOPPING = {
     True: pb.EARLY_STOPPING_TRUE,
     "never": pb.EARLY_STOPPING_NEVER,
 }
+LogprobsFn = Callable[["Generated", pb.Beam], Any]
 FINISH_REASONS = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length"}
 
 
@@ -56,6 +61,37 @@ class Generated:
         if not self.response.HasField("catalog"):
             return None
         return {"name": self.response.catalog.name, "version": self.response.catalog.version}
+
+    def choices(
+        self, content: Callable[[pb.Beam], dict[str, object]], logprobs: LogprobsFn | None
+    ) -> list[dict[str, object]]:
+        """One OpenAI choice per beam, best first; `content` adds the text or message field."""
+        return [
+            {
+                "index": index,
+                **content(beam),
+                "finish_reason": FINISH_REASONS.get(beam.finish_reason, "length"),
+                "logprobs": logprobs(self, beam) if logprobs is not None else None,
+                **self.extensions(beam),
+            }
+            for index, beam in enumerate(self.response.beams)
+        ]
+
+    def envelope(
+        self, object_name: str, id_prefix: str, model: str, choices: list[dict[str, object]]
+    ) -> dict[str, Any]:
+        """The OpenAI response around the choices (plus the catalog for constrained beams)."""
+        out: dict[str, Any] = {
+            "id": f"{id_prefix}-{uuid.uuid4().hex}",
+            "object": object_name,
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": self.usage(),
+        }
+        if (catalog := self.catalog()) is not None:
+            out["catalog"] = catalog
+        return out
 
 
 async def require_codec(state: GatewayState, what: str) -> TextCodec:

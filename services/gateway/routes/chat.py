@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any
 
 from fastapi import APIRouter
@@ -12,7 +10,6 @@ from fastapi import APIRouter
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.generation import (
-    FINISH_REASONS,
     Generated,
     generate,
     require_codec,
@@ -52,26 +49,10 @@ def create_router() -> APIRouter:
         max_tokens = body.max_completion_tokens or body.max_tokens
         want_logprobs = bool(body.logprobs)
         generated = await generate(state, body, ROUTE, ids, max_tokens, want_logprobs)
-        choices = [
-            {
-                "index": index,
-                "message": {"role": "assistant", "content": generated.text(beam)},
-                "finish_reason": FINISH_REASONS.get(beam.finish_reason, "length"),
-                "logprobs": _logprobs(generated, beam) if want_logprobs else None,
-                **generated.extensions(beam),
-            }
-            for index, beam in enumerate(generated.response.beams)
-        ]
-        out: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.model,
-            "choices": choices,
-            "usage": generated.usage(),
-        }
-        if (catalog := generated.catalog()) is not None:
-            out["catalog"] = catalog
-        return out
+        choices = generated.choices(
+            lambda beam: {"message": {"role": "assistant", "content": generated.text(beam)}},
+            _logprobs if want_logprobs else None,
+        )
+        return generated.envelope("chat.completion", "chatcmpl", body.model, choices)
 
     return router

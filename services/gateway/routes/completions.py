@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any
 
 from fastapi import APIRouter
@@ -11,7 +9,6 @@ from fastapi import APIRouter
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.generation import (
-    FINISH_REASONS,
     Generated,
     generate,
     require_codec,
@@ -64,26 +61,10 @@ def create_router() -> APIRouter:
         ids = await prompt_ids(state, body.prompt)
         want_logprobs = body.logprobs is not None
         generated = await generate(state, body, ROUTE, ids, body.max_tokens, want_logprobs)
-        choices = [
-            {
-                "index": index,
-                "text": generated.text(beam),
-                "finish_reason": FINISH_REASONS.get(beam.finish_reason, "length"),
-                "logprobs": _logprobs(generated, beam) if want_logprobs else None,
-                **generated.extensions(beam),
-            }
-            for index, beam in enumerate(generated.response.beams)
-        ]
-        out: dict[str, Any] = {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": body.model,
-            "choices": choices,
-            "usage": generated.usage(),
-        }
-        if (catalog := generated.catalog()) is not None:
-            out["catalog"] = catalog
-        return out
+        choices = generated.choices(
+            lambda beam: {"text": generated.text(beam)},
+            _logprobs if want_logprobs else None,
+        )
+        return generated.envelope("text_completion", "cmpl", body.model, choices)
 
     return router
