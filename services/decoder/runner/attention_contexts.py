@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
@@ -9,17 +11,13 @@ from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
 from widebeam.services.decoder.kv.kv_cache import KVCache
 
 
+@dataclass(frozen=True)
 class PrefillContext:
-    def __init__(
-        self,
-        cache: KVCache,
-        write_slots: torch.Tensor,  # [N] int64, prompt slots of the packed tokens
-        batch: PrefillBatch,
-        backend: AttentionBackend,
-        scale: float,
-    ) -> None:
-        self.cache, self.write_slots, self.batch = cache, write_slots, batch
-        self.backend, self.scale = backend, scale
+    cache: KVCache
+    write_slots: torch.Tensor  # [N] int64, prompt slots of the packed tokens
+    batch: PrefillBatch
+    backend: AttentionBackend
+    scale: float
 
     def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -28,22 +26,17 @@ class PrefillContext:
         return self.backend.prefill(q, k, v, self.batch, self.scale)
 
 
+@dataclass(frozen=True)
 class DecodeContext:
-    def __init__(
-        self,
-        cache: KVCache,
-        write_slots: torch.Tensor,  # [R] int64, one new slot per row
-        batch: DecodeBatch,
-        backend: AttentionBackend,
-        scale: float,
-    ) -> None:
-        self.cache, self.write_slots, self.batch = cache, write_slots, batch
-        self.backend, self.scale = backend, scale
+    cache: KVCache
+    write_slots: torch.Tensor  # [R] int64, one new slot per row
+    batch: DecodeBatch
+    backend: AttentionBackend
+    scale: float
 
     def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:  # q [R, Hq, D]; k, v [R, Hkv, D] -> [R, Hq, D]
         self.cache.write(layer_idx, self.write_slots, k, v)
-        return self.backend.decode(
-            q, self.cache.k[layer_idx], self.cache.v[layer_idx], self.batch, self.scale
-        )
+        k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        return self.backend.decode(q, k_cache, v_cache, self.batch, self.scale)
