@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPES = ("float32", "bfloat16", "float16")
+BEAM_EXPANSIONS = ("streamed", "dense")
 
 
 @dataclass(frozen=True)
@@ -18,12 +19,25 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     max_prefill_tokens: int = 8192  # prompt tokens prefilled in one step (one request may exceed)
     attention_backend: str = "auto"  # auto: Triton kernels on CUDA, torch reference elsewhere
+    # streamed: beam candidates from hidden states in row chunks (never [rows, vocab] fp32);
+    # dense: full log-prob rows for every beam (transformers' way; the reference)
+    beam_expansion: str = "streamed"
+    # Up to this many beam scores (k * vocab) a request ranks them densely either way, which
+    # keeps transformers' exact tie order for small requests.
+    dense_expansion_limit: int = 1 << 22
     catalog_path: str | None = None  # JSONL catalog for constrained decoding
     sid_layout: str | None = None  # "BASE:SIZE,..."; default: inferred from the tokenizer
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.beam_expansion not in BEAM_EXPANSIONS:
+            raise ValueError(
+                f"beam_expansion must be one of {', '.join(BEAM_EXPANSIONS)}, "
+                f"got {self.beam_expansion!r}"
+            )
+        if self.dense_expansion_limit < 0:
+            raise ValueError("dense_expansion_limit must be >= 0")
         for name in ("max_rows", "max_kv_slots", "page_size", "max_prefill_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -17,6 +17,7 @@ import torch
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
+from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
 from widebeam.services.decoder.config import EngineConfig
@@ -171,10 +172,10 @@ class Engine:
     def _prefill(self, states: list[RequestState]) -> list[RequestOutput]:
         for state in states:
             start_request(state, self.scheduler.pages.page_size, self.device)
-        logits = self.runner.prefill(
+        hidden = self.runner.prefill(
             [s.resolved.spec.input_ids for s in states], [s.prompt_slots for s in states]
         )
-        return self._select([(s, logits[i : i + 1]) for i, s in enumerate(states)])
+        return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 
     def _decode(self, states: list[RequestState]) -> list[RequestOutput]:
         groups, tokens, positions, writes = [], [], [], []
@@ -193,40 +194,61 @@ class Engine:
             )
             writes.append(state.suffix_table[:, -1])
             row += state.num_rows
-        logits = self.runner.decode(
+        hidden = self.runner.decode(
             torch.cat(tokens), torch.cat(positions), torch.cat(writes), DecodeBatch(tuple(groups))
         )
         chunks, row = [], 0
         for state in states:
-            chunks.append((state, logits[row : row + state.num_rows]))
+            chunks.append((state, hidden[row : row + state.num_rows]))
             row += state.num_rows
         return self._select(chunks)
 
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
-        finished = []
-        for state, logits in chunks:
+        """chunks: each request with its rows' final hidden states [rows, hidden]."""
+        finished, advanced = [], []
+        for state, hidden in chunks:
             try:
-                selection = self._advance(state, logits)
+                advanced.append((state, self._advance(state, hidden)))
             except Exception as exc:  # one request's failure must not take its batch down
                 log.exception("request %s failed in its beam step", state.request_id)
                 self.scheduler.finish(state)
                 finished.append(RequestOutput(state.request_id, error=f"internal error: {exc}"))
-                continue
+        beams = [state.search for state, _ in advanced if isinstance(state.search, BeamSearch)]
+        if beams:  # one device read for every beam request's stop decision
+            for search, done in zip(beams, torch.stack([b.done_flag for b in beams]).tolist()):
+                search.resolve_done(done)
+        for state, selection in advanced:
             if state.search.done:
                 finished.append(self._finish(state))
             else:
                 self._apply(state, selection)
         return finished
 
-    def _advance(self, state: RequestState, logits: torch.Tensor) -> StepSelection:
-        search = state.search
-        mask = None
-        if state.constraint is not None:
-            mask = state.constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
+    def _advance(self, state: RequestState, hidden: torch.Tensor) -> StepSelection:
+        search, constraint = state.search, state.constraint
         if isinstance(search, BeamSearch):
             block_eos = search.step < state.resolved.spec.min_new_tokens
+            if self._streamed(search.num_beams):
+                allowed = None
+                if constraint is not None:
+                    allowed = constraint.allowed_tokens(state.nodes, search.eos_ids)
+                source = RowLogprobs(
+                    hidden, self.runner.logits, self.vocab_size, search.eos_ids, block_eos, allowed
+                )
+                cands = top_candidates(source, search.running_scores, search.keep)
+                return search.advance_candidates(cands)
+        logits = self.runner.logits(hidden)
+        mask = None
+        if constraint is not None:
+            mask = constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
+        if isinstance(search, BeamSearch):
             return search.advance(processed_logprobs(logits, mask, search.eos_ids, block_eos))
         return search.advance(logits, mask)
+
+    def _streamed(self, num_beams: int) -> bool:
+        config = self.config
+        wide = num_beams * self.vocab_size > config.dense_expansion_limit
+        return config.beam_expansion == "streamed" and wide
 
     def _apply(self, state: RequestState, sel: StepSelection) -> None:
         k, step = state.num_rows, state.search.step - 1

@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import torch
 
+from widebeam.services.decoder.beam.candidates import Candidates
+
 NEG_INF_SCORE = -1.0e9
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -50,8 +52,6 @@ class BeamSearch:
     max_new_tokens: int
     device: torch.device
     step: int = 0
-    done: bool = False
-    heuristic_open: bool = True
     history_parents: list[torch.Tensor] = field(default_factory=list)  # per step [k] int64
     history_tokens: list[torch.Tensor] = field(default_factory=list)  # per step [k] int64
     history_logprobs: list[torch.Tensor] = field(default_factory=list)  # per step [k] fp32
@@ -74,6 +74,10 @@ class BeamSearch:
         self.fin_token = torch.zeros(k, dtype=torch.int64, device=dev)  # [k] int64
         self.fin_cum = torch.zeros(k, dtype=torch.float32, device=dev)  # [k] fp32
         self.fin_token_logprob = torch.zeros(k, dtype=torch.float32, device=dev)  # [k] fp32
+        # Stop state stays on the device so a step needs no host round trip.
+        self.heuristic_open = torch.ones((), dtype=torch.bool, device=dev)  # [] bool
+        self.done_flag = torch.zeros((), dtype=torch.bool, device=dev)  # [] bool
+        self._done: bool | None = False
 
     def advance(self, logprobs: torch.Tensor) -> StepSelection:
         """logprobs: [k, vocab] fp32 (or [1, vocab] shared by all rows at step 0), already
@@ -83,9 +87,14 @@ class BeamSearch:
             logprobs = logprobs.expand(k, logprobs.shape[1])
         scores, flat = self._top_candidates(logprobs)  # [keep] fp32, [keep] int64
         vocab = logprobs.shape[1]
-        cand_rows = flat // vocab
-        cand_tokens = flat % vocab
-        cand_logprobs = logprobs[cand_rows, cand_tokens]
+        rows, tokens = flat // vocab, flat % vocab
+        return self.advance_candidates(Candidates(scores, rows, tokens, logprobs[rows, tokens]))
+
+    def advance_candidates(self, cands: Candidates) -> StepSelection:
+        """One step from the request's best `keep` candidates (`candidates.top_candidates`, or
+        `advance`'s exhaustive ranking). Never waits for the device: `done` is read later."""
+        k = self.num_beams
+        scores, cand_rows, cand_tokens, cand_logprobs = cands
         if self.step + 1 >= self.max_new_tokens:
             hits = torch.ones_like(cand_tokens, dtype=torch.bool)
         elif self.eos_ids.numel():
@@ -108,6 +117,16 @@ class BeamSearch:
         self.step += 1
         self._update_stop_state(hits)
         return StepSelection(parents, tokens)
+
+    @property
+    def done(self) -> bool:
+        if self._done is None:
+            self._done = bool(self.done_flag)
+        return self._done
+
+    def resolve_done(self, value: bool) -> None:
+        """Set `done` from a batched read of many requests' `done_flag`s (one sync per step)."""
+        self._done = value
 
     def _top_candidates(self, logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         accumulated = logprobs + self.running_scores[:, None]  # [k, vocab] fp32
@@ -135,9 +154,8 @@ class BeamSearch:
         just_finished = hits.clone()
         just_finished[k:] = False
         penalised = scores / ((self.step + 1) ** self.length_penalty)
-        beams_full = bool(self.fin_done.all()) and self.early_stopping is True
-        penalised = penalised + float(beams_full) * NEG_INF_SCORE
-        penalised = penalised + float(not self.heuristic_open) * NEG_INF_SCORE
+        penalised = penalised + self._beams_full().to(torch.float32) * NEG_INF_SCORE
+        penalised = penalised + (~self.heuristic_open).to(torch.float32) * NEG_INF_SCORE
         # transformers adds -1e9 to candidates that did not just finish; -inf keeps them out of
         # the finished set even when real scores fall below -1e9 (same ranking otherwise).
         penalised = torch.where(just_finished, penalised, float("-inf"))
@@ -157,6 +175,11 @@ class BeamSearch:
         self.fin_cum = merge(self.fin_cum, scores)
         self.fin_token_logprob = merge(self.fin_token_logprob, cand_logprobs)
 
+    def _beams_full(self) -> torch.Tensor:  # [] bool
+        if self.early_stopping is True:
+            return self.fin_done.all()
+        return torch.zeros((), dtype=torch.bool, device=self.device)
+
     def _update_stop_state(self, hits: torch.Tensor) -> None:
         if self.early_stopping == "never" and self.length_penalty > 0.0:
             best_len = self.max_new_tokens
@@ -166,12 +189,12 @@ class BeamSearch:
         # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
         # every real score above -1e9 and never stops a search whose scores fall below it.
         worst_finished = torch.where(self.fin_done, self.fin_scores.min(), float("-inf"))
-        self.heuristic_open = self.heuristic_open and bool((best_running > worst_finished).any())
-        all_full = bool(self.fin_done.all()) and self.early_stopping is True
-        self.done = not (self.heuristic_open and not all_full and not bool(hits.all()))
+        self.heuristic_open = self.heuristic_open & (best_running > worst_finished).any()
+        going = self.heuristic_open & ~self._beams_full() & ~hits.all()
         # Only placeholder or impossible rows left: nothing real can finish any more.
         real = ~self.running_ghost & torch.isfinite(self.running_scores)
-        self.done = self.done or not bool(real.any())
+        self.done_flag = ~going | ~real.any()
+        self._done = None
 
     def results(self) -> list[FinishedBeam]:
         """The best `num_return` finished hypotheses, best first; ghosts and unfinished or

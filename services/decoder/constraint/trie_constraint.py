@@ -30,6 +30,9 @@ class TrieConstraint:
             torch.arange(trie.num_nodes, device=device), self.child_offsets.diff()
         )
         self.edge_keys = edge_nodes * self.key_base + self.child_tokens  # [edges] int64
+        # Widest node: the candidate width of the sparse path (+1 for the EOS of a leaf).
+        fanout = self.child_offsets.diff()
+        self.max_fanout = int(fanout.max().item()) if fanout.numel() else 0
 
     def path_length(self, prompt_ids: tuple[int, ...]) -> int:
         layout = self.trie.layout
@@ -69,6 +72,31 @@ class TrieConstraint:
             end_rows = ending.nonzero().squeeze(1)
             mask[end_rows, eos_ids[0]] = 0.0
         return mask
+
+    def allowed_tokens(
+        self,
+        nodes: torch.Tensor,  # [R] int64 trie nodes (or OFF_TRIE)
+        eos_ids: torch.Tensor,  # [n_eos] int64; the first one ends a SID
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # [R, W] int64 tokens, [R, W] bool valid
+        """The same allowed set as `mask`, as padded per-row token lists (W = widest node, or 1
+        for the EOS of a leaf): the sparse candidates of a wide beam, without [R, vocab]."""
+        width = max(self.max_fanout, 1)
+        on_trie = nodes >= 0
+        safe = torch.where(on_trie, nodes, 0)
+        starts = self.child_offsets[safe]
+        counts = torch.where(on_trie, self.child_offsets[safe + 1] - starts, 0)
+        lane = torch.arange(width, device=self.device)
+        valid = lane[None, :] < counts[:, None]
+        edge = (starts[:, None] + lane[None, :]).clamp(max=max(self.child_tokens.numel() - 1, 0))
+        if self.child_tokens.numel():
+            tokens = torch.where(valid, self.child_tokens[edge], 0)
+        else:
+            tokens = torch.zeros_like(edge)
+        if eos_ids.numel():
+            ending = (counts == 0)[:, None] & (lane[None, :] == 0)
+            tokens = torch.where(ending, eos_ids[0], tokens)
+            valid = valid | ending
+        return tokens, valid
 
     def advance(
         self,

@@ -26,7 +26,7 @@ class ModelRunner:
         self,
         prompts: list[tuple[int, ...]],
         prompt_slots: list[torch.Tensor],  # each [prompt_len] int64
-    ) -> torch.Tensor:  # [num_prompts, vocab] fp32 logits of each prompt's last token
+    ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
         lengths = [len(p) for p in prompts]
         ids = torch.tensor([t for p in prompts for t in p], dtype=torch.int64, device=self.device)
         positions = torch.cat([torch.arange(n, device=self.device) for n in lengths])
@@ -38,7 +38,7 @@ class ModelRunner:
         )
         hidden = self.model(ids, positions, ctx)
         last = torch.tensor(cu[1:], device=self.device) - 1
-        return self.model.compute_logits(hidden[last])
+        return hidden[last]
 
     @torch.inference_mode()
     def decode(
@@ -47,7 +47,10 @@ class ModelRunner:
         positions: torch.Tensor,  # [R] int64
         write_slots: torch.Tensor,  # [R] int64
         batch: DecodeBatch,
-    ) -> torch.Tensor:  # [R, vocab] fp32
+    ) -> torch.Tensor:  # [R, hidden] final hidden states
         ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
-        hidden = self.model(tokens, positions, ctx)
+        return self.model(tokens, positions, ctx)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
         return self.model.compute_logits(hidden)

@@ -35,6 +35,19 @@ def test_mask_allows_exactly_children_or_eos() -> None:
     assert torch.isinf(mask[mask != 0]).all()
 
 
+def test_allowed_tokens_are_the_mask_as_lists() -> None:
+    c = _constraint(4)
+    nodes = torch.tensor([*range(c.trie.num_nodes), OFF_TRIE])
+    for eos in (torch.tensor([3, 5]), torch.tensor([], dtype=torch.int64)):
+        mask = c.mask(nodes, eos, VOCAB)
+        tokens, valid = c.allowed_tokens(nodes, eos)
+        assert tokens.shape == valid.shape == (len(nodes), c.max_fanout)
+        for row in range(len(nodes)):
+            listed = tokens[row][valid[row]].tolist()
+            assert len(listed) == len(set(listed))
+            assert set(listed) == set(torch.nonzero(mask[row] == 0).squeeze(1).tolist())
+
+
 def test_advance_matches_child_lookup() -> None:
     c = _constraint(1)
     rng = random.Random(2)

@@ -1,0 +1,97 @@
+"""Streamed beam candidates equal the exhaustive ranking over full log-prob rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
+
+VOCAB, HIDDEN = 97, 16
+
+
+def _exhaustive(
+    source: RowLogprobs, running: torch.Tensor, keep: int
+) -> tuple[torch.Tensor, set[tuple[int, int]]]:
+    logprobs = torch.log_softmax(source.lm_head(source.hidden), dim=-1)
+    if source.block_eos:
+        logprobs[:, source.eos_ids] = float("-inf")
+    if source.allowed is not None:
+        mask = torch.full_like(logprobs, float("-inf"))
+        tokens, valid = source.allowed
+        for row in range(tokens.shape[0]):
+            mask[row, tokens[row][valid[row]]] = 0.0
+        logprobs = logprobs + mask
+    logprobs = logprobs.expand(running.shape[0], VOCAB)
+    scores, flat = torch.topk((logprobs + running[:, None]).reshape(-1), keep)
+    real = scores > -1.0e8  # ghost rows' candidates all tie at -1e9: any of them will do
+    pairs = {(int(f) // VOCAB, int(f) % VOCAB) for f in flat[real]}
+    return scores, pairs
+
+
+def _source(seed: int, rows: int, *, sparse: bool, block_eos: bool, chunk: int) -> RowLogprobs:
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.randn(VOCAB, HIDDEN, generator=gen) * 3
+    hidden = torch.randn(rows, HIDDEN, generator=gen)
+    allowed = None
+    if sparse:
+        width = 7
+        tokens = torch.stack([torch.randperm(VOCAB, generator=gen)[:width] for _ in range(rows)])
+        valid = torch.rand(rows, width, generator=gen) < 0.7
+        allowed = (tokens, valid)
+    # float64 products rounded once: a row's logits do not depend on how rows are chunked
+    return RowLogprobs(
+        hidden,
+        lambda h: (h.double() @ weight.double().T).float(),
+        VOCAB,
+        torch.tensor([3, 5]),
+        block_eos,
+        allowed,
+        chunk_elems=chunk,
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("first_pass", [1, 2, 16, 200])
+def test_streamed_equals_exhaustive(seed: int, sparse: bool, shared: bool, first_pass: int) -> None:
+    k = 12
+    gen = torch.Generator().manual_seed(100 + seed)
+    running = torch.randn(k, generator=gen) * 2
+    if shared:  # the first step: one hidden state, ghost rows at -1e9
+        running = torch.full((k,), -1.0e9)
+        running[0] = 0.0
+    source = _source(seed, 1 if shared else k, sparse=sparse, block_eos=seed % 2 == 0, chunk=200)
+    keep = 2 * k
+    want_scores, want_pairs = _exhaustive(source, running, keep)
+    got = top_candidates(source, running, keep, first_pass=first_pass)
+    torch.testing.assert_close(got.scores, want_scores, rtol=0, atol=0)
+    real = got.scores > -1.0e8
+    assert {(int(r), int(t)) for r, t in zip(got.rows[real], got.tokens[real])} == want_pairs
+    finite = torch.isfinite(got.scores)
+    # each candidate's own log-prob is the token's processed log-prob of its row
+    assert torch.equal(got.scores[finite], (got.logprobs + running[got.rows])[finite])
+
+
+def test_narrow_trie_pads_impossible_candidates() -> None:
+    k = 4
+    source = _source(0, k, sparse=True, block_eos=False, chunk=1 << 20)
+    narrow = RowLogprobs(
+        source.hidden,
+        source.lm_head,
+        VOCAB,
+        source.eos_ids,
+        False,
+        (source.allowed[0][:, :1], torch.ones(k, 1, dtype=torch.bool)),
+    )
+    got = top_candidates(narrow, torch.zeros(k), keep=3 * k)
+    assert got.scores.shape == (3 * k,)
+    assert torch.isfinite(got.scores).sum() == k
+    assert torch.isneginf(got.scores[k:]).all()
+
+
+def test_rejects_mismatched_rows() -> None:
+    source = _source(0, 3, sparse=False, block_eos=False, chunk=1 << 20)
+    with pytest.raises(ValueError, match="3 hidden rows for 5 beams"):
+        top_candidates(source, torch.zeros(5), keep=10)
