@@ -16,7 +16,9 @@ import torch
 from catalogs import dict_trie, prefix_fn, random_catalog
 from floor import linear_step_ms, request_flops
 from harness import (
+    add_engine_args,
     drive,
+    engine_options,
     environment,
     make_engine,
     markdown_table,
@@ -39,6 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hf", action="store_true", help="transformers at n = 50")
+    add_engine_args(parser)
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
     catalog = random_catalog(430_000, LEVELS)
@@ -46,7 +49,12 @@ def main() -> None:
     valid = set(sids)
     model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
     engine = make_engine(
-        path, max_rows=16384, max_kv_slots=120_000, model=model, catalog_path=str(catalog)
+        path,
+        max_rows=16384,
+        max_kv_slots=120_000,
+        model=model,
+        catalog_path=str(catalog),
+        **engine_options(args),
     )
     layout = engine.sid_layout
     bases = [lv.base for lv in layout.levels]
@@ -127,7 +135,7 @@ def main() -> None:
         results.append({"hf_n50_ms": hf_ms, "speedup_vs_hf": hf_ms / results[0]["alone_ms"]})
         print(f"transformers n=50: {hf_ms:.0f} ms; ours alone {results[0]['alone_ms']:.1f} ms")
     env = environment() | {"matmul_tflops": peak, "quick": args.quick}
-    write_json("genrec_throughput", {"env": env, "rows": results})
+    write_json("genrec_throughput" + args.tag, {"env": env | engine_options(args), "rows": results})
     print(f"\nWorkload 3 (Qwen3-1.7B + SID vocab, 430k SIDs, ~301-token prompts), {env}")
     print(
         markdown_table(

@@ -6,6 +6,7 @@ weight values); EOS is ignored so every request runs its full length.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -64,6 +65,17 @@ def model_dir(shape: str, sid_levels: tuple[int, ...] | None = None) -> Path:
             **SHAPES[shape],
         )
     return root
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """The engine variant under test, so one device call can time before and after."""
+    parser.add_argument("--attention", default="auto", choices=["auto", "torch", "triton"])
+    parser.add_argument("--expansion", default="streamed", choices=["streamed", "dense"])
+    parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, str]:
+    return {"attention_backend": args.attention, "beam_expansion": args.expansion}
 
 
 def make_engine(

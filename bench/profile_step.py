@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from harness import make_engine, model_dir
+from harness import add_engine_args, engine_options, make_engine, model_dir
 from torch.profiler import ProfilerActivity, profile
 
 from widebeam.services.decoder.request import GenerationRequest
@@ -17,9 +17,15 @@ def main() -> None:
     parser.add_argument("--beams", type=int, default=5000)
     parser.add_argument("--tokens", type=int, default=3)
     parser.add_argument("--shape", default="qwen3-0.6b")
+    add_engine_args(parser)
     args = parser.parse_args()
     path = model_dir(args.shape)
-    engine = make_engine(path, max_rows=args.beams, max_kv_slots=64 + args.beams * args.tokens)
+    engine = make_engine(
+        path,
+        max_rows=args.beams,
+        max_kv_slots=64 + args.beams * args.tokens,
+        **engine_options(args),
+    )
     rng = random.Random(0)
     prompt = tuple(rng.randrange(1000, 100000) for _ in range(64))
 

@@ -14,7 +14,9 @@ import torch
 from catalogs import dict_trie, prefix_fn, random_catalog
 from floor import linear_step_ms, request_flops
 from harness import (
+    add_engine_args,
     drive,
+    engine_options,
     environment,
     make_engine,
     markdown_table,
@@ -37,6 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hf", action="store_true", help="transformers at context 1000")
+    add_engine_args(parser)
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b")
     catalog = random_catalog(200_000, (CODEBOOK,) * 3)
@@ -59,6 +62,7 @@ def main() -> None:
         model=model,
         catalog_path=str(catalog),
         sid_layout=LAYOUT,
+        **engine_options(args),
     )
 
     def req(ctx: int, i: int) -> GenerationRequest:
@@ -109,7 +113,7 @@ def main() -> None:
             ]
         )
     env = environment() | {"matmul_tflops": peak, "quick": args.quick}
-    write_json("sid_decode", {"env": env, "rows": results})
+    write_json("sid_decode" + args.tag, {"env": env | engine_options(args), "rows": results})
     print(f"\nWorkload 2 (Qwen3-1.7B shape, beam {BEAMS}, {STEPS} constrained steps), {env}")
     print(
         markdown_table(

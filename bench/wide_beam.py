@@ -15,7 +15,9 @@ import torch
 from e2e import DecoderProcess, drive_grpc, generate_request
 from floor import linear_step_ms, request_flops
 from harness import (
+    add_engine_args,
     drive,
+    engine_options,
     environment,
     make_engine,
     markdown_table,
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--hf-tokens", default="3")
     parser.add_argument("--e2e", action="store_true", help="also time through the decoder service")
     parser.add_argument("--e2e-only", action="store_true", help="only the decoder-service timing")
+    add_engine_args(parser)
     args = parser.parse_args()
     wanted = {int(t) for t in args.tokens.split(",")}
     hf_tokens = {int(t) for t in args.hf_tokens.split(",") if t}
@@ -113,7 +116,11 @@ def main() -> None:
         num = QUICK_REQUESTS[tokens] if args.quick else num
         need = PROMPT_LEN + BEAMS * tokens
         engine = make_engine(
-            path, max_rows=conc * BEAMS, max_kv_slots=min(conc * need, KV_SLOTS), model=model
+            path,
+            max_rows=conc * BEAMS,
+            max_kv_slots=min(conc * need, KV_SLOTS),
+            model=model,
+            **engine_options(args),
         )
         make = lambda i, t=tokens: GenerationRequest(  # noqa: E731
             f"w1-{t}-{i}",
@@ -187,7 +194,7 @@ def main() -> None:
             )
         )
     env = environment() | {"matmul_tflops": peak, "prompt_len": PROMPT_LEN, "quick": args.quick}
-    write_json("wide_beam", {"env": env, "rows": results})
+    write_json("wide_beam" + args.tag, {"env": env | engine_options(args), "rows": results})
     print(f"\nWorkload 1 (Qwen3-0.6B shape, beam = n = {BEAMS}), {env}")
     print(
         markdown_table(
