@@ -70,14 +70,20 @@ def stop_clients(workers: list[threading.Thread], stop: threading.Event) -> None
         t.join(60)
 
 
-def restart_keeping_data(server: RedisServer) -> float:
-    """Stop and start redis-server on the same port with its data: SHUTDOWN SAVE writes the
-    snapshot and exits atomically (no write lands between the two), and the new process loads
-    it. An operator's restart, not a crash. Returns how long Redis was down."""
-    began = time.monotonic()
+def stop_keeping_data(server: RedisServer) -> None:
+    """SHUTDOWN SAVE: the snapshot is written and the server exits atomically (no write lands
+    between the two); `server.start()` brings it back on the same port with that data."""
     # The server closes the connection as it exits.
     with redis.Redis.from_url(server.url) as client, contextlib.suppress(redis.ConnectionError):
         client.shutdown(save=True)
     server.stop()  # reaps the exited process
+
+
+def restart_keeping_data(server: RedisServer, down_s: float = 0.0) -> float:
+    """Stop and start redis-server on the same port with its data, `down_s` apart: an
+    operator's restart, not a crash. Returns how long Redis was down."""
+    began = time.monotonic()
+    stop_keeping_data(server)
+    time.sleep(down_s)
     server.start()
     return time.monotonic() - began

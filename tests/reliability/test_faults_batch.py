@@ -1,6 +1,6 @@
-"""Faults in batch jobs: the `widebeam worker` SIGKILLed mid-chunk twice in one job, and
-redis-server restarted while a job runs. The job completes with exactly the expected rows:
-none lost, none duplicated."""
+"""Faults in batch jobs: the `widebeam worker` SIGKILLed mid-chunk twice in one job,
+redis-server restarted three times while a job runs, and Redis away longer than the worker's
+retry budget. The job completes with exactly the expected rows: none lost, none duplicated."""
 
 from __future__ import annotations
 
@@ -102,17 +102,20 @@ def test_a_worker_killed_mid_chunk_twice_loses_and_duplicates_nothing(
     assert_complete(rows, TOTAL)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (2 of ~12 runs, both after other batch tests in the same session): the "
-    "job did not resume within 90 s of a Redis restart; suspected worker/Celery-transport "
-    "reconnect bug, open in issue 8",
-)
+# Rows done before each restart: three restarts per job, each at a different point of a chunk,
+# so a reconnect path that loses a chunk now and then (as one did: see docs/reliability.md)
+# fails here rather than once in ten runs.
+RESTART_AT = (40, 100, 150)
+
+
 def test_redis_restarted_during_a_job_every_service_reconnects(
     own_redis: RedisServer, rel_decoder: BackgroundServer, tmp_path: Path
 ) -> None:
     settings = batch_settings(own_redis.url, rel_decoder.address)
     worker = Worker(settings, tmp_path / "worker.log")
+    downs: list[float] = []
+    gateway_back: list[float] = []
+    worker_back: list[float] = []
     try:
         worker.wait_ready()
         gw_settings = gateway_settings([rel_decoder.address], redis_url=own_redis.url)
@@ -124,21 +127,25 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
             assert submitted.status_code == 202, submitted.text
             job_id = submitted.json()["id"]
 
-            def progress() -> int:
-                return int(http.get(f"/v1/batch-jobs/{job_id}").json()["done"])
-
-            wait_for(lambda: progress() >= 40, 60, "the job to be under way", step=0.05)
-            done_before = progress()
-            down_s = restart_keeping_data(own_redis)
-            restarted = time.monotonic()
-
-            def moved_on() -> bool:
-                now = progress_or_none(http, job_id)
-                return now is not None and now > done_before
-
-            # Both ends reconnected: the gateway reads the store, the worker writes new rows.
-            wait_for(moved_on, 60, "progress after the restart", step=0.05)
-            recovery_s = time.monotonic() - restarted
+            for at in RESTART_AT:
+                wait_for(
+                    lambda at=at: (progress_or_none(http, job_id) or 0) >= at,
+                    60, f"{at} rows done", step=0.02,
+                )  # fmt: skip
+                downs.append(restart_keeping_data(own_redis))
+                restarted = time.monotonic()
+                # The gateway reads the job store again ...
+                seen: int = wait_for(
+                    lambda: (n,) if (n := progress_or_none(http, job_id)) is not None else None,
+                    30, "the gateway to read the job again", step=0.01,
+                )[0]  # fmt: skip
+                gateway_back.append(time.monotonic() - restarted)
+                # ... and the worker writes rows again (counted from the gateway's first read).
+                wait_for(
+                    lambda seen=seen: (progress_or_none(http, job_id) or 0) > seen or seen == TOTAL,
+                    30, "the worker to write rows again", step=0.01,
+                )  # fmt: skip
+                worker_back.append(time.monotonic() - restarted)
 
             def done() -> dict[str, Any] | None:
                 job = http.get(f"/v1/batch-jobs/{job_id}").json()
@@ -153,14 +160,60 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
             assert results.status_code == 200, results.text
             rows = [httpx.Response(200, content=line).json() for line in results.text.splitlines()]
         assert worker.proc.poll() is None, "the worker died with Redis"
+        log = worker.log_path.read_text(errors="replace")
     finally:
         worker.stop()
     print(
-        f"\nredis restart mid-job: rows {TOTAL}, redis down {down_s:.2f} s, progress again "
-        f"{recovery_s:.2f} s after, status {job['status']}, done {job['done']}, failed "
+        f"\nredis restart x{len(RESTART_AT)} mid-job: rows {TOTAL}, redis down "
+        f"{max(downs):.2f} s at most, gateway reads again {max(gateway_back):.2f} s and the "
+        f"worker writes again {max(worker_back):.2f} s after a restart (at most), chunks "
+        f"requeued {log.count('requeued')}, status {job['status']}, done {job['done']}, failed "
         f"{job['failed']}, rows returned {len(rows)}, distinct {len({r['row'] for r in rows})}"
     )
     assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
+    assert_complete(rows, TOTAL)
+    assert "raised unexpected" not in log, "a chunk task failed on the restart"
+
+
+def test_redis_down_longer_than_the_retry_budget_hands_the_chunk_back(
+    own_redis: RedisServer,
+    rel_decoder: BackgroundServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis away for 2 s, the worker's job store retrying for 0.2 s: the running chunk meets a
+    Redis error it cannot ride out. It must go back to the queue (redelivered after the
+    visibility timeout), not fail: a failed task is acknowledged, and its rows would be lost."""
+    monkeypatch.setenv("WIDEBEAM_BATCH_REDIS_RETRY_S", "0.2")  # read by the worker process
+    settings = batch_settings(own_redis.url, rel_decoder.address)
+    store = store_of(settings)
+    worker = Worker(settings, tmp_path / "worker.log")
+    try:
+        worker.wait_ready()
+        with make_client(settings) as client:
+            began = time.monotonic()
+            job_id = submit(client, TOTAL)
+            results_key = store.keys(job_id)[1]
+            wait_for(lambda: store.client.hlen(results_key) >= 40, 60, "40 rows", step=0.01)
+            down_s = restart_keeping_data(own_redis, down_s=2.0)
+            job: dict[str, Any] = wait_for(
+                lambda: finished(client, job_id), 60, "the job to finish", step=0.1
+            )
+            elapsed = time.monotonic() - began
+            rows = result_rows(client, job_id)
+        assert worker.proc.poll() is None, "the worker died with Redis"
+        log = worker.log_path.read_text(errors="replace")
+    finally:
+        worker.stop()
+    print(
+        f"\nredis down {down_s:.1f} s mid-job (worker retry budget 0.2 s): rows {TOTAL}, chunks "
+        f"handed back {log.count('requeued')}, status {job['status']}, done {job['done']}, "
+        f"failed {job['failed']}, rows returned {len(rows)}, job time {elapsed:.1f} s"
+    )
+    assert log.count("requeued") >= 1, "the outage did not reach a running chunk"
+    assert "raised unexpected" not in log, "a chunk task failed on the outage"
+    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
+    assert len(rows) == TOTAL and store.client.hlen(results_key) == TOTAL
     assert_complete(rows, TOTAL)
 
 

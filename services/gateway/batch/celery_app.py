@@ -26,6 +26,9 @@ def create_celery(settings: BatchSettings, *, with_tasks: bool = False) -> Celer
         # only every 10th sweep).
         "unacked_restore_interval": settings.restore_interval_s,
         "unacked_restore_throttle": 1,
+        # A worker that dies (or loses Redis) inside a sweep leaves the sweep's lock behind;
+        # kombu's default 300 s would hold every redelivery back that long.
+        "unacked_mutex_expire": min(300, settings.visibility_timeout_s),
     }
     app.conf.update(
         # Never pickle: task arguments and results cross processes.

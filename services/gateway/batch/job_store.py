@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 ACTIVE = ("queued", "running")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -61,6 +63,39 @@ return ARGV[2]
 """
 
 
+# Backoff between attempts of a command while Redis is unreachable: 50 ms, doubling, 1 s at most.
+_RETRY_BASE_S = 0.025
+_RETRY_CAP_S = 1.0
+
+
+def retry_policy(budget_s: float) -> Retry:
+    """Connection errors and timeouts retried with capped exponential backoff until the sleeps
+    add up to `budget_s` (0: no retry). `redis.Redis.from_url` alone retries nothing, so one
+    command issued during a Redis restart would fail."""
+    backoff = ExponentialBackoff(cap=_RETRY_CAP_S, base=_RETRY_BASE_S)
+    retries, slept = 0, 0.0
+    while slept < budget_s:
+        retries += 1
+        slept += backoff.compute(retries)
+    return Retry(backoff, retries)
+
+
+def redis_client(url: str, retry_s: float) -> redis.Redis:
+    """A job-store client that rides out a Redis outage (restart, failover) of up to `retry_s`.
+
+    Every job-store command may be sent twice (the first attempt may have run before the
+    connection broke): row writes are HSETNX, status changes compare-and-set, job creation one
+    MULTI/EXEC writing the same values, so a repeat changes nothing."""
+    return redis.Redis.from_url(
+        url,
+        retry=retry_policy(retry_s),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        socket_connect_timeout=2.0,
+        socket_keepalive=True,
+        health_check_interval=30,
+    )
+
+
 @dataclass(frozen=True)
 class JobRecord:
     id: str
@@ -86,8 +121,9 @@ class JobStore:
         self._transition = client.register_script(_TRANSITION)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str, ttl_s: int) -> JobStore:
-        return cls(redis.Redis.from_url(url), namespace, ttl_s)
+    def from_url(cls, url: str, namespace: str, ttl_s: int, retry_s: float = 0.0) -> JobStore:
+        """`retry_s`: how long each command waits out a Redis outage (see `redis_client`)."""
+        return cls(redis_client(url, retry_s), namespace, ttl_s)
 
     def keys(self, job_id: str) -> list[str]:
         base = f"{self.namespace}:job:{job_id}"

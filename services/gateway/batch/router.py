@@ -76,7 +76,7 @@ class _Backend:
     @cached_property
     def store(self) -> JobStore:
         s = self.settings
-        return JobStore.from_url(s.redis_url, s.namespace, s.result_ttl_s)
+        return JobStore.from_url(s.redis_url, s.namespace, s.result_ttl_s, s.api_redis_retry_s)
 
     @cached_property
     def celery(self) -> Celery:

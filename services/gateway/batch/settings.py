@@ -35,6 +35,14 @@ class BatchSettings(BaseSettings):
     restore_interval_s: int = Field(
         10, ge=1, description="how often workers look for chunks of lost workers"
     )
+    # Redis restarts (an operator's, a failover) are ridden out by retrying each job-store
+    # command; longer outages hand the chunk back to the queue (workers) or answer 503 (API).
+    redis_retry_s: float = Field(
+        10.0, ge=0, description="how long a worker's job-store command waits out a Redis outage"
+    )
+    api_redis_retry_s: float = Field(
+        1.0, ge=0, description="the same for the gateway's batch routes (then 503)"
+    )
     chunk_max_retries: int = Field(3, ge=0, description="chunk retries while decoders are down")
     retry_delay_s: float = Field(5.0, ge=0)
     max_job_rows: int = Field(100_000, ge=1)

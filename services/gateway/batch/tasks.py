@@ -2,7 +2,12 @@
 
 Redelivery is expected (a worker killed mid-chunk leaves the chunk unacked; Redis hands it out
 again after the visibility timeout), so the task skips rows whose result is present and writes
-with HSETNX: a chunk run twice, even concurrently, yields each row exactly once."""
+with HSETNX: a chunk run twice, even concurrently, yields each row exactly once.
+
+Redis unreachable: each job-store command retries for `redis_retry_s` (a restart passes
+unnoticed); past that the chunk is handed back to the queue, never failed. A failed task is
+acknowledged (acks_late acks failures too), so failing it on a Redis error would drop the chunk
+and leave its job running forever."""
 
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
+import redis
 from celery import Celery, Task
+from celery.exceptions import Reject
 
 from widebeam.services.gateway.batch.celery_app import RUN_CHUNK
 from widebeam.services.gateway.batch.decoder_runner import DecoderRunner, runner_for
@@ -24,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # Decoder refusals that say "later", not "never": the chunk is retried while attempts last.
 TRANSIENT_STATUSES = frozenset({429, 503})
+# Redis out of reach (after the job store's own retries): the chunk goes back to the queue.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 class DecodersUnavailable(Exception):
@@ -89,7 +98,9 @@ def process_chunk(
 
 
 def register_tasks(app: Celery, settings: BatchSettings) -> None:
-    store = JobStore.from_url(settings.redis_url, settings.namespace, settings.result_ttl_s)
+    store = JobStore.from_url(
+        settings.redis_url, settings.namespace, settings.result_ttl_s, settings.redis_retry_s
+    )
 
     @app.task(
         name=RUN_CHUNK,
@@ -97,6 +108,9 @@ def register_tasks(app: Celery, settings: BatchSettings) -> None:
         acks_late=True,
         reject_on_worker_lost=True,
         max_retries=settings.chunk_max_retries,
+        # Progress and results live in the job store; a Celery result per chunk would only be
+        # one more Redis write that can fail after the chunk's work is done.
+        ignore_result=True,
     )
     def run_chunk(self: Task, job_id: str, chunk_index: int) -> dict[str, Any]:
         retries = int(self.request.retries or 0)
@@ -112,3 +126,8 @@ def register_tasks(app: Celery, settings: BatchSettings) -> None:
         except DecodersUnavailable as exc:
             log.warning("job %s chunk %d: %s; retrying later", job_id, chunk_index, exc)
             raise self.retry(countdown=settings.retry_delay_s) from exc
+        except REDIS_DOWN as exc:
+            # Requeued now if Redis is back; if not, the reject fails too and the chunk stays
+            # unacked, so Redis hands it out again after the visibility timeout.
+            log.warning("job %s chunk %d: Redis down (%s); requeued", job_id, chunk_index, exc)
+            raise Reject(exc, requeue=True) from exc
