@@ -25,6 +25,9 @@ class EngineConfig:
     # Up to this many beam scores (k * vocab) a request ranks them densely either way, which
     # keeps transformers' exact tie order for small requests.
     dense_expansion_limit: int = 1 << 22
+    # CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes (False: the same
+    # bucketed shapes, eagerly)
+    cuda_graphs: bool = True
     catalog_path: str | None = None  # JSONL catalog for constrained decoding
     sid_layout: str | None = None  # "BASE:SIZE,..."; default: inferred from the tokenizer
 

@@ -73,20 +73,24 @@ class Engine:
             max_kv_slots=pages.capacity_slots,
             default_eos_ids=tuple(defaults.eos_token_ids),
         )
+        # One page beyond the allocator's: the trash slot padded decode rows write to.
         cache = KVCache(
             mc.num_hidden_layers,
-            pages.capacity_slots,
+            pages.capacity_slots + config.page_size,
             mc.num_key_value_heads,
             mc.head_dim,
             dtype,
             self.device,
         )
+        backend_name = resolve_backend_name(config.attention_backend, self.device.type)
+        options = {"page_size": config.page_size} if backend_name == "triton" else {}
         self.runner = ModelRunner(
             self.model,
             cache,
-            make_attention_backend(
-                resolve_backend_name(config.attention_backend, self.device.type)
-            ),
+            make_attention_backend(backend_name, **options),
+            trash_slot=pages.capacity_slots,
+            cuda_graphs=config.cuda_graphs,
+            page_size=config.page_size,
         )
         self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.
@@ -215,7 +219,8 @@ class Engine:
                 finished.append(RequestOutput(state.request_id, error=f"internal error: {exc}"))
         beams = [state.search for state, _ in advanced if isinstance(state.search, BeamSearch)]
         if beams:  # one device read for every beam request's stop decision
-            for search, done in zip(beams, torch.stack([b.done_flag for b in beams]).tolist()):
+            flags = torch.stack([b.done_flag for b in beams]).tolist()
+            for search, done in zip(beams, flags, strict=True):
                 search.resolve_done(done)
         for state, selection in advanced:
             if state.search.done:

@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import torch
 
+from widebeam.services.decoder.beam.row_topk import row_topk
+
 DEFAULT_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits per chunk
 DEFAULT_FIRST_PASS = 16
 
@@ -67,8 +69,7 @@ class RowLogprobs:
         if self.block_eos and self.eos_ids.numel():
             logprobs[:, self.eos_ids] = float("-inf")
         if self.allowed is None:
-            values, tokens = torch.topk(logprobs, count, dim=1)
-            return RowTop(values, tokens)
+            return RowTop(*row_topk(logprobs, count))
         tokens, valid = self.allowed[0][rows], self.allowed[1][rows]
         picked = logprobs.gather(1, tokens).masked_fill(~valid, float("-inf"))  # [n, W]
         values, lanes = torch.topk(picked, count, dim=1)

@@ -8,6 +8,7 @@ import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.services.decoder.kv.kv_cache import KVCache
 
 
@@ -30,7 +31,7 @@ class PrefillContext:
 class DecodeContext:
     cache: KVCache
     write_slots: torch.Tensor  # [R] int64, one new slot per row
-    batch: DecodeBatch
+    batch: DecodeBatch | PackedDecode  # packed: static buffers of a CUDA-graph bucket
     backend: AttentionBackend
     scale: float
 

@@ -8,18 +8,67 @@ import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
+from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, DecodeShape, decode_shape
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, cache: KVCache, backend: AttentionBackend) -> None:
+    def __init__(
+        self,
+        model: CausalLM,
+        cache: KVCache,
+        backend: AttentionBackend,
+        trash_slot: int | None = None,  # a cache slot no request owns (padding rows write it)
+        cuda_graphs: bool = False,
+        page_size: int = 1,
+    ) -> None:
+        """On CUDA with the Triton backend and a trash slot, decode steps run at bucketed
+        shapes, replayed from CUDA graphs when `cuda_graphs` (else eagerly at the same shapes)."""
         self.model = model
         self.cache = cache
         self.backend = backend
         self.device = cache.k.device
         self.scale = 1.0 / math.sqrt(model.config.head_dim)
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda" and backend.name == "triton" and trash_slot is not None:
+            self.graphs = DecodeGraphs(
+                self._forward_packed,
+                self._shape_of,
+                page_size,
+                trash_slot,
+                self.device,
+                use_graphs=cuda_graphs,
+            )
+            self._page_size = page_size
+
+    def _shape_of(self, batch: DecodeBatch, rows: int) -> DecodeShape:
+        from widebeam.kernels.attention.triton_common import (
+            default_block_rows,
+            default_num_splits,
+        )
+
+        mc = self.model.config
+        q_heads, kv_heads = mc.num_attention_heads, mc.num_key_value_heads
+        return decode_shape(
+            batch,
+            rows,
+            self._page_size,
+            lambda widest: default_block_rows(q_heads, kv_heads, widest),
+            lambda work, longest: default_num_splits(work * kv_heads, longest, self.device),
+        )
+
+    def _forward_packed(
+        self,
+        tokens: torch.Tensor,  # [R] int64
+        positions: torch.Tensor,  # [R] int64
+        write_slots: torch.Tensor,  # [R] int64
+        packed: PackedDecode,
+    ) -> torch.Tensor:  # [R, hidden]
+        ctx = DecodeContext(self.cache, write_slots, packed, self.backend, self.scale)
+        return self.model(tokens, positions, ctx)
 
     @torch.inference_mode()
     def prefill(
@@ -48,6 +97,8 @@ class ModelRunner:
         write_slots: torch.Tensor,  # [R] int64
         batch: DecodeBatch,
     ) -> torch.Tensor:  # [R, hidden] final hidden states
+        if self.graphs is not None:
+            return self.graphs.run(tokens, positions, write_slots, batch)
         ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
         return self.model(tokens, positions, ctx)
 

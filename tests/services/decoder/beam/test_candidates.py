@@ -68,7 +68,8 @@ def test_streamed_equals_exhaustive(seed: int, sparse: bool, shared: bool, first
     got = top_candidates(source, running, keep, first_pass=first_pass)
     torch.testing.assert_close(got.scores, want_scores, rtol=0, atol=0)
     real = got.scores > -1.0e8
-    assert {(int(r), int(t)) for r, t in zip(got.rows[real], got.tokens[real])} == want_pairs
+    pairs = zip(got.rows[real].tolist(), got.tokens[real].tolist(), strict=True)
+    assert set(pairs) == want_pairs
     finite = torch.isfinite(got.scores)
     # each candidate's own log-prob is the token's processed log-prob of its row
     assert torch.equal(got.scores[finite], (got.logprobs + running[got.rows])[finite])
