@@ -29,9 +29,7 @@ def _requests(seed: int, begin: int) -> list[GenerationRequest]:
             return_logprobs=True,
         )
         if i % 3 == 0:
-            out.append(
-                GenerationRequest(f"sid{i}", (*prompt, begin), constrained=True, **common)
-            )
+            out.append(GenerationRequest(f"sid{i}", (*prompt, begin), constrained=True, **common))
         else:
             out.append(GenerationRequest(f"lm{i}", prompt, **common))
     return out
