@@ -8,6 +8,7 @@ change event. Key layout: ``keys.py``; manifest fields: ``manifest.py``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ import redis
 from widebeam.services.catalog.jsonl_catalog import CatalogError
 from widebeam.services.catalog.store import codec, lookup, retention, scripts
 from widebeam.services.catalog.store.keys import (
+    CatalogKeys,
     NamespaceKeys,
     VersionKeys,
     sid_key,
@@ -30,6 +32,8 @@ from widebeam.services.catalog.store.types import (
     VersionNotFoundError,
 )
 from widebeam.services.catalog.trie import SidTrie
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 _PIPELINE_BYTES = 64 << 20  # chunk bytes per round trip when writing/reading
@@ -50,6 +54,7 @@ class CatalogStore:
         compress_level: int = 1,
         staging_ttl_s: float = 3600.0,
         stream_maxlen: int = 10_000,
+        write_retry_s: float = 10.0,
     ) -> None:
         if client.get_encoder().decode_responses:
             raise ValueError("CatalogStore needs a redis client with decode_responses=False")
@@ -64,6 +69,9 @@ class CatalogStore:
         self.compress_level = compress_level
         self.staging_ttl_s = staging_ttl_s
         self.stream_maxlen = stream_maxlen
+        # How long a publish keeps rewriting its staged artifact while Redis is unreachable
+        # (a restart, a failover) before it gives up.
+        self.write_retry_s = write_retry_s
         self.keys = NamespaceKeys(self.namespace)
         self._commit = client.register_script(scripts.COMMIT)
         self._activate = client.register_script(scripts.ACTIVATE)
@@ -90,29 +98,50 @@ class CatalogStore:
         vkeys = ckeys.version(version)
         self.client.zadd(ckeys.staging, {str(version): time.time()})
         try:
-            self._write_chunks(vkeys, chunks)
+            buckets = self._write_staged(vkeys, chunks, trie)
             del chunks
-            buckets = lookup.write_lookups(self.client, vkeys, trie)
             manifest = build_manifest(name, version, trie, artifact, buckets, meta)
             keys = [vkeys.manifest, vkeys.lookup, ckeys.versions, ckeys.current]
             keys += [self.keys.catalogs, self.keys.events, ckeys.staging]
             manifest_json = json.dumps(manifest, separators=(",", ":"))
             record_json = json.dumps(lookup_record(manifest))
             args = [manifest_json, record_json, version, name, self.stream_maxlen, int(activate)]
-            moved = self._commit(keys=keys, args=args)
+            try:
+                moved = self._commit(keys=keys, args=args)
+            except redis.ResponseError as exc:
+                # The client retries a command whose connection broke (a Redis restart): the
+                # first attempt may have committed before the reply was lost, and the repeat
+                # then finds the staging entry gone. Committed is committed.
+                if "STAGING_LOST" not in str(exc) or not self._committed(ckeys, version):
+                    raise
+                moved = self.current_version(name) == version
         except redis.ResponseError as exc:
             self._discard(ckeys.staging, vkeys, version)
             if "STAGING_LOST" in str(exc):
                 raise ArtifactError(
-                    f"catalog {name!r} version {version}: publish took longer than "
-                    f"staging_ttl_s={self.staging_ttl_s} and was garbage-collected"
+                    f"catalog {name!r} version {version}: its staging entry is gone (the "
+                    f"publish took longer than staging_ttl_s={self.staging_ttl_s}, or Redis "
+                    "lost its data); nothing was made current, publish again"
                 ) from None
             raise
         except BaseException:
             self._discard(ckeys.staging, vkeys, version)
             raise
-        retention.prune(self.client, ckeys, self.retain, self.staging_ttl_s, self._retire)
+        try:
+            retention.prune(self.client, ckeys, self.retain, self.staging_ttl_s, self._retire)
+        except redis.RedisError as exc:
+            # The version is committed; failing the publish now would make a client publish it
+            # again. Retention is housekeeping: the next publish (or prune()) catches up.
+            log.warning("catalog %r: retention after version %d failed: %s", name, version, exc)
         return PublishedVersion(name, version, trie.content_hash, bool(moved), manifest)
+
+    def _committed(self, ckeys: CatalogKeys, version: int) -> bool:
+        """Whether `version` is a committed, complete version (its manifest and its entry in
+        the versions set are written by the same COMMIT script)."""
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.exists(ckeys.version(version).manifest).zscore(ckeys.versions, str(version))
+            exists, score = pipe.execute()
+        return bool(exists) and score is not None
 
     def activate(self, name: str, version: int) -> None:
         """Point ``current`` at an existing complete version (rollback / roll-forward)."""
@@ -129,6 +158,28 @@ class CatalogStore:
         """Apply retention now (publish does this too); returns the deleted versions."""
         ckeys = self.keys.catalog(name)
         return retention.prune(self.client, ckeys, self.retain, self.staging_ttl_s, self._retire)
+
+    def _write_staged(
+        self, vkeys: VersionKeys, chunks: Sequence[bytes], trie: SidTrie
+    ) -> dict[str, int]:
+        """Write the version's chunks and lookup tables; returns the lookup bucket counts.
+
+        Nothing reads a staged version, and every write sets a fixed value (SET, HSET), so on
+        a lost connection the whole phase is written again from the start, with backoff, for
+        up to `write_retry_s`: a Redis restart delays the publish instead of failing it. (The
+        bulk lookup writer streams on one raw connection, outside redis-py's own retries.)"""
+        deadline = time.monotonic() + self.write_retry_s
+        delay = 0.05
+        while True:
+            try:
+                self._write_chunks(vkeys, chunks)
+                return lookup.write_lookups(self.client, vkeys, trie)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s: Redis unreachable (%s); writing again", vkeys.prefix, exc)
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
 
     def _write_chunks(self, vkeys: VersionKeys, chunks: Sequence[bytes]) -> None:
         pipe = self.client.pipeline(transaction=False)
