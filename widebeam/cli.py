@@ -7,6 +7,7 @@ import sys
 
 from widebeam.demo import cli as demo_cli
 from widebeam.launcher import up as up_cli
+from widebeam.loadgen import cli as loadgen_cli
 from widebeam.services.catalog import cli as catalog_cli
 from widebeam.services.catalog.sids import cli as sids_cli
 from widebeam.services.decoder import cli_generate
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     up_cli.add_arguments(up)
     demo = commands.add_parser("demo", help="the demo recommender (synthetic data, tiny model)")
     demo_cli.add_arguments(demo)
+    loadgen = commands.add_parser("loadgen", help="drive a gateway with load and check answers")
+    loadgen_cli.add_arguments(loadgen)
     return parser
 
 
