@@ -1,9 +1,9 @@
 """The gateway's FastAPI app: `create_app(settings)`; nothing is created at import time.
 
 Lifespan: open the decoder pool, poll the decoders' GetInfo (metrics, cached limits/catalogs),
-close both at shutdown. Layers, outermost first: metrics, body limit, exception handlers, routes
-(the `/v1` ones behind the API-key dependency). The batch-jobs router is mounted when its module
-(`widebeam.services.gateway.batch.router`) is installed."""
+close both at shutdown. Layers, outermost first: metrics, body limit, load shedding, exception
+handlers, routes (the `/v1` ones behind the API-key dependency). The batch-jobs router is mounted
+when its module (`widebeam.services.gateway.batch.router`) is installed."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.middleware import BodyLimitMiddleware, MetricsMiddleware
 from widebeam.services.gateway.routes import chat, completions, health, models, recommend
 from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.gateway.shedding import LoadShedMiddleware
 from widebeam.services.gateway.state import GatewayState
 
 log = logging.getLogger("widebeam.gateway")
@@ -40,6 +41,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()  # grpc.aio channels belong to the loop that serves the app
+        metrics.track_in_flight(pool.replicas)
         await poller.poll_once()  # limits and catalogs known before the first request
         poller.start()
         try:
@@ -66,6 +68,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         v1.include_router(batch)
     app.include_router(v1)
     app.include_router(health.create_router())
+    app.add_middleware(LoadShedMiddleware, pool=pool)  # after the body is read: keep-alive
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
     return app

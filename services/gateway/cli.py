@@ -27,6 +27,7 @@ _FIELDS = {
     "max_tokens": "max_tokens",
     "max_body_bytes": "max_body_bytes",
     "request_timeout": "request_timeout_s",
+    "max_in_flight_per_decoder": "max_in_flight_per_decoder",
     "log_level": "log_level",
 }
 
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-tokens", type=int)
     add("--max-body-bytes", type=int)
     add("--request-timeout", type=float, help="seconds one HTTP request may take")
+    add(
+        "--max-in-flight-per-decoder",
+        type=int,
+        help="requests one decoder gets at once; beyond it on all of them: 429 (default 128)",
+    )
     add("--log-level", help="DEBUG, INFO, WARNING, ...")
     serve.set_defaults(handler=run)
 

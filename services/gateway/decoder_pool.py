@@ -2,9 +2,13 @@
 
 Round robin over replicas that are not cooling down after an UNAVAILABLE; a call that a replica
 could not take (UNAVAILABLE, RESOURCE_EXHAUSTED) moves on to the next one while the retry budget
-(attempts and seconds) lasts. Generate and Recommend are stateless, so a retry is always safe.
-Every failure leaves as an `ApiError` (see `grpc_status`). Usable outside the HTTP app too (the
-batch worker): create, `await start()` inside the event loop that will use it, `await close()`.
+(attempts and seconds) lasts. With `max_in_flight`, a replica that already has that many
+Generate / Recommend calls from this pool is skipped like one that answered RESOURCE_EXHAUSTED:
+when every replica is full the call fails at once with a 429, so excess load is shed at the
+gateway instead of queueing without bound (and a slow replica stops getting new calls).
+Generate and Recommend are stateless, so a retry is always safe. Every failure leaves as an
+`ApiError` (see `grpc_status`). Usable outside the HTTP app too (the batch worker): create,
+`await start()` inside the event loop that will use it, `await close()`.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Replica:
     channel: grpc.aio.Channel
     down_until: float = 0.0  # monotonic; while in the future, tried only as a last resort
     info: pb.GetInfoResponse | None = None  # latest GetInfo answer (set by the poller)
+    in_flight: int = 0  # Generate / Recommend calls of this pool on the replica now
 
     @property
     def up(self) -> bool:
@@ -56,6 +61,7 @@ class DecoderPool:
         max_message_bytes: int = 64 << 20,
         cooldown_s: float = 1.0,
         observer: CallObserver | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("a decoder pool needs at least one address")
@@ -67,6 +73,7 @@ class DecoderPool:
         self.max_message_bytes = max_message_bytes
         self.cooldown_s = cooldown_s
         self.observer = observer
+        self.max_in_flight = max_in_flight  # per replica; None = no limit
         self.replicas: list[Replica] = []
         self._next = itertools.count()
 
@@ -82,6 +89,7 @@ class DecoderPool:
             retry_after_s=settings.retry_after_s,
             max_message_bytes=settings.max_message_bytes,
             observer=observer,
+            max_in_flight=settings.max_in_flight_per_decoder,
         )
 
     async def start(self) -> DecoderPool:
@@ -140,6 +148,24 @@ class DecoderPool:
         """The most recent GetInfo of any replica that answered its last poll."""
         return next((r.info for r in self.replicas if r.info is not None), None)
 
+    # ----- load shedding ---------------------------------------------------------------------
+    def saturated(self) -> bool:
+        """Every replica has `max_in_flight` calls: a Generate / Recommend now would be refused."""
+        limit = self.max_in_flight
+        return (
+            limit is not None
+            and bool(self.replicas)
+            and all(r.in_flight >= limit for r in self.replicas)
+        )
+
+    def saturated_error(self) -> ApiError:
+        return to_api_error(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"every decoder already has {self.max_in_flight} requests of this gateway in flight "
+            "(its max_in_flight_per_decoder)",
+            self.retry_after_s,
+        )
+
     # ----- retry loop ----------------------------------------------------------------------
     def _order(self) -> list[Replica]:
         if not self.replicas:
@@ -152,16 +178,24 @@ class DecoderPool:
         started = time.monotonic()
         deadline = started + (self.deadline_s if timeout is None else timeout)
         failures: dict[grpc.StatusCode, str] = {}
-        for attempt, replica in enumerate(self._order()):
+        tries = 0
+        for replica in self._order():
             remaining = deadline - time.monotonic()
-            if attempt and (
-                attempt > self.retry_attempts
+            if tries and (
+                tries > self.retry_attempts
                 or time.monotonic() - started > self.retry_budget_s
                 or remaining <= 0
             ):
                 break
+            if self._full(replica, method):
+                failures[grpc.StatusCode.RESOURCE_EXHAUSTED] = (
+                    f"{replica.address} already has {self.max_in_flight} requests of this "
+                    "gateway in flight (its max_in_flight_per_decoder)"
+                )
+                continue
+            tries += 1
             try:
-                response = await getattr(replica.stub, method)(request, timeout=remaining)
+                response = await self._invoke(replica, method, request, remaining)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 self._observe(method, replica.address, code.name)
@@ -178,6 +212,17 @@ class DecoderPool:
                 replica.info = response
             return response
         raise self._exhausted(failures)
+
+    def _full(self, replica: Replica, method: str) -> bool:
+        limit = self.max_in_flight
+        return limit is not None and method != "GetInfo" and replica.in_flight >= limit
+
+    async def _invoke(self, replica: Replica, method: str, request: Any, timeout: float) -> Any:
+        replica.in_flight += 1
+        try:
+            return await getattr(replica.stub, method)(request, timeout=timeout)
+        finally:
+            replica.in_flight -= 1
 
     def _exhausted(self, failures: dict[grpc.StatusCode, str]) -> ApiError:
         # Overload anywhere wins: the client should slow down, not assume an outage.

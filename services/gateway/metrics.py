@@ -3,9 +3,15 @@ as tests do, without colliding in the global one)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+
+if TYPE_CHECKING:  # the pool imports this module's observer type at run time
+    from widebeam.services.gateway.decoder_pool import Replica
 
 _BEAM_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -61,6 +67,12 @@ class GatewayMetrics:
         self.running = Gauge(
             "widebeam_gateway_decoder_running_requests", "running requests", ["decoder"], registry=r
         )
+        self.in_flight = Gauge(
+            "widebeam_gateway_decoder_in_flight",
+            "Generate/Recommend calls this gateway has on the decoder now",
+            ["decoder"],
+            registry=r,
+        )
         self.kv_free = Gauge(
             "widebeam_gateway_decoder_kv_slots_free", "free KV slots", ["decoder"], registry=r
         )
@@ -77,6 +89,11 @@ class GatewayMetrics:
             registry=r,
         )
         self._catalog_labels: dict[str, set[tuple[str, str]]] = {}
+
+    def track_in_flight(self, replicas: Sequence[Replica]) -> None:
+        """Read each replica's in-flight count at scrape time."""
+        for replica in replicas:
+            self.in_flight.labels(replica.address).set_function(lambda r=replica: r.in_flight)
 
     def observe_call(self, method: str, decoder: str, code: str) -> None:
         self.decoder_calls.labels(method, decoder, code).inc()

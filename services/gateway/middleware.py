@@ -14,6 +14,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.metrics import GatewayMetrics
 
+# Scope key: the route template of a request answered before routing (load shedding).
+ROUTE_LABEL = "widebeam.route"
+
 
 class BodyLimitMiddleware:
     """Reject bodies over `max_bytes` before the app parses anything. The body is read here in
@@ -92,7 +95,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            path = getattr(route, "path", None) or scope.get(ROUTE_LABEL) or "unmatched"
             self.metrics.requests.labels(path, scope["method"], str(status)).inc()
             self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 

@@ -42,6 +42,12 @@ class GatewaySettings(BaseSettings):
     retry_attempts: int = Field(3, ge=0, description="extra tries on another replica")
     retry_budget_s: float = Field(5.0, ge=0, description="no new try after this long")
     retry_after_s: int = Field(1, ge=1, description="Retry-After on 429 / 503")
+    max_in_flight_per_decoder: int = Field(
+        128,
+        ge=1,
+        description="Generate/Recommend calls one decoder gets from this gateway at once; "
+        "beyond it on every replica: 429 with Retry-After at once (load shedding)",
+    )
     info_poll_interval_s: float = Field(2.0, gt=0, description="GetInfo polling (metrics)")
     max_message_bytes: int = Field(64 << 20, ge=1024)
 

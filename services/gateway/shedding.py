@@ -1,0 +1,35 @@
+"""Shed excess load before doing any work for it.
+
+When every decoder already has the gateway's `max_in_flight_per_decoder` calls, a new model
+request (recommend, completions, chat) would be refused by the pool anyway; this middleware
+answers it 429 with `Retry-After` before the route parses and validates the body, so refusing
+costs the gateway little CPU while it is busiest. The pool's own check stays authoritative (a
+slot taken between here and the call is still a 429), so this is only the cheap early path.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from widebeam.services.gateway.decoder_pool import DecoderPool
+from widebeam.services.gateway.middleware import ROUTE_LABEL
+
+MODEL_ROUTES = frozenset({"/v1/recommend", "/v1/completions", "/v1/chat/completions"})
+
+
+class LoadShedMiddleware:
+    def __init__(self, app: ASGIApp, pool: DecoderPool) -> None:
+        self.app = app
+        self.pool = pool
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] in MODEL_ROUTES
+            and self.pool.saturated()
+        ):
+            scope[ROUTE_LABEL] = scope["path"]  # not routed, but counted under its route
+            await self.pool.saturated_error().response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
