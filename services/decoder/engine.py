@@ -238,7 +238,12 @@ class Engine:
                 if constraint is not None:
                     allowed = constraint.allowed_tokens(state.nodes, search.eos_ids)
                 source = RowLogprobs(
-                    hidden, self.runner.logits, self.vocab_size, search.eos_ids, block_eos, allowed
+                    hidden,
+                    self.runner.raw_logits,
+                    self.vocab_size,
+                    search.eos_ids,
+                    block_eos,
+                    allowed,
                 )
                 cands = top_candidates(source, search.running_scores, search.keep)
                 return search.advance_candidates(cands)

@@ -3,9 +3,10 @@
 The reference (`BeamSearch.advance` on full log-prob rows) ranks `logprobs + running[:, None]`
 over every row and token and keeps the best `keep`. This computes the same set chunk by chunk:
 
-* log-probs per chunk of rows: the LM head and a full-vocabulary log_softmax (transformers'
-  normalisation) on at most `chunk_elems` logits at a time, then either the whole row
-  (unconstrained) or only the trie's allowed tokens of the row's node (constrained);
+* per chunk of at most `chunk_elems` logits: the LM head in the model's dtype, then one pass for
+  each row's log-sum-exp over the full vocabulary (transformers' normalisation) and its block
+  maxima (`kernels/beam`); log-probs `logit - lse` only for the candidates: the row's best
+  blocks (unconstrained) or the trie's allowed tokens of the row's node (constrained);
 * pass 1 keeps each row's best `first_pass` tokens; `t` = the keep-th best accumulated score
   among them. Anything a row did not keep is ≤ its last kept value, so only rows whose last kept
   value is above `t` can hide winners: pass 2 recomputes just those rows with their full top
@@ -20,9 +21,10 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.row_topk import row_topk
+from widebeam.kernels.beam.logits_stats import logits_stats
+from widebeam.services.decoder.beam.row_topk import top_in_blocks
 
-DEFAULT_CHUNK_ELEMS = 1 << 27  # 512 MiB of fp32 logits per chunk
+DEFAULT_CHUNK_ELEMS = 1 << 27  # logits per chunk (256 MiB in bf16)
 DEFAULT_FIRST_PASS = 16
 
 
@@ -43,7 +45,7 @@ class RowLogprobs:
     """One request's processed log-probs, computed on demand for any of its source rows."""
 
     hidden: torch.Tensor  # [S, hidden] model dtype; S = k, or 1 when all rows share one state
-    lm_head: Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab] fp32 logits
+    lm_head: Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab] model dtype
     vocab_size: int
     eos_ids: torch.Tensor  # [n_eos] int64
     block_eos: bool  # min_new_tokens not reached: EOS is -inf
@@ -65,14 +67,17 @@ class RowLogprobs:
         return RowTop(torch.cat([p.logprobs for p in parts]), torch.cat([p.tokens for p in parts]))
 
     def _top_chunk(self, rows: torch.Tensor, count: int) -> RowTop:
-        logprobs = torch.log_softmax(self.lm_head(self.hidden[rows]), dim=-1)  # [n, vocab] fp32
-        if self.block_eos and self.eos_ids.numel():
-            logprobs[:, self.eos_ids] = float("-inf")
+        logits = self.lm_head(self.hidden[rows])  # [n, vocab] model dtype
+        banned = self.eos_ids if self.block_eos else self.eos_ids[:0]
         if self.allowed is None:
-            return RowTop(*row_topk(logprobs, count))
+            stats = logits_stats(logits)
+            assert stats.block_max is not None
+            return RowTop(*top_in_blocks(logits, stats.lse, stats.block_max, count, banned))
+        lse = logits_stats(logits, blocks=False).lse  # [n] fp32
         tokens, valid = self.allowed[0][rows], self.allowed[1][rows]
-        picked = logprobs.gather(1, tokens).masked_fill(~valid, float("-inf"))  # [n, W]
-        values, lanes = torch.topk(picked, count, dim=1)
+        picked = logits.gather(1, tokens).float() - lse[:, None]  # [n, W] fp32
+        invalid = ~valid | torch.isin(tokens, banned) if banned.numel() else ~valid
+        values, lanes = torch.topk(picked.masked_fill(invalid, float("-inf")), count, dim=1)
         return RowTop(values, tokens.gather(1, lanes))
 
 

@@ -1,34 +1,40 @@
-"""Per-row top-`count` over a wide row (a vocabulary) without a full radix select.
+"""Each row's best log-probs from model-dtype logits, its log-sum-exp and its block maxima.
 
-A row's best `count` values lie in at most `count` blocks, and those blocks are among the
-`count` blocks with the largest maxima. So: block maxima (one streaming pass), the best blocks
-per row, then an exact top-`count` over just their values. For count ≪ vocab this reads the
-row once instead of the several passes of `torch.topk`'s radix select.
+A row's best `count` tokens lie in at most `count` blocks, and those blocks are among the
+`count` blocks with the largest maxima (`kernels/beam/logits_stats.py` computes the maxima in
+the same pass as the log-sum-exp). Banned tokens (EOS before min_new_tokens) may hold a block's
+maximum, so one extra block per banned token keeps the result exact. Only the chosen blocks are
+read again and turned into fp32 log-probs: the [rows, vocab] fp32 matrix never exists.
 """
 
 from __future__ import annotations
 
 import torch
 
-BLOCK = 64
+from widebeam.kernels.beam.logits_stats import BLOCK
 
 
-def row_topk(
-    x: torch.Tensor,  # [n, V] contiguous
+def top_in_blocks(
+    logits: torch.Tensor,  # [n, V] model dtype
+    lse: torch.Tensor,  # [n] fp32 log-sum-exp of each row
+    block_max: torch.Tensor,  # [n, ceil(V / block)] fp32
     count: int,
+    banned: torch.Tensor,  # [m] int64 tokens scored -inf (after normalisation)
     block: int = BLOCK,
-) -> tuple[torch.Tensor, torch.Tensor]:  # [n, count] values (best first), [n, count] int64 cols
-    n, vocab = x.shape
-    blocks = vocab // block
-    if count * block * 4 > vocab or not x.is_contiguous():  # too few blocks to gain anything
-        return torch.topk(x, count, dim=1)
-    main = x.as_strided((n, blocks, block), (vocab, block, 1))  # a view of the first blocks
-    best_blocks = main.amax(dim=2).topk(count, dim=1).indices  # [n, count]
-    values = main.gather(1, best_blocks[:, :, None].expand(n, count, block)).reshape(n, -1)
-    cols = (best_blocks[:, :, None] * block + torch.arange(block, device=x.device)).reshape(n, -1)
-    tail = blocks * block
-    if tail < vocab:  # the last partial block competes directly
-        values = torch.cat((values, x[:, tail:]), dim=1)
-        cols = torch.cat((cols, torch.arange(tail, vocab, device=x.device).expand(n, -1)), dim=1)
-    top, pick = torch.topk(values, count, dim=1)
+) -> tuple[torch.Tensor, torch.Tensor]:  # [n, count] fp32 log-probs best first, [n, count] int64
+    n, vocab = logits.shape
+    blocks = min(block_max.shape[1], count + banned.numel())
+    if blocks * block * 2 > vocab:  # most of the row anyway: rank it whole
+        values = logits.float() - lse[:, None]  # [n, V] fp32, a chunk of rows only
+        if banned.numel():
+            values[:, banned] = float("-inf")
+        return torch.topk(values, count, dim=1)
+    best = block_max.topk(blocks, dim=1).indices  # [n, blocks]
+    cols = (best[:, :, None] * block + torch.arange(block, device=logits.device)).reshape(n, -1)
+    inside = cols < vocab
+    values = logits.gather(1, cols.clamp(max=vocab - 1)).float() - lse[:, None]
+    invalid = ~inside
+    if banned.numel():
+        invalid |= torch.isin(cols, banned)
+    top, pick = torch.topk(values.masked_fill(invalid, float("-inf")), count, dim=1)
     return top, cols.gather(1, pick)

@@ -105,3 +105,7 @@ class ModelRunner:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
         return self.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def raw_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> model dtype
+        return torch.nn.functional.linear(hidden, self.model.lm_head_weight)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from widebeam.kernels.beam.logits_stats import logits_stats_torch
 from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
+from widebeam.services.decoder.beam.row_topk import top_in_blocks
 
 VOCAB, HIDDEN = 97, 16
 
 
 def _exhaustive(
     source: RowLogprobs, running: torch.Tensor, keep: int
-) -> tuple[torch.Tensor, set[tuple[int, int]]]:
+) -> tuple[torch.Tensor, set[tuple[int, int]], torch.Tensor]:
     logprobs = torch.log_softmax(source.lm_head(source.hidden), dim=-1)
     if source.block_eos:
         logprobs[:, source.eos_ids] = float("-inf")
@@ -26,7 +28,7 @@ def _exhaustive(
     scores, flat = torch.topk((logprobs + running[:, None]).reshape(-1), keep)
     real = scores > -1.0e8  # ghost rows' candidates all tie at -1e9: any of them will do
     pairs = {(int(f) // VOCAB, int(f) % VOCAB) for f in flat[real]}
-    return scores, pairs
+    return scores, pairs, logprobs
 
 
 def _source(seed: int, rows: int, *, sparse: bool, block_eos: bool, chunk: int) -> RowLogprobs:
@@ -64,15 +66,18 @@ def test_streamed_equals_exhaustive(seed: int, sparse: bool, shared: bool, first
         running[0] = 0.0
     source = _source(seed, 1 if shared else k, sparse=sparse, block_eos=seed % 2 == 0, chunk=200)
     keep = 2 * k
-    want_scores, want_pairs = _exhaustive(source, running, keep)
+    want_scores, want_pairs, logprobs = _exhaustive(source, running, keep)
     got = top_candidates(source, running, keep, first_pass=first_pass)
-    torch.testing.assert_close(got.scores, want_scores, rtol=0, atol=0)
+    # log-probs are logit - logsumexp here and log_softmax there: equal up to rounding
+    torch.testing.assert_close(got.scores, want_scores, rtol=1e-6, atol=1e-5)
     real = got.scores > -1.0e8
     pairs = zip(got.rows[real].tolist(), got.tokens[real].tolist(), strict=True)
     assert set(pairs) == want_pairs
     finite = torch.isfinite(got.scores)
     # each candidate's own log-prob is the token's processed log-prob of its row
     assert torch.equal(got.scores[finite], (got.logprobs + running[got.rows])[finite])
+    own = logprobs[got.rows, got.tokens]  # the reference's log-prob of each chosen pair
+    torch.testing.assert_close(got.logprobs[finite], own[finite], rtol=1e-6, atol=1e-5)
 
 
 def test_narrow_trie_pads_impossible_candidates() -> None:
@@ -96,3 +101,25 @@ def test_rejects_mismatched_rows() -> None:
     source = _source(0, 3, sparse=False, block_eos=False, chunk=1 << 20)
     with pytest.raises(ValueError, match="3 hidden rows for 5 beams"):
         top_candidates(source, torch.zeros(5), keep=10)
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+@pytest.mark.parametrize("vocab", [1000, 1024, 4099])
+def test_top_in_blocks_equals_full_ranking(count: int, vocab: int) -> None:
+    gen = torch.Generator().manual_seed(vocab + count)
+    logits = torch.randn(37, vocab, generator=gen) * 3
+    logits[4, ::3] = float("-inf")
+    logits[5] = torch.round(logits[5])  # many exact ties
+    logits[6, 7] = 50.0  # a banned token holds the best block's maximum
+    banned = torch.tensor([7, 901])
+    stats = logits_stats_torch(logits, 16)
+    values, cols = top_in_blocks(logits, stats.lse, stats.block_max, count, banned, block=16)
+    full = logits - stats.lse[:, None]
+    full[:, banned] = float("-inf")
+    want, _ = torch.topk(full, count, dim=1)
+    assert torch.equal(values, want)
+    assert torch.equal(full.gather(1, cols), values)  # the columns hold those values
+    finite = torch.isfinite(values)
+    for row in range(logits.shape[0]):
+        picked = cols[row][finite[row]].tolist()
+        assert len(picked) == len(set(picked)) and not set(picked) & {7, 901}
