@@ -23,6 +23,7 @@ from harness import (
     make_engine,
     markdown_table,
     matmul_tflops,
+    maybe_profile,
     model_dir,
     write_json,
 )
@@ -93,7 +94,8 @@ def main() -> None:
         # a wave at full concurrency first: the CUDA graphs of its batch shapes get captured
         drive(engine, [make(-100 - i) for i in range(conc)], None, conc)
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
-        stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
+        with maybe_profile(args.profile and width == min(WIDTHS), f"n={width}, c={conc}"):
+            stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
         floor_rps = peak * 1e12 / request_flops(model.config, 301, width, 4)
         # Practical floor: `conc` requests advance together; per round, their prompts' linear
         # layers once and 3 decode steps over conc x width rows (cuBLAS at these shapes).

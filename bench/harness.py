@@ -7,13 +7,14 @@ weight values); EOS is ignored so every request runs its full length.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,21 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--expansion", default="streamed", choices=["streamed", "dense"])
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
+    parser.add_argument("--profile", action="store_true", help="profile the first timed phase")
+
+
+@contextlib.contextmanager
+def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
+    """With `enabled`, print the top device and host operators of the block (torch profiler)."""
+    if not enabled:
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        yield
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=20)
+    print(f"--- profile: {label}\n{table}", flush=True)
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, str]:
