@@ -53,3 +53,16 @@ def test_strided_rows_of_a_wider_matrix(triton_stats: Stats, kernel_device: torc
     want = logits_stats_torch(view.contiguous(), 64)
     torch.testing.assert_close(got.lse, want.lse, rtol=1e-5, atol=1e-5)
     assert torch.equal(got.block_max, want.block_max)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("rows", [1, 256, 883])
+def test_qwen_vocab_on_gpu(triton_stats: Stats, rows: int) -> None:
+    """The benchmark shape: Qwen's 151,936-token vocabulary in bf16, a chunk of beam rows."""
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    x = (torch.randn(rows, 151936, device="cuda", generator=gen) * 3).to(torch.bfloat16)
+    want = logits_stats_torch(x)
+    got = triton_stats(x)
+    torch.testing.assert_close(got.lse, want.lse, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got.block_max, want.block_max)
