@@ -4,6 +4,7 @@ answers derived from the decoders' GetInfo (model name, limits, catalogs)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -30,6 +31,13 @@ class GatewayState:
     _codec_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # ----- model ---------------------------------------------------------------------------
+    async def refresh_info(self, timeout: float = 2.0) -> None:
+        """One GetInfo now when no decoder has answered a poll yet (e.g. the gateway started
+        before its decoders), so what is reported is the decoders' answer, not a placeholder."""
+        if self.pool.latest_info() is None:
+            with contextlib.suppress(ApiError):
+                await self.pool.info(timeout=timeout)
+
     def model_name(self) -> str:
         info = self.pool.latest_info()
         return self.settings.model_name or (info.model_name if info else "") or FALLBACK_MODEL_NAME

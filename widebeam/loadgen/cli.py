@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--requests", type=int, help="closed mode: stop after this many requests")
     add("--warmup", type=int, default=20, help="requests before measuring")
     add("--timeout", type=float, default=60.0, help="client-side limit per request (s)")
+    add("--ready-timeout", type=float, default=30.0, help="wait for /readyz 200 this long (s)")
     add("--api-key", help="Bearer key of the gateway")
     add("--watch-pid", type=int, help="report this process's RSS at main-phase start and end")
     add("--seed", type=int, default=0)
@@ -65,6 +66,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         capacity_s=args.capacity_seconds, factor=args.factor, rate=args.rate,
         duration_s=args.duration, requests=args.requests, warmup_requests=args.warmup,
         timeout_s=args.timeout, api_key=args.api_key, watch_pid=args.watch_pid,
+        ready_timeout_s=args.ready_timeout,
     )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ class LoadConfig:
     warmup_requests: int = 20
     timeout_s: float = 60.0  # per request, client side
     max_connections: int = 4096
+    ready_timeout_s: float = 30.0  # wait this long for GET /readyz -> 200 before starting
     api_key: str | None = None
     watch_pid: int | None = None
 
@@ -64,11 +65,28 @@ class LoadReport:
         return json.dumps(self.as_dict(), indent=2)
 
 
+async def wait_ready(client: HttpClient, timeout_s: float) -> None:
+    """Until `GET /readyz` answers 200 (a decoder serves a catalog); ValueError after
+    `timeout_s`, so a run never starts against a stack that is still loading."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            response = await client.get("/readyz")
+            if response.status == 200:
+                return
+            last = f"{response.status} {response.body[:200]!r}"
+        except (OSError, EOFError) as exc:  # refused, reset, closed mid-answer
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() > deadline:
+            raise ValueError(f"the gateway is not ready after {timeout_s:g} s ({last})")
+        await asyncio.sleep(0.2)
+
+
 async def model_name(client: HttpClient) -> str:
     """The served model's id (`GET /v1/models`), needed by completions and chat."""
     response = await client.get("/v1/models")
     if response.status != 200:
-        raise RuntimeError(f"GET /v1/models answered {response.status}: {response.body[:200]!r}")
+        raise ValueError(f"GET /v1/models answered {response.status}: {response.body[:200]!r}")
     return str(json.loads(response.body)["data"][0]["id"])
 
 
@@ -81,6 +99,7 @@ async def run(config: LoadConfig) -> LoadReport:
 
 
 async def _run(config: LoadConfig, client: HttpClient) -> LoadReport:
+    await wait_ready(client, config.ready_timeout_s)
     spec = config.traffic
     if spec.mixed and spec.model is None:
         spec = replace(spec, model=await model_name(client))

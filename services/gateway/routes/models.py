@@ -32,10 +32,12 @@ def create_router() -> APIRouter:
 
     @router.get("/v1/models", responses=ERROR_RESPONSES, summary="The served model (OpenAI)")
     async def list_models(state: State) -> dict[str, Any]:
+        await state.refresh_info()
         return {"object": "list", "data": [_model(state)]}
 
     @router.get("/v1/models/{model}", responses=ERROR_RESPONSES, summary="One model (OpenAI)")
     async def get_model(model: str, state: State) -> dict[str, Any]:
+        await state.refresh_info()
         state.check_model(model)
         return _model(state)
 

@@ -13,6 +13,7 @@ from tests.reliability.support import GatewayApp
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.support import gateway_settings
+from tests.support.redis_server import free_port
 from widebeam.cli import build_parser, main
 from widebeam.loadgen.cli import read_items
 from widebeam.services.decoder.server.background import BackgroundServer
@@ -75,3 +76,9 @@ def test_items(tmp_path: Path) -> None:
     assert read_items(args) == ["x", "a", "7"]
     assert read_items(parse(["loadgen", "--url", "u", "--items-file", str(plain)])) == ["b", "a"]
     assert main(["loadgen", "--url", "http://127.0.0.1:9"]) == 2  # no items: a clear error
+
+
+def test_a_gateway_that_is_not_ready(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["loadgen", "--url", url, "--items", "a", "--ready-timeout", "0.3"]) == 2
+    assert "not ready after 0.3 s (ConnectionRefusedError" in capsys.readouterr().err
