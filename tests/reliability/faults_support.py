@@ -33,17 +33,29 @@ class Tally:
     def max_latency(self) -> float:
         return max((lat for _, _, lat in self.calls), default=0.0)
 
+    def outage(self, down: float, until: float) -> tuple[int, float | None]:
+        """Failures of a stop at `down`: calls not answered 200 that were in flight at `down` or
+        sent after it, before `until`; and the seconds from `down` until the first 200 sent
+        after the last of them ended (0.0: none failed; None: no 200 came after them)."""
+        failed = [s for s, out, lat in self.calls if out != "200" and s + lat >= down and s < until]
+        if not failed:
+            return 0, 0.0
+        last = max(failed)
+        ends = [s + lat for s, out, lat in self.calls if out == "200" and s > last]
+        return len(failed), (min(ends) - down if ends else None)
+
 
 def drive(
-    url: str, body: dict[str, Any], tally: Tally, stop: threading.Event,
-    check: Any = None, timeout: float = 30.0,
+    url: str, body: dict[str, Any] | None, tally: Tally, stop: threading.Event,
+    check: Any = None, timeout: float = 30.0, pause: float = 0.0,
 ) -> None:  # fmt: skip
-    """POST `body` to `url` in a loop until `stop`; `check(response)` vets every 200."""
+    """POST `body` (GET when None) to `url` in a loop until `stop`, `pause` s apart;
+    `check(response)` vets every 200."""
     with httpx.Client(timeout=timeout) as http:
-        while not stop.is_set():
+        while not stop.wait(pause):
             sent = time.monotonic()
             try:
-                response = http.post(url, json=body)
+                response = http.post(url, json=body) if body is not None else http.get(url)
                 outcome = str(response.status_code)
                 if response.status_code == 200 and check is not None and not check(response):
                     outcome = "wrong"

@@ -194,7 +194,13 @@ def test_redis_down_longer_than_the_retry_budget_hands_the_chunk_back(
             began = time.monotonic()
             job_id = submit(client, TOTAL)
             results_key = store.keys(job_id)[1]
-            wait_for(lambda: store.client.hlen(results_key) >= 40, 60, "40 rows", step=0.01)
+            size = settings.chunk_size
+
+            def inside_a_chunk() -> bool:  # with half a chunk or more still to write
+                done = int(store.client.hlen(results_key))
+                return done >= 4 * size and 1 <= done % size <= size // 2
+
+            wait_for(inside_a_chunk, 60, "the worker to be inside a chunk", step=0.002)
             down_s = restart_keeping_data(own_redis, down_s=2.0)
             job: dict[str, Any] = wait_for(
                 lambda: finished(client, job_id), 60, "the job to finish", step=0.1
