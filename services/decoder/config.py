@@ -28,6 +28,8 @@ class EngineConfig:
     # CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes (False: the same
     # bucketed shapes, eagerly)
     cuda_graphs: bool = True
+    # prepare each decode step on the host while the device finishes the previous one
+    overlap_scheduling: bool = True
     catalog_path: str | None = None  # JSONL catalog for constrained decoding
     sid_layout: str | None = None  # "BASE:SIZE,..."; default: inferred from the tokenizer
 

@@ -15,10 +15,8 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
-from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
-from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
-from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
-from widebeam.services.decoder.beam.logprobs import processed_logprobs
+from widebeam.services.decoder.beam.beam_search import BeamSearch
+from widebeam.services.decoder.beam.request_step import StepPolicy, apply_selection
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
@@ -28,10 +26,13 @@ from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
 from widebeam.services.decoder.results import build_output
-from widebeam.services.decoder.runner.model_runner import ModelRunner
+from widebeam.services.decoder.runner.decode_graphs import PreparedStep
+from widebeam.services.decoder.runner.model_runner import ModelRunner, PreparedDecode
+from widebeam.services.decoder.scheduler.decode_inputs import at_token_limit, decode_inputs
 from widebeam.services.decoder.scheduler.request_start import start_request
 from widebeam.services.decoder.scheduler.request_state import RequestState
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
+from widebeam.services.decoder.scheduler.stop_flags import StagedFlags, resolve_flags, stage_flags
 from widebeam.services.decoder.validation import EngineLimits, validate_request
 
 DEFAULT_CATALOG = "default"
@@ -92,6 +93,13 @@ class Engine:
             cuda_graphs=config.cuda_graphs,
             page_size=config.page_size,
         )
+        self.step_policy = StepPolicy(
+            mc.vocab_size,
+            self.runner.logits,
+            self.runner.raw_logits,
+            config.beam_expansion == "streamed",
+            config.dense_expansion_limit,
+        )
         self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.
         self.catalogs: dict[str, TrieConstraint] = {}
@@ -102,6 +110,7 @@ class Engine:
                 config.catalog_path, self.sid_layout, self.device
             )
         self._arrivals = itertools.count()
+        self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
 
     # ----- public API -------------------------------------------------------------------------
     @property
@@ -145,14 +154,42 @@ class Engine:
         )
 
     def step(self) -> list[RequestOutput]:
+        """Prefill the admitted requests, then one decode step over every running row.
+
+        With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
+        packed attention metadata, copies) while the device still runs the previous step's beam
+        selection, and only then reads the previous step's stop flags. Admission and the decode
+        set are decided after those flags in both modes (a batch prepared for requests that
+        turned out done, or before an admission, is prepared again), so both modes run the same
+        batches and compute exactly the same thing."""
         done: list[RequestOutput] = []
+        candidates: list[RequestState] = []
+        prepared = None
+        if self.config.overlap_scheduling:
+            candidates = self._decode_candidates()
+            prepared = self._prepare_decode(candidates) if candidates else None
+            done += self._resolve()
         admitted = self.scheduler.admit()
         if admitted:
             done += self._prefill(admitted)
-        active = [s for s in self.scheduler.running if not s.finished]
+            done += self._resolve()  # a new request's first decision: needed for this batch
+        active = self._decode_candidates()
         if active:
-            done += self._decode(active)
+            if prepared is None or [id(s) for s in active] != [id(s) for s in candidates]:
+                prepared = self._prepare_decode(active)
+            hidden = self.runner.launch_decode(prepared)
+            chunks, row = [], 0
+            for state in active:
+                chunks.append((state, hidden[row : row + state.num_rows]))
+                row += state.num_rows
+            done += self._select(chunks)
+        if not self.config.overlap_scheduling:
+            done += self._resolve()
         return done
+
+    def _decode_candidates(self) -> list[RequestState]:
+        # A request at its last token is done whatever its flag says: never prepared.
+        return [s for s in self.scheduler.running if not s.finished and not at_token_limit(s)]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[RequestOutput]:
         """Run all requests together; outputs in input order (errors as outputs)."""
@@ -181,94 +218,41 @@ class Engine:
         )
         return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 
-    def _decode(self, states: list[RequestState]) -> list[RequestOutput]:
-        groups, tokens, positions, writes = [], [], [], []
-        row = 0
-        for state in states:
-            step = state.search.step - 1  # index of the pending token among generated tokens
-            groups.append(DecodeGroup(row, state.num_rows, state.prompt_slots, state.suffix_table))
-            tokens.append(state.pending_tokens)
-            positions.append(
-                torch.full(
-                    (state.num_rows,),
-                    state.prompt_len + step,
-                    dtype=torch.int64,
-                    device=self.device,
-                )
-            )
-            writes.append(state.suffix_table[:, -1])
-            row += state.num_rows
-        hidden = self.runner.decode(
-            torch.cat(tokens), torch.cat(positions), torch.cat(writes), DecodeBatch(tuple(groups))
-        )
-        chunks, row = [], 0
-        for state in states:
-            chunks.append((state, hidden[row : row + state.num_rows]))
-            row += state.num_rows
-        return self._select(chunks)
+    def _prepare_decode(self, states: list[RequestState]) -> PreparedDecode | PreparedStep:
+        return self.runner.prepare_decode(*decode_inputs(states, self.device))
 
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
-        """chunks: each request with its rows' final hidden states [rows, hidden]."""
-        finished, advanced = [], []
+        """chunks: each request with its rows' final hidden states [rows, hidden]. Queues every
+        request's step; beam requests' stop flags are read later (`_resolve`)."""
+        finished, beams = [], []
         for state, hidden in chunks:
             try:
-                advanced.append((state, self._advance(state, hidden)))
+                selection = self.step_policy.advance(state, hidden)
             except Exception as exc:  # one request's failure must not take its batch down
                 log.exception("request %s failed in its beam step", state.request_id)
                 self.scheduler.finish(state)
                 finished.append(RequestOutput(state.request_id, error=f"internal error: {exc}"))
-        beams = [state.search for state, _ in advanced if isinstance(state.search, BeamSearch)]
-        if beams:  # one device read for every beam request's stop decision
-            flags = torch.stack([b.done_flag for b in beams]).tolist()
-            for search, done in zip(beams, flags, strict=True):
-                search.resolve_done(done)
-        for state, selection in advanced:
-            if state.search.done:
+                continue
+            # Applied even if the request turns out to be done: that only rewrites its own
+            # slot tables, which nothing reads once it is finished.
+            apply_selection(state, selection)
+            if isinstance(state.search, BeamSearch):
+                beams.append(state)
+            elif state.search.done:  # greedy / sampled: decided on the host already
                 finished.append(self._finish(state))
-            else:
-                self._apply(state, selection)
+        if beams:
+            self._pending.append(stage_flags(beams))
         return finished
 
-    def _advance(self, state: RequestState, hidden: torch.Tensor) -> StepSelection:
-        search, constraint = state.search, state.constraint
-        if isinstance(search, BeamSearch):
-            block_eos = search.step < state.resolved.spec.min_new_tokens
-            if self._streamed(search.num_beams):
-                allowed = None
-                if constraint is not None:
-                    allowed = constraint.allowed_tokens(state.nodes, search.eos_ids)
-                source = RowLogprobs(
-                    hidden,
-                    self.runner.raw_logits,
-                    self.vocab_size,
-                    search.eos_ids,
-                    block_eos,
-                    allowed,
-                )
-                cands = top_candidates(source, search.running_scores, search.keep)
-                return search.advance_candidates(cands)
-        logits = self.runner.logits(hidden)
-        mask = None
-        if constraint is not None:
-            mask = constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
-        if isinstance(search, BeamSearch):
-            return search.advance(processed_logprobs(logits, mask, search.eos_ids, block_eos))
-        return search.advance(logits, mask)
-
-    def _streamed(self, num_beams: int) -> bool:
-        config = self.config
-        wide = num_beams * self.vocab_size > config.dense_expansion_limit
-        return config.beam_expansion == "streamed" and wide
-
-    def _apply(self, state: RequestState, sel: StepSelection) -> None:
-        k, step = state.num_rows, state.search.step - 1
-        new_slots = state.private_slots[step * k : (step + 1) * k]
-        state.suffix_table = torch.cat((state.suffix_table[sel.parents], new_slots[:, None]), 1)
-        state.pending_tokens = sel.tokens
-        if state.constraint is not None:
-            # At step 0 every row still sits on the prompt's single start node.
-            nodes = state.nodes.expand(k) if state.nodes.shape[0] != k else state.nodes
-            state.nodes = state.constraint.advance(nodes[sel.parents], sel.tokens)
+    def _resolve(self) -> list[RequestOutput]:
+        finished = []
+        for staged in self._pending:
+            resolve_flags(staged)
+            for state in staged.states:
+                if not state.finished and state.search.done:  # (an abort finished it already)
+                    finished.append(self._finish(state))
+        self._pending.clear()
+        return finished
 
     def _finish(self, state: RequestState) -> RequestOutput:
         self.scheduler.finish(state)

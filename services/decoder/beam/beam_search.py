@@ -52,9 +52,10 @@ class BeamSearch:
     max_new_tokens: int
     device: torch.device
     step: int = 0
-    history_parents: list[torch.Tensor] = field(default_factory=list)  # per step [k] int64
-    history_tokens: list[torch.Tensor] = field(default_factory=list)  # per step [k] int64
-    history_logprobs: list[torch.Tensor] = field(default_factory=list)  # per step [k] fp32
+    # Host copies, queued every step without waiting (`results` reads only these, so a finished
+    # request's output never waits for work queued after its last step).
+    host_history: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    host_finished: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         k = self.num_beams
@@ -111,12 +112,26 @@ class BeamSearch:
         # is a placeholder too: nothing it finishes is returned.
         self.running_ghost = self.running_ghost[parents] | hits[next_idx]
         self.running_scores = running_all[next_idx]
-        self.history_parents.append(parents)
-        self.history_tokens.append(tokens)
-        self.history_logprobs.append(cand_logprobs[next_idx])
         self.step += 1
         self._update_stop_state(hits)
+        self._stage_on_host(parents, tokens, cand_logprobs[next_idx])
         return StepSelection(parents, tokens)
+
+    def _stage_on_host(
+        self,
+        parents: torch.Tensor,  # [k] int64
+        tokens: torch.Tensor,  # [k] int64
+        logprobs: torch.Tensor,  # [k] fp32
+    ) -> None:
+        self.host_history.append(
+            (_to_host(torch.stack((parents, tokens))), _to_host(logprobs))  # [2, k], [k]
+        )
+        returnable = self.fin_done & ~self.fin_ghost & torch.isfinite(self.fin_scores)
+        ints = torch.stack(  # [4, k] int64
+            (self.fin_step, self.fin_parent, self.fin_token, returnable.to(torch.int64))
+        )
+        floats = torch.stack((self.fin_scores, self.fin_cum, self.fin_token_logprob))  # [3, k]
+        self.host_finished = (_to_host(ints), _to_host(floats))
 
     @property
     def done(self) -> bool:
@@ -198,26 +213,35 @@ class BeamSearch:
 
     def results(self) -> list[FinishedBeam]:
         """The best `num_return` finished hypotheses, best first; ghosts and unfinished or
-        impossible (-inf) slots are dropped, so fewer may be returned."""
+        impossible (-inf) slots are dropped, so fewer may be returned. Reads the host copies:
+        call it once the step's copies have landed (the engine waits on the step's event)."""
+        if self.host_finished is None:
+            return []
+        fin_ints, fin_floats = (t.tolist() for t in self.host_finished)
+        fin_step, fin_parent, fin_token, valid = fin_ints
+        fin_scores, fin_cum, fin_lp = fin_floats
+        hist = [(ints.tolist(), lps.tolist()) for ints, lps in self.host_history]
         out: list[FinishedBeam] = []
-        fin_scores = self.fin_scores.tolist()
-        valid = (self.fin_done & ~self.fin_ghost & torch.isfinite(self.fin_scores)).tolist()
-        parents_hist = [p.tolist() for p in self.history_parents]
-        tokens_hist = [t.tolist() for t in self.history_tokens]
-        lps_hist = [lp.tolist() for lp in self.history_logprobs]
-        fin_step, fin_parent = self.fin_step.tolist(), self.fin_parent.tolist()
-        fin_token, fin_lp = self.fin_token.tolist(), self.fin_token_logprob.tolist()
-        fin_cum = self.fin_cum.tolist()
         for slot in range(self.num_return):
             if not valid[slot]:
                 continue
             tokens, lps = [fin_token[slot]], [fin_lp[slot]]
             row = fin_parent[slot]
             for step in range(fin_step[slot] - 1, -1, -1):
-                tokens.append(tokens_hist[step][row])
-                lps.append(lps_hist[step][row])
-                row = parents_hist[step][row]
+                (parents, step_tokens), step_lps = hist[step]
+                tokens.append(step_tokens[row])
+                lps.append(step_lps[row])
+                row = parents[row]
             tokens.reverse()
             lps.reverse()
             out.append(FinishedBeam(tokens, lps, fin_scores[slot], fin_cum[slot]))
         return out
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """Queue a device-to-host copy into pinned memory (no wait); CPU tensors are returned as is
+    (the search replaces, never mutates, its tensors)."""
+    if not t.is_cuda:
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return host.copy_(t, non_blocking=True)

@@ -95,6 +95,14 @@ class StaticDecodeInputs:
                 getattr(self.packed, field.name).copy_(value)
 
 
+class PreparedStep(NamedTuple):
+    shape: DecodeShape
+    packed: PackedDecode  # padded to the bucket
+    tokens: torch.Tensor  # [R] int64
+    positions: torch.Tensor  # [R] int64
+    write_slots: torch.Tensor  # [R] int64
+
+
 class _Entry(NamedTuple):
     inputs: StaticDecodeInputs
     graph: torch.cuda.CUDAGraph | None
@@ -103,7 +111,8 @@ class _Entry(NamedTuple):
 
 class DecodeGraphs:
     """Bucketed decode forward; `forward(tokens, positions, write_slots, packed)` runs the model
-    (it must only launch device work: no host reads, so it can be captured)."""
+    (it must only launch device work: no host reads, so it can be captured). A step is
+    `prepare` (host work, can run while the device finishes the previous step) then `launch`."""
 
     def __init__(
         self,
@@ -126,24 +135,29 @@ class DecodeGraphs:
         self._pool = torch.cuda.graph_pool_handle() if use_graphs else None
         self.captures = 0
 
-    def run(
+    def prepare(
         self,
         tokens: torch.Tensor,  # [R] int64
         positions: torch.Tensor,  # [R] int64
         write_slots: torch.Tensor,  # [R] int64
         batch: DecodeBatch,
-    ) -> torch.Tensor:  # [R, hidden]
-        rows = tokens.shape[0]
-        shape = self.shape_of(batch, rows)
-        packed = self._pack(batch, shape)
-        entry = self._entries.get(shape)
+    ) -> PreparedStep:
+        """The host part of a step (bucket, packed metadata); queues copies, never waits."""
+        shape = self.shape_of(batch, tokens.shape[0])
+        return PreparedStep(shape, self._pack(batch, shape), tokens, positions, write_slots)
+
+    def launch(self, step: PreparedStep) -> torch.Tensor:  # [R, hidden]
+        rows = step.tokens.shape[0]
+        entry = self._entries.get(step.shape)
         if entry is None:
-            entry = self._build(shape, packed)
-        self._entries.move_to_end(shape)
-        entry.inputs.load(tokens, positions, write_slots, packed, self.trash_slot)
+            entry = self._build(step.shape, step.packed)
+        self._entries.move_to_end(step.shape)
+        entry.inputs.load(
+            step.tokens, step.positions, step.write_slots, step.packed, self.trash_slot
+        )
         if entry.graph is None:
             inputs = entry.inputs
-            hidden = self.forward(inputs.tokens, inputs.positions, inputs.write_slots, packed)
+            hidden = self.forward(inputs.tokens, inputs.positions, inputs.write_slots, step.packed)
             return hidden[:rows]
         entry.graph.replay()
         assert entry.hidden is not None

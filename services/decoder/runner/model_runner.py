@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -12,7 +13,21 @@ from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
-from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, DecodeShape, decode_shape
+from widebeam.services.decoder.runner.decode_graphs import (
+    DecodeGraphs,
+    DecodeShape,
+    PreparedStep,
+    decode_shape,
+)
+
+
+class PreparedDecode(NamedTuple):
+    """An eager (unbucketed) decode step's inputs."""
+
+    tokens: torch.Tensor  # [R] int64
+    positions: torch.Tensor  # [R] int64
+    write_slots: torch.Tensor  # [R] int64
+    batch: DecodeBatch
 
 
 class ModelRunner:
@@ -89,7 +104,27 @@ class ModelRunner:
         last = torch.tensor(cu[1:], device=self.device) - 1
         return hidden[last]
 
+    def prepare_decode(
+        self,
+        tokens: torch.Tensor,  # [R] int64
+        positions: torch.Tensor,  # [R] int64
+        write_slots: torch.Tensor,  # [R] int64
+        batch: DecodeBatch,
+    ) -> PreparedDecode:
+        """Host-side preparation of a decode step; nothing here waits for the device."""
+        if self.graphs is not None:
+            return self.graphs.prepare(tokens, positions, write_slots, batch)
+        return PreparedDecode(tokens, positions, write_slots, batch)
+
     @torch.inference_mode()
+    def launch_decode(self, step: PreparedDecode | PreparedStep) -> torch.Tensor:
+        """Queue the prepared step's forward: [R, hidden] final hidden states."""
+        if isinstance(step, PreparedStep):
+            assert self.graphs is not None
+            return self.graphs.launch(step)
+        ctx = DecodeContext(self.cache, step.write_slots, step.batch, self.backend, self.scale)
+        return self.model(step.tokens, step.positions, ctx)
+
     def decode(
         self,
         tokens: torch.Tensor,  # [R] int64
@@ -97,10 +132,7 @@ class ModelRunner:
         write_slots: torch.Tensor,  # [R] int64
         batch: DecodeBatch,
     ) -> torch.Tensor:  # [R, hidden] final hidden states
-        if self.graphs is not None:
-            return self.graphs.run(tokens, positions, write_slots, batch)
-        ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
-        return self.model(tokens, positions, ctx)
+        return self.launch_decode(self.prepare_decode(tokens, positions, write_slots, batch))
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32

@@ -1,16 +1,16 @@
-"""CUDA-graph decode steps compute exactly what the same padded steps compute eagerly."""
+"""On the GPU, CUDA-graph decode steps compute exactly what the same padded steps compute
+eagerly, and overlap scheduling exactly what synchronous scheduling computes."""
 
 from __future__ import annotations
-
-import hashlib
 
 import pytest
 import torch
 
 from tests.services.decoder.conftest import SidModel
+from tests.services.decoder.digest import digest
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+from widebeam.services.decoder.request import GenerationRequest
 
 pytestmark = [
     pytest.mark.gpu,
@@ -18,18 +18,19 @@ pytestmark = [
 ]
 
 
-def digest(outputs: list[RequestOutput]) -> str:
-    h = hashlib.sha256()
-    for out in outputs:
-        h.update(repr((out.request_id, out.error, out.catalog_version)).encode())
-        for b in out.beams:
-            h.update(repr((b.output_ids, b.score, b.cum_logprob, b.logprobs, b.item_ids)).encode())
-    return h.hexdigest()
-
-
 def _requests(begin: int) -> list[GenerationRequest]:
     reqs = [
         GenerationRequest("wide", (1, 2, 3, 4), beam_width=300, n=20, max_new_tokens=6),
+        # EOS allowed and early stopping: stops are decided on the device, mid-flight
+        GenerationRequest(
+            "eos",
+            (5, 6),
+            beam_width=8,
+            n=4,
+            max_new_tokens=12,
+            eos_token_id=(17, 23),
+            early_stopping=True,
+        ),
         GenerationRequest(
             "sid",
             (9, 8, begin),
@@ -51,9 +52,9 @@ def _requests(begin: int) -> list[GenerationRequest]:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_graph_and_eager_digests_match(sid_model: SidModel, dtype: str) -> None:
+def test_graph_eager_overlap_sync_digests_match(sid_model: SidModel, dtype: str) -> None:
     results = {}
-    for graphs in (False, True):
+    for graphs, overlap in ((False, False), (True, False), (True, True)):
         engine = Engine(
             EngineConfig(
                 model_dir=str(sid_model.model_dir),
@@ -61,6 +62,7 @@ def test_graph_and_eager_digests_match(sid_model: SidModel, dtype: str) -> None:
                 dtype=dtype,
                 catalog_path=str(sid_model.catalog_path),
                 cuda_graphs=graphs,
+                overlap_scheduling=overlap,
                 max_rows=400,  # requests queue and join mid-flight: buckets change per step
             )
         )
@@ -69,5 +71,5 @@ def test_graph_and_eager_digests_match(sid_model: SidModel, dtype: str) -> None:
         assert engine.stats().rows_in_use == 0
         if graphs:
             assert engine.runner.graphs is not None and engine.runner.graphs.captures > 1
-        results[graphs] = digest(outs)
-    assert results[True] == results[False]
+        results[graphs, overlap] = digest(outs)
+    assert len(set(results.values())) == 1, results

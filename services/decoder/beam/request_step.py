@@ -1,0 +1,59 @@
+"""One request's step: from its rows' final hidden states to the next rows (and back into its
+slot tables and trie nodes). Wide beams take the streamed expansion; narrow ones and ordinary
+decoding rank full log-prob rows exactly as transformers does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
+from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
+from widebeam.services.decoder.beam.logprobs import processed_logprobs
+from widebeam.services.decoder.scheduler.request_state import RequestState
+
+Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab]
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    vocab_size: int
+    logits: Head  # fp32 logits (the dense path)
+    raw_logits: Head  # model-dtype logits (the streamed path)
+    streamed: bool  # beam_expansion == "streamed"
+    dense_limit: int  # k * vocab up to which beams are ranked densely anyway
+
+    def advance(self, state: RequestState, hidden: torch.Tensor) -> StepSelection:
+        search, constraint = state.search, state.constraint
+        if isinstance(search, BeamSearch):
+            block_eos = search.step < state.resolved.spec.min_new_tokens
+            if self.streamed and search.num_beams * self.vocab_size > self.dense_limit:
+                allowed = None
+                if constraint is not None:
+                    allowed = constraint.allowed_tokens(state.nodes, search.eos_ids)
+                source = RowLogprobs(
+                    hidden, self.raw_logits, self.vocab_size, search.eos_ids, block_eos, allowed
+                )
+                cands = top_candidates(source, search.running_scores, search.keep)
+                return search.advance_candidates(cands)
+        logits = self.logits(hidden)
+        mask = None
+        if constraint is not None:
+            mask = constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
+        if isinstance(search, BeamSearch):
+            return search.advance(processed_logprobs(logits, mask, search.eos_ids, block_eos))
+        return search.advance(logits, mask)
+
+
+def apply_selection(state: RequestState, sel: StepSelection) -> None:
+    """Re-parent the rows' slot tables, append this step's slots, move the trie nodes."""
+    k, step = state.num_rows, state.search.step - 1
+    new_slots = state.private_slots[step * k : (step + 1) * k]
+    state.suffix_table = torch.cat((state.suffix_table[sel.parents], new_slots[:, None]), 1)
+    state.pending_tokens = sel.tokens
+    if state.constraint is not None:
+        # At step 0 every row still sits on the prompt's single start node.
+        nodes = state.nodes.expand(k) if state.nodes.shape[0] != k else state.nodes
+        state.nodes = state.constraint.advance(nodes[sel.parents], sel.tokens)

@@ -1,0 +1,44 @@
+"""A decode step's inputs, gathered from the running requests' state."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+from widebeam.services.decoder.scheduler.request_state import RequestState
+
+
+class DecodeInputs(NamedTuple):
+    tokens: torch.Tensor  # [R] int64, each row's pending token
+    positions: torch.Tensor  # [R] int64
+    write_slots: torch.Tensor  # [R] int64, the slot each row's new KV goes to
+    batch: DecodeBatch
+
+
+def decode_inputs(states: list[RequestState], device: torch.device) -> DecodeInputs:
+    """Rows of `states` back to back. Only queues device work (no host reads)."""
+    groups, tokens, positions, writes = [], [], [], []
+    row = 0
+    for state in states:
+        step = state.search.step - 1  # index of the pending token among generated tokens
+        groups.append(DecodeGroup(row, state.num_rows, state.prompt_slots, state.suffix_table))
+        tokens.append(state.pending_tokens)
+        positions += [state.prompt_len + step] * state.num_rows
+        writes.append(state.suffix_table[:, -1])
+        row += state.num_rows
+    host_positions = torch.tensor(positions, dtype=torch.int64)
+    if device.type == "cuda":  # pinned: the copy is queued, the host moves on
+        host_positions = host_positions.pin_memory()
+    return DecodeInputs(
+        torch.cat(tokens),
+        host_positions.to(device, non_blocking=True),
+        torch.cat(writes),
+        DecodeBatch(tuple(groups)),
+    )
+
+
+def at_token_limit(state: RequestState) -> bool:
+    """The request has produced its last token: done, whatever its device flag says."""
+    return state.search.step >= state.resolved.spec.max_new_tokens

@@ -1,0 +1,47 @@
+"""Beam requests' stop decisions, read from the device in one batch per step.
+
+A beam step leaves each request's `done` on the device (`BeamSearch.done_flag`). `stage_flags`
+queues one copy of all of them, after the step's host copies of the search state, and records
+an event; `resolve_flags` waits for that event only. With overlap scheduling the next step's
+forward is already queued behind the copy, so the host learns who finished while the device
+keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from widebeam.services.decoder.beam.beam_search import BeamSearch
+from widebeam.services.decoder.scheduler.request_state import RequestState
+
+
+class StagedFlags(NamedTuple):
+    states: list[RequestState]  # beam requests, each advanced in the staged step
+    flags: torch.Tensor  # [n] bool on the host (pinned when copied from a GPU)
+    event: torch.cuda.Event | None  # recorded after the copy (None on the CPU)
+
+
+def stage_flags(states: list[RequestState]) -> StagedFlags:
+    flags = torch.stack([_beam(s).done_flag for s in states])  # [n] bool
+    if not flags.is_cuda:
+        return StagedFlags(states, flags, None)
+    host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
+    host.copy_(flags, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return StagedFlags(states, host, event)
+
+
+def resolve_flags(staged: StagedFlags) -> None:
+    """Wait for the staged copy and hand each search its decision."""
+    if staged.event is not None:
+        staged.event.synchronize()
+    for state, done in zip(staged.states, staged.flags.tolist(), strict=True):
+        _beam(state).resolve_done(done)
+
+
+def _beam(state: RequestState) -> BeamSearch:
+    assert isinstance(state.search, BeamSearch)
+    return state.search
