@@ -103,7 +103,10 @@ def pack_decode(
     pad_g = [0] * (g_cap - len(groups))
 
     def ints(values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int32).to(device, non_blocking=True)
+        host = torch.tensor(values, dtype=torch.int32)
+        if torch.device(device).type == "cuda":  # pinned: the copy queues, the host moves on
+            host = host.pin_memory()
+        return host.to(device, non_blocking=True)
 
     table = torch.zeros((g_cap, t_cap), dtype=torch.int32, device=device)
     suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32, device=device)
