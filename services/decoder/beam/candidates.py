@@ -7,10 +7,12 @@ over every row and token and keeps the best `keep`. This computes the same set c
   each row's log-sum-exp over the full vocabulary (transformers' normalisation) and its block
   maxima (`kernels/beam`); log-probs `logit - lse` only for the candidates: the row's best
   blocks (unconstrained) or the trie's allowed tokens of the row's node (constrained);
-* pass 1 keeps each row's best `first_pass` tokens; `t` = the keep-th best accumulated score
-  among them. Anything a row did not keep is ≤ its last kept value, so only rows whose last kept
-  value is above `t` can hide winners: pass 2 recomputes just those rows with their full top
-  `keep`. The result equals the exhaustive top `keep` (ties may be ordered differently).
+* narrow enough requests (a trie's children, or few rows) rank each row's top `keep` at once;
+  otherwise pass 1 keeps each row's best `first_pass` tokens and `t` = the keep-th best
+  accumulated score among them. Anything a row did not keep is ≤ its last kept value, so only
+  rows whose last kept value is above `t` can hide winners: pass 2 recomputes just those rows
+  with their full top `keep`. The result equals the exhaustive top `keep` (ties may be ordered
+  differently). Only the two-pass path reads from the device (which rows need pass 2).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from widebeam.services.decoder.beam.row_topk import top_in_blocks
 
 DEFAULT_CHUNK_ELEMS = 1 << 27  # logits per chunk (256 MiB in bf16)
 DEFAULT_FIRST_PASS = 16
+# Up to this many per-row candidates (k × min(keep, width)) one pass ranks them all; beyond,
+# the two-pass threshold avoids a per-row top-`keep` over the whole vocabulary.
+ONE_PASS_LIMIT = 1 << 21
 
 
 class Candidates(NamedTuple):
@@ -86,6 +91,7 @@ def top_candidates(
     running: torch.Tensor,  # [k] fp32 running scores of the k rows
     keep: int,
     first_pass: int = DEFAULT_FIRST_PASS,
+    one_pass_limit: int = ONE_PASS_LIMIT,
 ) -> Candidates:
     k, width, device = running.shape[0], source.width, running.device
     if source.num_rows not in (1, k):
@@ -95,6 +101,8 @@ def top_candidates(
     if source.num_rows == k:
         src_of = torch.arange(k, device=device)
     first = min(width, max(first_pass, -(-keep // k)))
+    if k * min(keep, width) <= one_pass_limit:  # small enough to rank every row's top keep
+        first = min(keep, width)  # exact in one pass: no threshold check, no host sync
     top = source.top(torch.arange(source.num_rows, device=device), first)
     acc = top.logprobs[src_of] + running[:, None]  # [k, first] fp32
     lps, toks = top.logprobs[src_of], top.tokens[src_of]

@@ -56,8 +56,10 @@ def _source(seed: int, rows: int, *, sparse: bool, block_eos: bool, chunk: int) 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("shared", [False, True])
-@pytest.mark.parametrize("first_pass", [1, 2, 16, 200])
-def test_streamed_equals_exhaustive(seed: int, sparse: bool, shared: bool, first_pass: int) -> None:
+@pytest.mark.parametrize("first_pass", [1, 2, 16, 200, None])  # None: one pass
+def test_streamed_equals_exhaustive(
+    seed: int, sparse: bool, shared: bool, first_pass: int | None
+) -> None:
     k = 12
     gen = torch.Generator().manual_seed(100 + seed)
     running = torch.randn(k, generator=gen) * 2
@@ -67,7 +69,10 @@ def test_streamed_equals_exhaustive(seed: int, sparse: bool, shared: bool, first
     source = _source(seed, 1 if shared else k, sparse=sparse, block_eos=seed % 2 == 0, chunk=200)
     keep = 2 * k
     want_scores, want_pairs, logprobs = _exhaustive(source, running, keep)
-    got = top_candidates(source, running, keep, first_pass=first_pass)
+    if first_pass is None:
+        got = top_candidates(source, running, keep)
+    else:
+        got = top_candidates(source, running, keep, first_pass=first_pass, one_pass_limit=0)
     # log-probs are logit - logsumexp here and log_softmax there: equal up to rounding
     torch.testing.assert_close(got.scores, want_scores, rtol=1e-6, atol=1e-5)
     real = got.scores > -1.0e8
