@@ -1,0 +1,1 @@
+"""Fused elementwise layers of the decoder (RMSNorm, SiLU-gated product)."""

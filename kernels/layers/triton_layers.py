@@ -1,0 +1,65 @@
+"""Triton versions of the reference layers: one read and one write per tensor instead of a chain
+of elementwise kernels (a decode step over thousands of beam rows is bandwidth-bound here).
+The rounding points are the reference's: fp32 math, a cast to the model dtype where PyTorch's
+separate kernels would store, so results match up to the exp/rsqrt implementations."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, w_ptr, out_ptr, dim, stride_x, stride_out, eps,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < dim
+    x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0)
+    xf = x.to(tl.float32)
+    mean_sq = tl.sum(xf * xf, axis=0) / dim
+    normed = (xf * tl.math.rsqrt(mean_sq + eps)).to(x.dtype)
+    w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+    out = (w.to(tl.float32) * normed.to(tl.float32)).to(x.dtype)
+    tl.store(out_ptr + row * stride_out + cols, out, mask=inside)
+
+
+@triton.jit
+def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, numel, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < numel
+    g = tl.load(gate_ptr + offs, mask=inside, other=0.0)
+    u = tl.load(up_ptr + offs, mask=inside, other=0.0)
+    gf = g.to(tl.float32)
+    act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # F.silu stores in the model dtype
+    out = (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype)
+    tl.store(out_ptr + offs, out, mask=inside)
+
+
+def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dim = x.shape[-1]
+    rows = x.reshape(-1, dim)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    if rows.shape[0]:
+        block = triton.next_power_of_2(dim)
+        _rms_norm_kernel[(rows.shape[0],)](
+            rows, weight, out, dim, rows.stride(0), out.stride(0), eps,
+            BLOCK=block, num_warps=max(1, min(8, block // 256)),
+        )  # fmt: skip
+    return out.view(x.shape)
+
+
+def silu_mul_triton(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} must match")
+    gate, up = gate.contiguous(), up.contiguous()
+    out = torch.empty_like(gate)
+    numel, block = gate.numel(), 1024
+    if numel:
+        _silu_mul_kernel[(triton.cdiv(numel, block),)](gate, up, out, numel, BLOCK=block)
+    return out
