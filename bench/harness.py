@@ -72,6 +72,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """The engine variant under test, so one device call can time before and after."""
     parser.add_argument("--attention", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--expansion", default="streamed", choices=["streamed", "dense"])
+    parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
+    parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--profile", action="store_true", help="profile the first timed phase")
 
@@ -90,8 +92,13 @@ def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
     print(f"--- profile: {label}\n{table}", flush=True)
 
 
-def engine_options(args: argparse.Namespace) -> dict[str, str]:
-    return {"attention_backend": args.attention, "beam_expansion": args.expansion}
+def engine_options(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "attention_backend": args.attention,
+        "beam_expansion": args.expansion,
+        "cuda_graphs": not args.no_graphs,
+        "overlap_scheduling": not args.no_overlap,
+    }
 
 
 def make_engine(
