@@ -9,6 +9,7 @@ latency, and the illegal-SID rate.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 
@@ -131,6 +132,7 @@ def main() -> None:
         )
     if args.hf:
         del engine
+        gc.collect()  # the engine's CUDA graphs and runner form a reference cycle
         torch.cuda.empty_cache()
         hf_model = load_hf(path)
         p = prompt()
