@@ -27,7 +27,8 @@ from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
 from widebeam.services.decoder.results import build_output
 from widebeam.services.decoder.runner.decode_graphs import PreparedStep
-from widebeam.services.decoder.runner.model_runner import ModelRunner, PreparedDecode
+from widebeam.services.decoder.runner.model_runner import ModelRunner
+from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 from widebeam.services.decoder.scheduler.decode_inputs import at_token_limit, decode_inputs
 from widebeam.services.decoder.scheduler.request_start import start_request
 from widebeam.services.decoder.scheduler.request_state import RequestState
@@ -218,8 +219,8 @@ class Engine:
         )
         return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 
-    def _prepare_decode(self, states: list[RequestState]) -> PreparedDecode | PreparedStep:
-        return self.runner.prepare_decode(*decode_inputs(states, self.device))
+    def _prepare_decode(self, states: list[RequestState]) -> DecodeInputs | PreparedStep:
+        return self.runner.prepare_decode(decode_inputs(states, self.device))
 
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
         """chunks: each request with its rows' final hidden states [rows, hidden]. Queues every

@@ -19,6 +19,7 @@ import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
+from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 SMALL_ROWS = 1024  # up to here rows round to a power of two, beyond to a multiple of ROW_STEP
 ROW_STEP = 512
@@ -76,18 +77,16 @@ class StaticDecodeInputs:
 
     def load(
         self,
-        tokens: torch.Tensor,  # [R] int64
-        positions: torch.Tensor,  # [R] int64
-        write_slots: torch.Tensor,  # [R] int64
+        inputs: DecodeInputs,  # the step's rows
         packed: PackedDecode,  # the step's metadata, padded to this bucket
         trash_slot: int,
     ) -> None:
-        n = tokens.shape[0]
-        self.tokens[:n].copy_(tokens)
+        n = inputs.tokens.shape[0]
+        self.tokens[:n].copy_(inputs.tokens)
         self.tokens[n:].zero_()
-        self.positions[:n].copy_(positions)
+        self.positions[:n].copy_(inputs.positions)
         self.positions[n:].zero_()
-        self.write_slots[:n].copy_(write_slots)
+        self.write_slots[:n].copy_(inputs.write_slots)
         self.write_slots[n:].fill_(trash_slot)
         for field in fields(PackedDecode):
             value = getattr(packed, field.name)
@@ -98,9 +97,7 @@ class StaticDecodeInputs:
 class PreparedStep(NamedTuple):
     shape: DecodeShape
     packed: PackedDecode  # padded to the bucket
-    tokens: torch.Tensor  # [R] int64
-    positions: torch.Tensor  # [R] int64
-    write_slots: torch.Tensor  # [R] int64
+    inputs: DecodeInputs
 
 
 class _Entry(NamedTuple):
@@ -135,29 +132,21 @@ class DecodeGraphs:
         self._pool = torch.cuda.graph_pool_handle() if use_graphs else None
         self.captures = 0
 
-    def prepare(
-        self,
-        tokens: torch.Tensor,  # [R] int64
-        positions: torch.Tensor,  # [R] int64
-        write_slots: torch.Tensor,  # [R] int64
-        batch: DecodeBatch,
-    ) -> PreparedStep:
+    def prepare(self, inputs: DecodeInputs) -> PreparedStep:
         """The host part of a step (bucket, packed metadata); queues copies, never waits."""
-        shape = self.shape_of(batch, tokens.shape[0])
-        return PreparedStep(shape, self._pack(batch, shape), tokens, positions, write_slots)
+        shape = self.shape_of(inputs.batch, inputs.tokens.shape[0])
+        return PreparedStep(shape, self._pack(inputs.batch, shape), inputs)
 
     def launch(self, step: PreparedStep) -> torch.Tensor:  # [R, hidden]
-        rows = step.tokens.shape[0]
+        rows = step.inputs.tokens.shape[0]
         entry = self._entries.get(step.shape)
         if entry is None:
             entry = self._build(step.shape, step.packed)
         self._entries.move_to_end(step.shape)
-        entry.inputs.load(
-            step.tokens, step.positions, step.write_slots, step.packed, self.trash_slot
-        )
+        entry.inputs.load(step.inputs, step.packed, self.trash_slot)
         if entry.graph is None:
-            inputs = entry.inputs
-            hidden = self.forward(inputs.tokens, inputs.positions, inputs.write_slots, step.packed)
+            static = entry.inputs
+            hidden = self.forward(static.tokens, static.positions, static.write_slots, step.packed)
             return hidden[:rows]
         entry.graph.replay()
         assert entry.hidden is not None

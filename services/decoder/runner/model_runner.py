@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 
@@ -19,15 +18,7 @@ from widebeam.services.decoder.runner.decode_graphs import (
     PreparedStep,
     decode_shape,
 )
-
-
-class PreparedDecode(NamedTuple):
-    """An eager (unbucketed) decode step's inputs."""
-
-    tokens: torch.Tensor  # [R] int64
-    positions: torch.Tensor  # [R] int64
-    write_slots: torch.Tensor  # [R] int64
-    batch: DecodeBatch
+from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 
 class ModelRunner:
@@ -50,7 +41,7 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda" and backend.name == "triton" and trash_slot is not None:
             self.graphs = DecodeGraphs(
-                self._forward_packed,
+                self._forward,
                 self._shape_of,
                 page_size,
                 trash_slot,
@@ -75,14 +66,14 @@ class ModelRunner:
             lambda work, longest: default_num_splits(work * kv_heads, longest, self.device),
         )
 
-    def _forward_packed(
+    def _forward(
         self,
         tokens: torch.Tensor,  # [R] int64
         positions: torch.Tensor,  # [R] int64
         write_slots: torch.Tensor,  # [R] int64
-        packed: PackedDecode,
+        batch: DecodeBatch | PackedDecode,
     ) -> torch.Tensor:  # [R, hidden]
-        ctx = DecodeContext(self.cache, write_slots, packed, self.backend, self.scale)
+        ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
         return self.model(tokens, positions, ctx)
 
     @torch.inference_mode()
@@ -104,35 +95,20 @@ class ModelRunner:
         last = torch.tensor(cu[1:], device=self.device) - 1
         return hidden[last]
 
-    def prepare_decode(
-        self,
-        tokens: torch.Tensor,  # [R] int64
-        positions: torch.Tensor,  # [R] int64
-        write_slots: torch.Tensor,  # [R] int64
-        batch: DecodeBatch,
-    ) -> PreparedDecode:
+    def prepare_decode(self, inputs: DecodeInputs) -> DecodeInputs | PreparedStep:
         """Host-side preparation of a decode step; nothing here waits for the device."""
-        if self.graphs is not None:
-            return self.graphs.prepare(tokens, positions, write_slots, batch)
-        return PreparedDecode(tokens, positions, write_slots, batch)
+        return self.graphs.prepare(inputs) if self.graphs is not None else inputs
 
     @torch.inference_mode()
-    def launch_decode(self, step: PreparedDecode | PreparedStep) -> torch.Tensor:
+    def launch_decode(self, step: DecodeInputs | PreparedStep) -> torch.Tensor:
         """Queue the prepared step's forward: [R, hidden] final hidden states."""
         if isinstance(step, PreparedStep):
             assert self.graphs is not None
             return self.graphs.launch(step)
-        ctx = DecodeContext(self.cache, step.write_slots, step.batch, self.backend, self.scale)
-        return self.model(step.tokens, step.positions, ctx)
+        return self._forward(step.tokens, step.positions, step.write_slots, step.batch)
 
-    def decode(
-        self,
-        tokens: torch.Tensor,  # [R] int64
-        positions: torch.Tensor,  # [R] int64
-        write_slots: torch.Tensor,  # [R] int64
-        batch: DecodeBatch,
-    ) -> torch.Tensor:  # [R, hidden] final hidden states
-        return self.launch_decode(self.prepare_decode(tokens, positions, write_slots, batch))
+    def decode(self, inputs: DecodeInputs) -> torch.Tensor:  # [R, hidden]
+        return self.launch_decode(self.prepare_decode(inputs))
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32

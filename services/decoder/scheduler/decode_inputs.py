@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 from widebeam.services.decoder.scheduler.request_state import RequestState
-
-
-class DecodeInputs(NamedTuple):
-    tokens: torch.Tensor  # [R] int64, each row's pending token
-    positions: torch.Tensor  # [R] int64
-    write_slots: torch.Tensor  # [R] int64, the slot each row's new KV goes to
-    batch: DecodeBatch
 
 
 def decode_inputs(states: list[RequestState], device: torch.device) -> DecodeInputs:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
-from widebeam.services.decoder.runner.decode_graphs import decode_shape, row_bucket
+from widebeam.kernels.attention.packed import PackedDecode
+from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, decode_shape, row_bucket
+from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 
 def _batch(rows: list[int], prompt: int, suffix: int) -> DecodeBatch:
@@ -39,3 +41,50 @@ def test_shape_holds_the_batch() -> None:
         _batch([7, 250, 2, 30], 900, 5), 289, 16, lambda widest: 16, lambda work, longest: 2
     )
     assert other == shape
+
+
+def _inputs(rows: list[int], prompt: int, suffix: int) -> DecodeInputs:
+    batch = _batch(rows, prompt, suffix)
+    total = sum(rows)
+    return DecodeInputs(
+        torch.arange(1, total + 1),
+        torch.full((total,), prompt + suffix),
+        torch.arange(total),
+        batch,
+    )
+
+
+def test_eager_buckets_pad_rows_and_reuse_buffers() -> None:
+    """The padded eager mode (what a graph replays): padding rows carry token 0 and write the
+    trash slot, packed metadata marks them as padding, and a bucket's buffers are reused."""
+    seen: list[tuple[torch.Tensor, ...]] = []
+
+    def forward(
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        write_slots: torch.Tensor,
+        packed: PackedDecode,
+    ) -> torch.Tensor:
+        seen.append((tokens.clone(), positions.clone(), write_slots.clone(), packed.row_group))
+        return torch.stack((tokens, write_slots), 1).float()  # [rows, 2] "hidden"
+
+    graphs = DecodeGraphs(
+        forward,
+        lambda batch, rows: decode_shape(batch, rows, 16, lambda w: 16, lambda w, n: 1),
+        page_size=16,
+        trash_slot=999,
+        device=torch.device("cpu"),
+        use_graphs=False,
+    )
+    first = _inputs([3, 2], prompt=32, suffix=2)
+    hidden = graphs.launch(graphs.prepare(first))
+    assert hidden.shape == (5, 2) and hidden[:, 0].tolist() == [1, 2, 3, 4, 5]
+    tokens, positions, writes, row_group = seen[-1]
+    assert tokens.shape == (8,) and tokens[5:].tolist() == [0, 0, 0]
+    assert positions[:5].tolist() == [34] * 5 and positions[5:].tolist() == [0, 0, 0]
+    assert writes[:5].tolist() == [0, 1, 2, 3, 4] and writes[5:].tolist() == [999] * 3
+    assert row_group.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
+    graphs.launch(graphs.prepare(_inputs([4, 1], prompt=30, suffix=2)))  # same bucket
+    graphs.launch(graphs.prepare(_inputs([20], prompt=30, suffix=2)))  # 32 rows: a new one
+    assert len(graphs._entries) == 2
+    assert seen[-1][0].shape == (32,)
