@@ -3,7 +3,9 @@ service publishes a version, with a real decoder gRPC server following the catal
 
 The publish either completes or fails with a clear 503 and a retry succeeds; `current` only
 ever names a complete version; every service reconnects by itself and the decoder serves the
-published version within a bounded time."""
+published version within a bounded time. Redis losing its data mid-publish (a restart without
+persistence, FLUSHALL) is a 503 `catalog_state_lost` that leaves nothing behind, and the upload
+sent again succeeds."""
 
 from __future__ import annotations
 
@@ -238,3 +240,88 @@ def test_a_commit_sent_again_after_its_reply_was_lost_is_a_success(
     assert published.activated and store.current_version(NAME) == published.version
     assert store.load(NAME).trie.content_hash == trie.content_hash
     assert store.list_versions(NAME) == [published.version]
+
+
+# FLUSHALL only while the version is still staged: WATCH aborts it if the COMMIT came first.
+def _flush_while_staged(probe: redis.Redis, staging: str, version: bytes) -> None:
+    with probe.pipeline() as pipe:
+        pipe.watch(staging)
+        assert pipe.zscore(staging, version) is not None, "the publish committed already"
+        pipe.multi()
+        pipe.flushall()
+        pipe.execute()
+
+
+@pytest.mark.parametrize("loss", ["restart", "flushall"])
+def test_redis_lost_its_data_while_a_catalog_version_is_published(
+    own_redis: RedisServer, sid_model: SidModel, loss: str
+) -> None:
+    """Redis loses everything between staging and commit: restarted without persistence, or
+    flushed. The upload is a 503 with `Retry-After` and a message saying the store lost its
+    state and to publish again (never a 500); `current` never names a partial artifact, the
+    lost version leaves no keys behind, and the retried upload succeeds."""
+    layout = SidLayout.from_tokenizer(str(sid_model.model_dir))
+    assert layout is not None
+    settings = CatalogSettings(
+        redis_url=own_redis.url, namespace=NAMESPACE, port=0, sid_layout=layout.to_spec(),
+        max_upload_bytes=64 << 20,
+    )  # fmt: skip
+    body, items = v2_catalog()
+    probe = redis.Redis.from_url(own_redis.url)
+    prefix = f"{NAMESPACE}:cat:{NAME}"
+    url = f"{{}}/v1/catalogs/{NAME}/versions"
+    headers = {"Content-Type": "application/x-ndjson"}
+    with CatalogApp(settings) as catalog:
+        first = httpx.post(
+            url.format(catalog.url), content=sid_model.catalog_path.read_bytes(),
+            headers=headers, timeout=60,
+        )  # fmt: skip
+        assert first.status_code == 201, first.text
+        with CurrentWatcher(own_redis.url) as watcher:
+            outcome: dict[str, httpx.Response] = {}
+
+            def upload() -> None:
+                outcome["lost"] = httpx.post(
+                    url.format(catalog.url), content=body, headers=headers, timeout=120
+                )
+
+            publisher = threading.Thread(target=upload, daemon=True)
+            publisher.start()
+            staged = wait_for(
+                lambda: probe.zrange(f"{prefix}:staging", 0, 0), 60, "a staged version", 0.001
+            )
+            lost_version = int(staged[0])
+            began = time.monotonic()
+            if loss == "restart":
+                own_redis.restart()  # no persistence: comes back empty
+            else:
+                _flush_while_staged(probe, f"{prefix}:staging", staged[0])
+            publisher.join(120)
+            failed_s = time.monotonic() - began
+            response = outcome["lost"]
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "catalog_state_lost", error
+            assert "lost" in error["message"] and "again" in error["message"], error
+            assert int(response.headers["Retry-After"]) >= 1
+            # Nothing of the lost version is left: no orphaned chunks or lookup tables.
+            assert probe.keys(f"{prefix}:v:{lost_version}:*") == []
+            assert probe.get(f"{prefix}:current") is None
+
+            retry = httpx.post(url.format(catalog.url), content=body, headers=headers, timeout=120)
+            assert retry.status_code == 201, retry.text
+            assert retry.json()["activated"] is True
+            version = retry.json()["version"]
+        readyz = httpx.get(f"{catalog.url}/readyz", timeout=10)
+        assert readyz.status_code == 200, readyz.text
+
+    # `current` only ever named complete versions; it now names the retried upload, complete.
+    assert watcher.seen and all(watcher.seen.values()), watcher.seen
+    store = CatalogStore(probe, NAMESPACE)
+    loaded = store.load(NAME)
+    assert loaded.version == version and loaded.trie.num_items == V2_ITEMS
+    assert store.item_sid(NAME, None, "v2-item-7") == items["v2-item-7"]
+    print(
+        f"\nredis lost its data mid-publish ({loss}): 503 {error['code']} "
+        f"{failed_s:.2f} s after the loss; retried upload published v{version}"
+    )

@@ -3,8 +3,8 @@
 Status codes (docs/catalog.md): 400 a malformed request (bad name, parameter, layout spec,
 metadata, no layout at all); 401 missing/wrong API key; 404 unknown catalog/version/item/SID;
 413 upload over the size limit; 422 an invalid catalog (every ``CatalogError``, whose message
-names the row/key); 503 Redis unreachable (with ``Retry-After``). Nothing a client sends may
-produce a 500.
+names the row/key); 503 Redis unreachable, or Redis lost a publish's state before its commit
+(both with ``Retry-After``). Nothing a client sends may produce a 500.
 """
 
 from __future__ import annotations
@@ -18,11 +18,17 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from widebeam.services.catalog.jsonl_catalog import CatalogError
-from widebeam.services.catalog.store import InvalidNameError, VersionNotFoundError
+from widebeam.services.catalog.store import (
+    InvalidNameError,
+    StagingLostError,
+    VersionNotFoundError,
+)
 
 log = logging.getLogger("widebeam.catalog.service")
 
 RETRY_AFTER_S = 5
+# After a lost publish Redis answers again (it replied to the commit): upload again at once.
+RETRY_LOST_PUBLISH_S = 1
 # Catalog errors quote the offending value (an item id, a key); a hostile upload can make that
 # value megabytes long, and it must not come back in the response or go to the log whole.
 MAX_MESSAGE_CHARS = 1000
@@ -65,6 +71,11 @@ def to_api_error(exc: BaseException) -> ApiError | None:
         return ApiError(400, "invalid_name", str(exc))
     if isinstance(exc, VersionNotFoundError):
         return ApiError(404, "not_found", str(exc))
+    if isinstance(exc, StagingLostError):
+        log.warning("%s", exc)
+        return ApiError(
+            503, "catalog_state_lost", str(exc), {"Retry-After": str(RETRY_LOST_PUBLISH_S)}
+        )
     if isinstance(exc, redis.RedisError):
         # Only the exception type: redis-py messages can carry host names, never the password.
         log.warning("Redis unavailable: %s: %s", type(exc).__name__, exc)
@@ -102,7 +113,8 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    for exc_type in (ApiError, CatalogError, InvalidNameError, VersionNotFoundError):
+    known = (ApiError, CatalogError, InvalidNameError, VersionNotFoundError, StagingLostError)
+    for exc_type in known:
         app.add_exception_handler(exc_type, _known)
     app.add_exception_handler(redis.RedisError, _known)
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]

@@ -61,7 +61,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         401: "missing or wrong API key",
         413: "body over the size limit; nothing published",
         422: "invalid catalog (message names the row/key); nothing published",
-        503: "Redis unavailable; retry after Retry-After seconds",
+        503: "Redis unavailable, or it lost the publish's state (catalog_state_lost); "
+        "nothing published; retry after Retry-After seconds",
     }.items()
 }
 

@@ -13,6 +13,7 @@ from widebeam.services.catalog.store.types import (
     InvalidNameError,
     LoadedCatalog,
     PublishedVersion,
+    StagingLostError,
     VersionNotFoundError,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidNameError",
     "LoadedCatalog",
     "PublishedVersion",
+    "StagingLostError",
     "VersionNotFoundError",
     "validate_name",
 ]

@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+# KEYS: seq, staging, versions   ARGV: now (unix seconds)
+# Hands out a version number and stages it in one step, so a Redis that loses its data can
+# not come between the two. Never a number already staged or committed, even with `seq` gone
+# and they not (an evicted or deleted key): the counter then restarts above them.
+STAGE = """
+local v = redis.call('INCR', KEYS[1])
+local newest = tonumber(redis.call('ZREVRANGE', KEYS[3], 0, 0)[1] or '0')
+for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if tonumber(m) > newest then newest = tonumber(m) end
+end
+if v <= newest then
+  v = newest + 1
+  redis.call('SET', KEYS[1], v)
+end
+redis.call('ZADD', KEYS[2], ARGV[1], v)
+return v
+"""
+
 # KEYS: manifest, lookup, versions, current, catalogs, events, staging
 # ARGV: manifest json, lookup json, version, name, stream maxlen, activate ("1" or "0")
 # Returns 1 when `current` moved to this version, 0 when a newer one was already committed

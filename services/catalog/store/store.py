@@ -29,6 +29,7 @@ from widebeam.services.catalog.store.types import (
     ArtifactError,
     LoadedCatalog,
     PublishedVersion,
+    StagingLostError,
     VersionNotFoundError,
 )
 from widebeam.services.catalog.trie import SidTrie
@@ -73,6 +74,7 @@ class CatalogStore:
         # (a restart, a failover) before it gives up.
         self.write_retry_s = write_retry_s
         self.keys = NamespaceKeys(self.namespace)
+        self._stage = client.register_script(scripts.STAGE)
         self._commit = client.register_script(scripts.COMMIT)
         self._activate = client.register_script(scripts.ACTIVATE)
         self._retire = client.register_script(scripts.RETIRE)
@@ -94,9 +96,10 @@ class CatalogStore:
         chunks, artifact = codec.encode_chunks(
             trie.to_arrays(), self.chunk_bytes, self.compress_level
         )
-        version = int(self.client.incr(ckeys.seq))
+        version = int(
+            self._stage(keys=[ckeys.seq, ckeys.staging, ckeys.versions], args=[time.time()])
+        )
         vkeys = ckeys.version(version)
-        self.client.zadd(ckeys.staging, {str(version): time.time()})
         try:
             buckets = self._write_staged(vkeys, chunks, trie)
             del chunks
@@ -116,14 +119,16 @@ class CatalogStore:
                     raise
                 moved = self.current_version(name) == version
         except redis.ResponseError as exc:
-            self._discard(ckeys.staging, vkeys, version)
-            if "STAGING_LOST" in str(exc):
-                raise ArtifactError(
-                    f"catalog {name!r} version {version}: its staging entry is gone (the "
-                    f"publish took longer than staging_ttl_s={self.staging_ttl_s}, or Redis "
-                    "lost its data); nothing was made current, publish again"
-                ) from None
-            raise
+            if "STAGING_LOST" not in str(exc):
+                self._discard(ckeys.staging, vkeys, version)
+                raise
+            self._discard_lost(ckeys, vkeys, version)
+            raise StagingLostError(
+                f"catalog {name!r} version {version}: the catalog store lost the publish's "
+                "state before the commit (Redis lost its data: a restart without persistence, "
+                "a flush or a failover; or the publish took longer than "
+                f"staging_ttl_s={self.staging_ttl_s}); nothing was made current, publish again"
+            ) from None
         except BaseException:
             self._discard(ckeys.staging, vkeys, version)
             raise
@@ -196,6 +201,17 @@ class CatalogStore:
         # Best effort: if Redis is unreachable, the staging GC in prune() cleans up later.
         try:
             if self.client.zrem(staging, str(version)):
+                retention.unlink_version(self.client, vkeys)
+        except redis.RedisError:
+            pass
+
+    def _discard_lost(self, ckeys: CatalogKeys, vkeys: VersionKeys, version: int) -> None:
+        """Remove what the publish wrote after its staging entry vanished (into an emptied
+        Redis, or after the staging GC ran): no staging entry means no collector will. Only
+        while the version is neither staged nor committed, so never another publish's data."""
+        try:
+            staged = self.client.zscore(ckeys.staging, str(version)) is not None
+            if not staged and not self._committed(ckeys, version):
                 retention.unlink_version(self.client, vkeys)
         except redis.RedisError:
             pass

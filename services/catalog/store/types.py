@@ -24,6 +24,12 @@ class ArtifactError(CatalogStoreError):
     """A stored artifact is damaged: missing chunk, checksum mismatch, undecodable payload."""
 
 
+class StagingLostError(CatalogStoreError):
+    """A publish found its staging entry gone at commit time: Redis lost its data (a restart
+    without persistence, a flush, a failover to an empty replica) or the publish outlived
+    ``staging_ttl_s``. Nothing was made current; publishing again is the remedy."""
+
+
 @dataclass(frozen=True)
 class PublishedVersion:
     """Result of :meth:`CatalogStore.publish`.

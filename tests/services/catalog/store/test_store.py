@@ -173,6 +173,21 @@ def test_uncommitted_version_is_invisible_and_collected(
     assert store.load("c").version == 1
 
 
+def test_version_numbers_never_reuse_a_committed_one(
+    store: CatalogStore, make_trie: MakeTrie
+) -> None:
+    """The counter lost (an evicted or deleted key) while versions remain: the next publish
+    numbers above them instead of overwriting version 1's chunks."""
+    store.publish("c", make_trie(20, seed=0))
+    store.publish("c", make_trie(20, seed=1))
+    store.client.delete(store.keys.catalog("c").seq)
+    pub = store.publish("c", make_trie(20, seed=2))
+    assert (pub.version, pub.activated) == (3, True)
+    assert [store.load("c", v).trie.content_hash for v in (1, 2, 3)] == [
+        make_trie(20, seed=s).content_hash for s in range(3)
+    ]
+
+
 def test_item_and_sid_lookups(store: CatalogStore, make_trie: MakeTrie) -> None:
     trie = make_trie(300, seed=4)
     store.publish("c", trie)
