@@ -25,7 +25,14 @@ def free_port() -> int:
 
 
 class DecoderProcess:
-    def __init__(self, model: Path, max_rows: int, max_kv_slots: int, *extra: str) -> None:
+    def __init__(
+        self,
+        model: Path,
+        max_rows: int,
+        max_kv_slots: int,
+        *extra: str,
+        env: dict[str, str] | None = None,  # e.g. CUDA_VISIBLE_DEVICES for one replica per GPU
+    ) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         cmd = [
@@ -51,7 +58,10 @@ class DecoderProcess:
             *extra,
         ]
         log = Path(os.environ.get("OUT", ".")) / f"decoder-{self.port}.log"
-        self.proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         deadline = time.time() + timeout

@@ -193,7 +193,7 @@ def environment() -> dict[str, str]:
         ).stdout.strip()
     )
     return {
-        "gpu": torch.cuda.get_device_name(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU)",
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
         "commit": commit or "unknown",
