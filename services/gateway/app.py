@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from widebeam.services.gateway.auth import make_api_key_dependency
+from widebeam.services.gateway.auth import ApiKeyCheck, make_api_key_dependency
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.handlers import install_handlers
 from widebeam.services.gateway.info_poller import InfoPoller
@@ -68,7 +68,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         v1.include_router(batch)
     app.include_router(v1)
     app.include_router(health.create_router())
-    app.add_middleware(LoadShedMiddleware, pool=pool)  # after the body is read: keep-alive
+    # After the body is read: keep-alive. A bad API key is a 401 there too, never a 429.
+    app.add_middleware(LoadShedMiddleware, pool=pool, api_keys=ApiKeyCheck(settings.key_values()))
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
     return app

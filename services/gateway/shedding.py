@@ -5,12 +5,18 @@ request (recommend, completions, chat) would be refused by the pool anyway; this
 answers it 429 with `Retry-After` before the route parses and validates the body, so refusing
 costs the gateway little CPU while it is busiest. The pool's own check stays authoritative (a
 slot taken between here and the call is still a 429), so this is only the cheap early path.
+
+The API key is checked first (the same constant-time compare as the route dependency, from
+the `Authorization` header alone): a wrong or missing key gets its 401 whether or not the
+decoders are full, never a 429 that invites it to retry. The body is still never read here.
 """
 
 from __future__ import annotations
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from widebeam.services.gateway.auth import ApiKeyCheck, invalid_api_key
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.middleware import ROUTE_LABEL
 
@@ -18,9 +24,10 @@ MODEL_ROUTES = frozenset({"/v1/recommend", "/v1/completions", "/v1/chat/completi
 
 
 class LoadShedMiddleware:
-    def __init__(self, app: ASGIApp, pool: DecoderPool) -> None:
+    def __init__(self, app: ASGIApp, pool: DecoderPool, api_keys: ApiKeyCheck) -> None:
         self.app = app
         self.pool = pool
+        self.api_keys = api_keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -30,6 +37,10 @@ class LoadShedMiddleware:
             and self.pool.saturated()
         ):
             scope[ROUTE_LABEL] = scope["path"]  # not routed, but counted under its route
-            await self.pool.saturated_error().response()(scope, receive, send)
+            if self.api_keys.header_ok(Headers(scope=scope).get("authorization")):
+                error = self.pool.saturated_error()
+            else:
+                error = invalid_api_key()
+            await error.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -1,5 +1,6 @@
 """Load shedding: at most `max_in_flight_per_decoder` calls per decoder; beyond that on every
-replica a model request is a 429 with `Retry-After` at once (pool and HTTP level)."""
+replica a model request is a 429 with `Retry-After` at once (pool and HTTP level), unless its
+API key is wrong or missing: that stays a 401."""
 
 from __future__ import annotations
 
@@ -100,6 +101,56 @@ def test_http_requests_are_shed_while_the_decoder_is_full(
     assert models.status_code == 200  # no decoder call, never shed
     assert after.status_code == 200 and len(after.json()["items"]) == 2
     assert 'route="/v1/recommend",status="429"' in metrics  # counted under its route
+
+
+def test_a_bad_api_key_is_a_401_even_while_shedding(decoder_server: BackgroundServer) -> None:
+    """The key is checked before the load: a wrong or missing key gets its 401 (not a 429
+    that invites a retry), a right one the 429, while the decoder is full."""
+    settings = gateway_settings(
+        [decoder_server.address], max_in_flight_per_decoder=1, api_keys="k-one,k-two"
+    )
+    slow = {"model": "model", "prompt": [1, 2, 3], "max_tokens": 1000, "ignore_eos": True}
+    good = {"Authorization": "Bearer k-two"}
+    recommend = {"history": HISTORY, "n": 2}
+    with GatewayServer(settings) as gw, httpx.Client(base_url=gw.url, timeout=60) as http:
+        holder: list[httpx.Response] = []
+        thread = threading.Thread(
+            target=lambda: holder.append(http.post("/v1/completions", json=slow, headers=good))
+        )
+        thread.start()
+        gauge = f'widebeam_gateway_decoder_in_flight{{decoder="{decoder_server.address}"}} 1.0'
+        wait_until(lambda: gauge in http.get("/metrics").text, 10, "the slow call in flight")
+        bad = {
+            "missing": http.post("/v1/recommend", json=recommend),
+            "wrong": http.post(
+                "/v1/recommend", json=recommend, headers={"Authorization": "Bearer k-three"}
+            ),
+            "not bearer": http.post(
+                "/v1/chat/completions", content=b"{not json", headers={"Authorization": "k-one"}
+            ),
+            "prefix": http.post(
+                "/v1/completions", json=slow, headers={"Authorization": "Bearer k-on"}
+            ),
+        }
+        shed = http.post("/v1/recommend", json=recommend, headers=good)
+        other_case = http.post(
+            "/v1/recommend", json=recommend, headers={"Authorization": "bearer k-one"}
+        )
+        saturated_during = not holder
+        thread.join(60)
+        unsaturated_bad = http.post("/v1/recommend", json=recommend)
+        after = http.post("/v1/recommend", json=recommend, headers=good)
+    assert saturated_during and holder and holder[0].status_code == 200, holder
+    for what, response in {**bad, "unsaturated": unsaturated_bad}.items():
+        assert response.status_code == 401, (what, response.text)
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="widebeam"'
+        assert "Retry-After" not in response.headers, what
+        error = response.json()["error"]
+        assert error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
+        assert error["message"] == unsaturated_bad.json()["error"]["message"]  # the usual one
+    assert shed.status_code == 429 and shed.headers["Retry-After"] == "1", shed.text
+    assert other_case.status_code == 429, other_case.text  # the scheme is case-insensitive
+    assert after.status_code == 200 and len(after.json()["items"]) == 2
 
 
 @pytest.mark.parametrize("flag", [None, "7"])
