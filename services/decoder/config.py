@@ -25,6 +25,8 @@ class EngineConfig:
     # Up to this many beam scores (k * vocab) a request ranks them densely either way, which
     # keeps transformers' exact tie order for small requests.
     dense_expansion_limit: int = 1 << 22
+    # streamed beam requests in lockstep (same width, step, parameters) advance as one batch
+    batch_beam_steps: bool = True
     # CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes (False: the same
     # bucketed shapes, eagerly)
     cuda_graphs: bool = True

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
-from widebeam.services.decoder.beam.beam_search import BeamSearch
+from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
+from widebeam.services.decoder.beam.cohort import advance_cohorts
 from widebeam.services.decoder.beam.request_step import StepPolicy, apply_selection
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
 from widebeam.services.decoder.config import EngineConfig
@@ -224,11 +225,17 @@ class Engine:
 
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
         """chunks: each request with its rows' final hidden states [rows, hidden]. Queues every
-        request's step; beam requests' stop flags are read later (`_resolve`)."""
+        request's step (lockstep beam requests as one cohort); beam requests' stop flags are
+        read later (`_resolve`)."""
+        selections: dict[int, StepSelection] = {}
+        if self.config.batch_beam_steps:
+            selections = advance_cohorts(chunks, self.step_policy)
         finished, beams = [], []
-        for state, hidden in chunks:
+        for i, (state, hidden) in enumerate(chunks):
             try:
-                selection = self.step_policy.advance(state, hidden)
+                selection = (
+                    selections[i] if i in selections else self.step_policy.advance(state, hidden)
+                )
             except Exception as exc:  # one request's failure must not take its batch down
                 log.exception("request %s failed in its beam step", state.request_id)
                 self.scheduler.finish(state)

@@ -22,9 +22,14 @@ from typing import NamedTuple
 
 import torch
 
+from widebeam.services.decoder.beam.beam_step import (
+    NEG_INF_SCORE,
+    BeamState,
+    StepParams,
+    beam_step,
+)
 from widebeam.services.decoder.beam.candidates import Candidates
 
-NEG_INF_SCORE = -1.0e9
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
 FLAT_TOPK_LIMIT = 1 << 22
@@ -61,24 +66,46 @@ class BeamSearch:
         k = self.num_beams
         self.keep = max(2, 1 + int(self.eos_ids.numel())) * k
         dev = self.device
-        self.running_scores = torch.zeros(k, dtype=torch.float32, device=dev)  # [k] fp32
-        self.running_scores[1:] = NEG_INF_SCORE
-        self.running_ghost = torch.ones(k, dtype=torch.bool, device=dev)  # [k] bool
-        self.running_ghost[0] = False
+        running = torch.zeros((1, k), dtype=torch.float32, device=dev)
+        running[:, 1:] = NEG_INF_SCORE
+        ghost = torch.ones((1, k), dtype=torch.bool, device=dev)
+        ghost[:, 0] = False
+
+        def zeros(dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros((1, k), dtype=dtype, device=dev)
+
         # Empty slots hold -inf, not transformers' -1e9: with a strongly negative length_penalty
         # a real hypothesis can score below -1e9 and must still beat an empty slot.
-        self.fin_scores = torch.full((k,), float("-inf"), dtype=torch.float32, device=dev)
-        self.fin_done = torch.zeros(k, dtype=torch.bool, device=dev)  # [k] bool
-        self.fin_ghost = torch.zeros(k, dtype=torch.bool, device=dev)  # [k] bool
-        self.fin_step = torch.zeros(k, dtype=torch.int64, device=dev)  # [k] int64
-        self.fin_parent = torch.zeros(k, dtype=torch.int64, device=dev)  # [k] int64
-        self.fin_token = torch.zeros(k, dtype=torch.int64, device=dev)  # [k] int64
-        self.fin_cum = torch.zeros(k, dtype=torch.float32, device=dev)  # [k] fp32
-        self.fin_token_logprob = torch.zeros(k, dtype=torch.float32, device=dev)  # [k] fp32
-        # Stop state stays on the device so a step needs no host round trip.
-        self.heuristic_open = torch.ones((), dtype=torch.bool, device=dev)  # [] bool
+        self.state = BeamState(  # this request as a batch of one: [1, k] tensors
+            running_scores=running,
+            running_ghost=ghost,
+            fin_scores=torch.full((1, k), float("-inf"), dtype=torch.float32, device=dev),
+            fin_done=zeros(torch.bool),
+            fin_ghost=zeros(torch.bool),
+            fin_step=zeros(torch.int64),
+            fin_parent=zeros(torch.int64),
+            fin_token=zeros(torch.int64),
+            fin_cum=zeros(torch.float32),
+            fin_token_logprob=zeros(torch.float32),
+            heuristic_open=torch.ones(1, dtype=torch.bool, device=dev),
+        )
+        # The stop decision stays on the device so a step needs no host round trip.
         self.done_flag = torch.zeros((), dtype=torch.bool, device=dev)  # [] bool
         self._done: bool | None = False
+
+    @property
+    def running_scores(self) -> torch.Tensor:  # [k] fp32
+        return self.state.running_scores[0]
+
+    def params(self) -> StepParams:
+        return StepParams(
+            self.num_beams,
+            self.eos_ids,
+            self.step,
+            self.max_new_tokens,
+            self.length_penalty,
+            self.early_stopping,
+        )
 
     def advance(self, logprobs: torch.Tensor) -> StepSelection:
         """logprobs: [k, vocab] fp32 (or [1, vocab] shared by all rows at step 0), already
@@ -94,28 +121,24 @@ class BeamSearch:
     def advance_candidates(self, cands: Candidates) -> StepSelection:
         """One step from the request's best `keep` candidates (`candidates.top_candidates`, or
         `advance`'s exhaustive ranking). Never waits for the device: `done` is read later."""
-        k = self.num_beams
-        scores, cand_rows, cand_tokens, cand_logprobs = cands
-        if self.step + 1 >= self.max_new_tokens:
-            hits = torch.ones_like(cand_tokens, dtype=torch.bool)
-        elif self.eos_ids.numel():
-            hits = torch.isin(cand_tokens, self.eos_ids)
-        else:
-            hits = torch.zeros_like(cand_tokens, dtype=torch.bool)
+        scores, rows, tokens, logprobs = (c[None] for c in cands)
+        result = beam_step(self.state, scores, rows, tokens, logprobs, self.params())
+        self.adopt(result.state, result.parents[0], result.tokens[0], result.logprobs[0])
+        self.done_flag = result.done[0]
+        return StepSelection(result.parents[0], result.tokens[0])
 
-        running_all = scores + hits.to(torch.float32) * NEG_INF_SCORE
-        next_idx = torch.topk(running_all, k=k)[1]
-        parents = cand_rows[next_idx]
-        tokens = cand_tokens[next_idx]
-        self._update_finished(scores, hits, cand_rows, cand_tokens, cand_logprobs)
-        # A row that continues a hypothesis which already hit EOS (kept only to fill the beam)
-        # is a placeholder too: nothing it finishes is returned.
-        self.running_ghost = self.running_ghost[parents] | hits[next_idx]
-        self.running_scores = running_all[next_idx]
+    def adopt(
+        self,
+        state: BeamState,  # this request's [1, k] state after the step
+        parents: torch.Tensor,  # [k] int64
+        tokens: torch.Tensor,  # [k] int64
+        logprobs: torch.Tensor,  # [k] fp32
+    ) -> None:
+        """Take the state of a step computed for this request (alone or in a cohort)."""
+        self.state = state
         self.step += 1
-        self._update_stop_state(hits)
-        self._stage_on_host(parents, tokens, cand_logprobs[next_idx])
-        return StepSelection(parents, tokens)
+        self._done = None
+        self._stage_on_host(parents, tokens, logprobs)
 
     def _stage_on_host(
         self,
@@ -126,11 +149,12 @@ class BeamSearch:
         self.host_history.append(
             (_to_host(torch.stack((parents, tokens))), _to_host(logprobs))  # [2, k], [k]
         )
-        returnable = self.fin_done & ~self.fin_ghost & torch.isfinite(self.fin_scores)
-        ints = torch.stack(  # [4, k] int64
-            (self.fin_step, self.fin_parent, self.fin_token, returnable.to(torch.int64))
+        st = self.state
+        returnable = st.fin_done & ~st.fin_ghost & torch.isfinite(st.fin_scores)
+        ints = torch.cat(  # [4, k] int64
+            (st.fin_step, st.fin_parent, st.fin_token, returnable.to(torch.int64))
         )
-        floats = torch.stack((self.fin_scores, self.fin_cum, self.fin_token_logprob))  # [3, k]
+        floats = torch.cat((st.fin_scores, st.fin_cum, st.fin_token_logprob))  # [3, k]
         self.host_finished = (_to_host(ints), _to_host(floats))
 
     @property
@@ -156,60 +180,6 @@ class BeamSearch:
         )
         scores, pick = torch.topk(row_scores.reshape(-1), k=self.keep)
         return scores, flat_ids.reshape(-1)[pick]
-
-    def _update_finished(
-        self,
-        scores: torch.Tensor,  # [keep] fp32 accumulated log-probs
-        hits: torch.Tensor,  # [keep] bool
-        cand_rows: torch.Tensor,  # [keep] int64
-        cand_tokens: torch.Tensor,  # [keep] int64
-        cand_logprobs: torch.Tensor,  # [keep] fp32
-    ) -> None:
-        k = self.num_beams
-        just_finished = hits.clone()
-        just_finished[k:] = False
-        penalised = scores / ((self.step + 1) ** self.length_penalty)
-        penalised = penalised + self._beams_full().to(torch.float32) * NEG_INF_SCORE
-        penalised = penalised + (~self.heuristic_open).to(torch.float32) * NEG_INF_SCORE
-        # transformers adds -1e9 to candidates that did not just finish; -inf keeps them out of
-        # the finished set even when real scores fall below -1e9 (same ranking otherwise).
-        penalised = torch.where(just_finished, penalised, float("-inf"))
-        merged_scores = torch.cat((self.fin_scores, penalised))
-        keep_idx = torch.topk(merged_scores, k=k)[1]
-        step_col = torch.full_like(cand_rows, self.step)
-
-        def merge(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-            return torch.cat((old, new))[keep_idx]
-
-        self.fin_scores = merged_scores[keep_idx]
-        self.fin_done = merge(self.fin_done, just_finished)
-        self.fin_ghost = merge(self.fin_ghost, self.running_ghost[cand_rows])
-        self.fin_step = merge(self.fin_step, step_col)
-        self.fin_parent = merge(self.fin_parent, cand_rows)
-        self.fin_token = merge(self.fin_token, cand_tokens)
-        self.fin_cum = merge(self.fin_cum, scores)
-        self.fin_token_logprob = merge(self.fin_token_logprob, cand_logprobs)
-
-    def _beams_full(self) -> torch.Tensor:  # [] bool
-        if self.early_stopping is True:
-            return self.fin_done.all()
-        return torch.zeros((), dtype=torch.bool, device=self.device)
-
-    def _update_stop_state(self, hits: torch.Tensor) -> None:
-        if self.early_stopping == "never" and self.length_penalty > 0.0:
-            best_len = self.max_new_tokens
-        else:
-            best_len = self.step
-        best_running = self.running_scores[:1] / (best_len**self.length_penalty)
-        # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
-        # every real score above -1e9 and never stops a search whose scores fall below it.
-        worst_finished = torch.where(self.fin_done, self.fin_scores.min(), float("-inf"))
-        self.heuristic_open = self.heuristic_open & (best_running > worst_finished).any()
-        going = self.heuristic_open & ~self._beams_full() & ~hits.all()
-        # Only placeholder or impossible rows left: nothing real can finish any more.
-        real = ~self.running_ghost & torch.isfinite(self.running_scores)
-        self.done_flag = ~going | ~real.any()
-        self._done = None
 
     def results(self) -> list[FinishedBeam]:
         """The best `num_return` finished hypotheses, best first; ghosts and unfinished or

@@ -25,11 +25,15 @@ class StepPolicy:
     streamed: bool  # beam_expansion == "streamed"
     dense_limit: int  # k * vocab up to which beams are ranked densely anyway
 
+    def streams(self, num_beams: int) -> bool:
+        """Whether a beam of this width takes the streamed expansion."""
+        return self.streamed and num_beams * self.vocab_size > self.dense_limit
+
     def advance(self, state: RequestState, hidden: torch.Tensor) -> StepSelection:
         search, constraint = state.search, state.constraint
         if isinstance(search, BeamSearch):
             block_eos = search.step < state.resolved.spec.min_new_tokens
-            if self.streamed and search.num_beams * self.vocab_size > self.dense_limit:
+            if self.streams(search.num_beams):
                 allowed = None
                 if constraint is not None:
                     allowed = constraint.allowed_tokens(state.nodes, search.eos_ids)

@@ -1,0 +1,156 @@
+"""transformers' beam step, vectorised over B requests that move in lockstep.
+
+One request is B = 1 (`BeamSearch.advance_candidates`); a cohort of requests with the same
+width, step and search parameters (`beam/cohort.py`) runs the same operations once over
+[B, k] tensors instead of once per request. Every operation is transformers' (see
+`beam_search.py` for the semantics); nothing here reads from the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+import torch
+
+NEG_INF_SCORE = -1.0e9
+
+
+@dataclass
+class BeamState:
+    """Search state of B requests × k rows."""
+
+    running_scores: torch.Tensor  # [B, k] fp32
+    running_ghost: torch.Tensor  # [B, k] bool, placeholder rows (never returned)
+    fin_scores: torch.Tensor  # [B, k] fp32 finished hypotheses (-inf: empty slot)
+    fin_done: torch.Tensor  # [B, k] bool
+    fin_ghost: torch.Tensor  # [B, k] bool
+    fin_step: torch.Tensor  # [B, k] int64
+    fin_parent: torch.Tensor  # [B, k] int64
+    fin_token: torch.Tensor  # [B, k] int64
+    fin_cum: torch.Tensor  # [B, k] fp32
+    fin_token_logprob: torch.Tensor  # [B, k] fp32
+    heuristic_open: torch.Tensor  # [B] bool
+
+    @classmethod
+    def stack(cls, states: list[BeamState]) -> BeamState:
+        return cls(**{f.name: torch.cat([getattr(s, f.name) for s in states]) for f in fields(cls)})
+
+    def split(self) -> list[BeamState]:
+        """One B = 1 state per request (views)."""
+        count = self.running_scores.shape[0]
+        return [
+            BeamState(**{f.name: getattr(self, f.name)[b : b + 1] for f in fields(self)})
+            for b in range(count)
+        ]
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """What every request of a lockstep batch shares."""
+
+    num_beams: int
+    eos_ids: torch.Tensor  # [n_eos] int64
+    step: int  # steps taken before this one
+    max_new_tokens: int
+    length_penalty: float
+    early_stopping: bool | str
+
+
+class StepResult(NamedTuple):
+    state: BeamState
+    parents: torch.Tensor  # [B, k] int64
+    tokens: torch.Tensor  # [B, k] int64
+    logprobs: torch.Tensor  # [B, k] fp32 the chosen tokens' own log-probs
+    done: torch.Tensor  # [B] bool
+
+
+def beam_step(
+    state: BeamState,
+    scores: torch.Tensor,  # [B, keep] fp32 accumulated candidate scores, best first
+    cand_rows: torch.Tensor,  # [B, keep] int64
+    cand_tokens: torch.Tensor,  # [B, keep] int64
+    cand_logprobs: torch.Tensor,  # [B, keep] fp32
+    p: StepParams,
+) -> StepResult:
+    k = p.num_beams
+    if p.step + 1 >= p.max_new_tokens:
+        hits = torch.ones_like(cand_tokens, dtype=torch.bool)
+    elif p.eos_ids.numel():
+        hits = torch.isin(cand_tokens, p.eos_ids)
+    else:
+        hits = torch.zeros_like(cand_tokens, dtype=torch.bool)
+    running_all = scores + hits.to(torch.float32) * NEG_INF_SCORE
+    next_idx = torch.topk(running_all, k=k, dim=1)[1]  # [B, k]
+    parents = cand_rows.gather(1, next_idx)
+    tokens = cand_tokens.gather(1, next_idx)
+    new = _update_finished(state, scores, hits, cand_rows, cand_tokens, cand_logprobs, p)
+    # A row that continues a hypothesis which already hit EOS (kept only to fill the beam)
+    # is a placeholder too: nothing it finishes is returned.
+    new.running_ghost = state.running_ghost.gather(1, parents) | hits.gather(1, next_idx)
+    new.running_scores = running_all.gather(1, next_idx)
+    done = _stop_state(new, hits, p)
+    return StepResult(new, parents, tokens, cand_logprobs.gather(1, next_idx), done)
+
+
+def _beams_full(fin_done: torch.Tensor, p: StepParams) -> torch.Tensor:  # [B] bool
+    if p.early_stopping is True:
+        return fin_done.all(dim=1)
+    return torch.zeros(fin_done.shape[0], dtype=torch.bool, device=fin_done.device)
+
+
+def _update_finished(
+    state: BeamState,
+    scores: torch.Tensor,  # [B, keep] fp32
+    hits: torch.Tensor,  # [B, keep] bool
+    cand_rows: torch.Tensor,  # [B, keep] int64
+    cand_tokens: torch.Tensor,  # [B, keep] int64
+    cand_logprobs: torch.Tensor,  # [B, keep] fp32
+    p: StepParams,
+) -> BeamState:
+    k = p.num_beams
+    just_finished = hits.clone()
+    just_finished[:, k:] = False
+    penalised = scores / ((p.step + 1) ** p.length_penalty)
+    full = _beams_full(state.fin_done, p).to(torch.float32)[:, None]  # [B, 1]
+    penalised = penalised + full * NEG_INF_SCORE
+    closed = (~state.heuristic_open).to(torch.float32)[:, None]  # [B, 1]
+    penalised = penalised + closed * NEG_INF_SCORE
+    # transformers adds -1e9 to candidates that did not just finish; -inf keeps them out of
+    # the finished set even when real scores fall below -1e9 (same ranking otherwise).
+    penalised = torch.where(just_finished, penalised, float("-inf"))
+    merged_scores = torch.cat((state.fin_scores, penalised), dim=1)
+    keep_idx = torch.topk(merged_scores, k=k, dim=1)[1]  # [B, k]
+
+    def merge(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        return torch.cat((old, new), dim=1).gather(1, keep_idx)
+
+    return BeamState(
+        running_scores=state.running_scores,
+        running_ghost=state.running_ghost,
+        fin_scores=merged_scores.gather(1, keep_idx),
+        fin_done=merge(state.fin_done, just_finished),
+        fin_ghost=merge(state.fin_ghost, state.running_ghost.gather(1, cand_rows)),
+        fin_step=merge(state.fin_step, torch.full_like(cand_rows, p.step)),
+        fin_parent=merge(state.fin_parent, cand_rows),
+        fin_token=merge(state.fin_token, cand_tokens),
+        fin_cum=merge(state.fin_cum, scores),
+        fin_token_logprob=merge(state.fin_token_logprob, cand_logprobs),
+        heuristic_open=state.heuristic_open,
+    )
+
+
+def _stop_state(state: BeamState, hits: torch.Tensor, p: StepParams) -> torch.Tensor:  # [B]
+    """Update the early-stopping heuristic in `state`; return which requests are done."""
+    never = p.early_stopping == "never" and p.length_penalty > 0.0
+    best_len = p.max_new_tokens if never else p.step + 1
+    best_running = state.running_scores[:, :1] / (best_len**p.length_penalty)  # [B, 1]
+    # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
+    # every real score above -1e9 and never stops a search whose scores fall below it.
+    worst = state.fin_scores.min(dim=1, keepdim=True).values
+    worst_finished = torch.where(state.fin_done, worst, float("-inf"))  # [B, k]
+    state.heuristic_open = state.heuristic_open & (best_running > worst_finished).any(dim=1)
+    going = state.heuristic_open & ~_beams_full(state.fin_done, p) & ~hits.all(dim=1)
+    # Only placeholder or impossible rows left: nothing real can finish any more.
+    real = ~state.running_ghost & torch.isfinite(state.running_scores)
+    return ~going | ~real.any(dim=1)
