@@ -232,18 +232,18 @@ class Engine:
             selections = advance_cohorts(chunks, self.step_policy)
         finished, beams = [], []
         for i, (state, hidden) in enumerate(chunks):
-            try:
-                selection = (
-                    selections[i] if i in selections else self.step_policy.advance(state, hidden)
-                )
-            except Exception as exc:  # one request's failure must not take its batch down
-                log.exception("request %s failed in its beam step", state.request_id)
-                self.scheduler.finish(state)
-                finished.append(RequestOutput(state.request_id, error=f"internal error: {exc}"))
-                continue
-            # Applied even if the request turns out to be done: that only rewrites its own
-            # slot tables, which nothing reads once it is finished.
-            apply_selection(state, selection)
+            if i not in selections:
+                try:
+                    selection = self.step_policy.advance(state, hidden)
+                except Exception as exc:  # one request's failure must not take its batch down
+                    log.exception("request %s failed in its beam step", state.request_id)
+                    self.scheduler.finish(state)
+                    error = f"internal error: {exc}"
+                    finished.append(RequestOutput(state.request_id, error=error))
+                    continue
+                # Applied even if the request turns out to be done: that only rewrites its own
+                # slot tables, which nothing reads once it is finished.
+                apply_selection(state, selection)
             if isinstance(state.search, BeamSearch):
                 beams.append(state)
             elif state.search.done:  # greedy / sampled: decided on the host already

@@ -28,8 +28,8 @@ def advance_cohorts(
     chunks: list[tuple[RequestState, torch.Tensor]],  # requests with their rows' hidden states
     policy: StepPolicy,
 ) -> dict[int, StepSelection]:
-    """Advance every cohort of two or more requests among `chunks`; returns their selections by
-    chunk index (the others are left to advance alone)."""
+    """Advance every cohort of two or more requests among `chunks`, slot tables and trie nodes
+    included; returns their selections by chunk index (the others are left to advance alone)."""
     groups: dict[CohortKey, list[int]] = {}
     for i, (state, _) in enumerate(chunks):
         key = cohort_key(state, policy)
@@ -112,7 +112,32 @@ def advance_cohort(
         search.adopt(sub, result.parents[b], result.tokens[b], result.logprobs[b])
         search.done_flag = result.done[b]
         selections.append(StepSelection(result.parents[b], result.tokens[b]))
+    _apply_cohort(states, result.parents, result.tokens)
     return selections
+
+
+def _apply_cohort(
+    states: list[RequestState],
+    parents: torch.Tensor,  # [B, k] int64
+    tokens: torch.Tensor,  # [B, k] int64
+) -> None:
+    """`request_step.apply_selection` for every member at once (same k, same step)."""
+    k, step = states[0].num_rows, _beam(states[0]).step - 1
+    tables = torch.stack([s.suffix_table for s in states])  # [B, k, step]
+    new_slots = torch.stack([s.private_slots[step * k : (step + 1) * k] for s in states])
+    gathered = tables.gather(1, parents[:, :, None].expand(-1, -1, tables.shape[2]))
+    tables = torch.cat((gathered, new_slots[:, :, None]), dim=2)  # [B, k, step + 1]
+    constraint = states[0].constraint
+    nodes = None
+    if constraint is not None:
+        # At step 0 every row still sits on the prompt's single start node.
+        nodes = torch.stack([s.nodes.expand(k) for s in states]).gather(1, parents)
+        nodes = constraint.advance(nodes.reshape(-1), tokens.reshape(-1)).view(len(states), k)
+    for b, state in enumerate(states):
+        state.suffix_table = tables[b]
+        state.pending_tokens = tokens[b]
+        if nodes is not None:
+            state.nodes = nodes[b]
 
 
 def _beam(state: RequestState) -> BeamSearch:
