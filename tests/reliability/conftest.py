@@ -6,6 +6,7 @@ They get their own redis-server: other tests FLUSHALL the shared one between tes
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,15 @@ def rel_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]
     if find_redis_server() is None:
         pytest.skip("redis-server is not installed")
     server = RedisServer(tmp_path_factory.mktemp("rel-redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own: fault tests kill and restart it."""
+    server = RedisServer(tmp_path / "redis")
     server.start()
     yield server
     server.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +35,6 @@ from widebeam.services.decoder.server.background import BackgroundServer
 pytestmark = pytest.mark.slow
 
 TOTAL = 200
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    # Its own server: these tests kill and restart it, and workers use the default queue.
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_a_worker_killed_mid_chunk_twice_loses_and_duplicates_nothing(

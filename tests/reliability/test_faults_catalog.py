@@ -13,7 +13,6 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +51,13 @@ return {v, redis.call('EXISTS', ARGV[1] .. v .. ':manifest')}
 """
 
 
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    yield server
-    server.stop()
+def _catalog_settings(sid_model: SidModel, redis_url: str) -> CatalogSettings:
+    layout = SidLayout.from_tokenizer(str(sid_model.model_dir))
+    assert layout is not None
+    return CatalogSettings(
+        redis_url=redis_url, namespace=NAMESPACE, port=0, sid_layout=layout.to_spec(),
+        max_upload_bytes=64 << 20,
+    )  # fmt: skip
 
 
 def v2_catalog() -> tuple[bytes, dict[str, tuple[int, ...]]]:
@@ -121,12 +121,7 @@ def test_redis_restarted_while_a_catalog_version_is_published(
     """`staged`: restart as soon as the version has its staging entry (the artifact chunks are
     being written); `lookups`: while the item -> SID tables stream to Redis."""
     caplog.set_level("WARNING", logger="widebeam.services.catalog.store.store")
-    layout = SidLayout.from_tokenizer(str(sid_model.model_dir))
-    assert layout is not None
-    settings = CatalogSettings(
-        redis_url=own_redis.url, namespace=NAMESPACE, port=0, sid_layout=layout.to_spec(),
-        max_upload_bytes=64 << 20,
-    )  # fmt: skip
+    settings = _catalog_settings(sid_model, own_redis.url)
     body, items = v2_catalog()
     probe = redis.Redis.from_url(own_redis.url)
     staging = f"{NAMESPACE}:cat:{NAME}:staging"
@@ -166,6 +161,9 @@ def test_redis_restarted_while_a_catalog_version_is_published(
             if phase == "lookups":
                 bucket = f"{NAMESPACE}:cat:{NAME}:v:{int(staged[0])}:items:0"
                 wait_for(lambda: probe.exists(bucket), 30, "the lookup tables", step=0.0005)
+            # Hold the publisher's next write until the shutdown lands (SHUTDOWN is not held):
+            # on busy cores the rest of the stream could otherwise finish before the restart.
+            probe.execute_command("CLIENT", "PAUSE", "5000", "WRITE")
             down_s = restart_keeping_data(own_redis)
             restarted = time.monotonic()
             publisher.join(120)
@@ -260,12 +258,7 @@ def test_redis_lost_its_data_while_a_catalog_version_is_published(
     flushed. The upload is a 503 with `Retry-After` and a message saying the store lost its
     state and to publish again (never a 500); `current` never names a partial artifact, the
     lost version leaves no keys behind, and the retried upload succeeds."""
-    layout = SidLayout.from_tokenizer(str(sid_model.model_dir))
-    assert layout is not None
-    settings = CatalogSettings(
-        redis_url=own_redis.url, namespace=NAMESPACE, port=0, sid_layout=layout.to_spec(),
-        max_upload_bytes=64 << 20,
-    )  # fmt: skip
+    settings = _catalog_settings(sid_model, own_redis.url)
     body, items = v2_catalog()
     probe = redis.Redis.from_url(own_redis.url)
     prefix = f"{NAMESPACE}:cat:{NAME}"
