@@ -107,9 +107,6 @@ class ModelRunner:
             return self.graphs.launch(step)
         return self._forward(step.tokens, step.positions, step.write_slots, step.batch)
 
-    def decode(self, inputs: DecodeInputs) -> torch.Tensor:  # [R, hidden]
-        return self.launch_decode(self.prepare_decode(inputs))
-
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
         return self.model.compute_logits(hidden)
