@@ -29,6 +29,7 @@ from widebeam.services.decoder.beam.beam_step import (
     beam_step,
 )
 from widebeam.services.decoder.beam.candidates import Candidates
+from widebeam.services.decoder.host_copies import to_host_async
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -147,7 +148,7 @@ class BeamSearch:
         logprobs: torch.Tensor,  # [k] fp32
     ) -> None:
         self.host_history.append(
-            (_to_host(torch.stack((parents, tokens))), _to_host(logprobs))  # [2, k], [k]
+            (to_host_async(torch.stack((parents, tokens))), to_host_async(logprobs))  # [2, k], [k]
         )
         st = self.state
         returnable = st.fin_done & ~st.fin_ghost & torch.isfinite(st.fin_scores)
@@ -155,7 +156,7 @@ class BeamSearch:
             (st.fin_step, st.fin_parent, st.fin_token, returnable.to(torch.int64))
         )
         floats = torch.cat((st.fin_scores, st.fin_cum, st.fin_token_logprob))  # [3, k]
-        self.host_finished = (_to_host(ints), _to_host(floats))
+        self.host_finished = (to_host_async(ints), to_host_async(floats))
 
     @property
     def done(self) -> bool:
@@ -206,12 +207,3 @@ class BeamSearch:
             lps.reverse()
             out.append(FinishedBeam(tokens, lps, fin_scores[slot], fin_cum[slot]))
         return out
-
-
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """Queue a device-to-host copy into pinned memory (no wait); CPU tensors are returned as is
-    (the search replaces, never mutates, its tensors)."""
-    if not t.is_cuda:
-        return t
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    return host.copy_(t, non_blocking=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
@@ -20,12 +21,9 @@ def decode_inputs(states: list[RequestState], device: torch.device) -> DecodeInp
         positions += [state.prompt_len + step] * state.num_rows
         writes.append(state.suffix_table[:, -1])
         row += state.num_rows
-    host_positions = torch.tensor(positions, dtype=torch.int64)
-    if device.type == "cuda":  # pinned: the copy is queued, the host moves on
-        host_positions = host_positions.pin_memory()
     return DecodeInputs(
         torch.cat(tokens),
-        host_positions.to(device, non_blocking=True),
+        to_device_async(torch.tensor(positions, dtype=torch.int64), device),
         torch.cat(writes),
         DecodeBatch(tuple(groups)),
     )

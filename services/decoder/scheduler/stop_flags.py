@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 
 from widebeam.services.decoder.beam.beam_search import BeamSearch
+from widebeam.services.decoder.host_copies import to_host_async
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
 
@@ -27,8 +28,7 @@ def stage_flags(states: list[RequestState]) -> StagedFlags:
     flags = torch.stack([_beam(s).done_flag for s in states])  # [n] bool
     if not flags.is_cuda:
         return StagedFlags(states, flags, None)
-    host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
-    host.copy_(flags, non_blocking=True)
+    host = to_host_async(flags)
     event = torch.cuda.Event()
     event.record()
     return StagedFlags(states, host, event)
