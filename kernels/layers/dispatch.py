@@ -5,35 +5,73 @@ importable and no gradient is wanted (they have no backward), the torch referenc
 from __future__ import annotations
 
 import functools
+import importlib
+from types import ModuleType
 
 import torch
 
-from widebeam.kernels.layers.torch_ref import rms_norm_ref, silu_mul_ref
+from widebeam.kernels.layers.torch_ref import (
+    add_rms_norm_ref,
+    qk_norm_rope_ref,
+    rms_norm_ref,
+    silu_mul_ref,
+)
 
 
-def _fusable(*tensors: torch.Tensor) -> bool:
-    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    return tensors[0].is_cuda and not wants_grad
+def _fusable(*tensors: torch.Tensor | None) -> bool:
+    given = [t for t in tensors if t is not None]
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in given)
+    return given[0].is_cuda and not wants_grad
 
 
 @functools.cache
-def _triton_layers() -> object | None:
+def _triton_module(name: str) -> ModuleType | None:
     try:
-        from widebeam.kernels.layers import triton_layers
+        return importlib.import_module(f"widebeam.kernels.layers.{name}")
     except ImportError:
         return None
-    return triton_layers
+
+
+def _triton_layers() -> ModuleType | None:
+    return _triton_module("triton_layers")
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     fused = _triton_layers() if _fusable(x, weight) else None
     if fused is None:
         return rms_norm_ref(x, weight, eps)
-    return fused.rms_norm_triton(x, weight, eps)  # type: ignore[attr-defined]
+    return fused.rms_norm_triton(x, weight, eps)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual): a sublayer's residual add fused into the next
+    norm."""
+    fused = _triton_layers() if _fusable(x, residual, weight) else None
+    if fused is None:
+        return add_rms_norm_ref(x, residual, weight, eps)
+    return fused.add_rms_norm_triton(x, residual, weight, eps)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     fused = _triton_layers() if _fusable(gate, up) else None
     if fused is None:
         return silu_mul_ref(gate, up)
-    return fused.silu_mul_triton(gate, up)  # type: ignore[attr-defined]
+    return fused.silu_mul_triton(gate, up)
+
+
+def qk_norm_rope(
+    q: torch.Tensor,  # [N, Hq, D]
+    k: torch.Tensor,  # [N, Hkv, D]
+    cos: torch.Tensor,  # [N, D] fp32
+    sin: torch.Tensor,  # [N, D] fp32
+    q_weight: torch.Tensor | None,  # [D] per-head norm weights (Qwen3), None: rope only
+    k_weight: torch.Tensor | None,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head RMSNorm of q and k (when weighted), then rope: see torch_ref.qk_norm_rope_ref."""
+    fused = _triton_module("triton_rope") if _fusable(q, k, q_weight, k_weight) else None
+    if fused is None:
+        return qk_norm_rope_ref(q, k, cos, sin, q_weight, k_weight, eps)
+    return fused.qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps)

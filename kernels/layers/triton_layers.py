@@ -11,6 +11,17 @@ import triton.language as tl
 
 
 @triton.jit
+def _scaled_norm(x, w_ptr, cols, inside, dim, eps):
+    """One row in the model dtype (masked lanes 0) -> weight * rms_norm(x), the reference's way:
+    normalised in fp32, cast to the model dtype, scaled, cast again."""
+    xf = x.to(tl.float32)
+    mean_sq = tl.sum(xf * xf, axis=0) / dim
+    normed = (xf * tl.math.rsqrt(mean_sq + eps)).to(x.dtype)
+    w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+    return (w.to(tl.float32) * normed.to(tl.float32)).to(x.dtype)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr, w_ptr, out_ptr, dim, stride_x, stride_out, eps,
     BLOCK: tl.constexpr,
@@ -19,11 +30,23 @@ def _rms_norm_kernel(
     cols = tl.arange(0, BLOCK)
     inside = cols < dim
     x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0)
-    xf = x.to(tl.float32)
-    mean_sq = tl.sum(xf * xf, axis=0) / dim
-    normed = (xf * tl.math.rsqrt(mean_sq + eps)).to(x.dtype)
-    w = tl.load(w_ptr + cols, mask=inside, other=0.0)
-    out = (w.to(tl.float32) * normed.to(tl.float32)).to(x.dtype)
+    out = _scaled_norm(x, w_ptr, cols, inside, dim, eps)
+    tl.store(out_ptr + row * stride_out + cols, out, mask=inside)
+
+
+@triton.jit
+def _add_rms_norm_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, dim, stride_x, stride_res, stride_out, eps,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < dim
+    x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0)
+    res = tl.load(res_ptr + row * stride_res + cols, mask=inside, other=0.0)
+    total = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)  # torch's add stores it
+    tl.store(res_out_ptr + row * stride_out + cols, total, mask=inside)
+    out = _scaled_norm(total, w_ptr, cols, inside, dim, eps)
     tl.store(out_ptr + row * stride_out + cols, out, mask=inside)
 
 
@@ -39,19 +62,46 @@ def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, numel, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, out, mask=inside)
 
 
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """[..., D] -> [rows, D] with unit stride along D (a view when the layout allows)."""
+    rows = x.reshape(-1, x.shape[-1])
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
+
+
+def _norm_launch(dim: int) -> dict[str, int]:
+    block = triton.next_power_of_2(dim)
+    return {"BLOCK": block, "num_warps": max(1, min(8, block // 256))}
+
+
 def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    dim = x.shape[-1]
-    rows = x.reshape(-1, dim)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
+    rows = _rows(x)
     out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     if rows.shape[0]:
-        block = triton.next_power_of_2(dim)
         _rms_norm_kernel[(rows.shape[0],)](
-            rows, weight, out, dim, rows.stride(0), out.stride(0), eps,
-            BLOCK=block, num_warps=max(1, min(8, block // 256)),
+            rows, weight, out, rows.shape[1], rows.stride(0), out.stride(0), eps,
+            **_norm_launch(rows.shape[1]),
         )  # fmt: skip
     return out.view(x.shape)
+
+
+def add_rms_norm_triton(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual) in one pass; see torch_ref.add_rms_norm_ref."""
+    if x.shape != residual.shape or x.dtype != residual.dtype:
+        raise ValueError(
+            f"x {tuple(x.shape)} {x.dtype} and residual {tuple(residual.shape)} "
+            f"{residual.dtype} must match"
+        )
+    rows, res = _rows(x), _rows(residual)
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    new_res = torch.empty_like(out)
+    if rows.shape[0]:
+        _add_rms_norm_kernel[(rows.shape[0],)](
+            rows, res, weight, out, new_res, rows.shape[1], rows.stride(0), res.stride(0),
+            out.stride(0), eps, **_norm_launch(rows.shape[1]),
+        )  # fmt: skip
+    return out.view(x.shape), new_res.view(x.shape)
 
 
 def silu_mul_triton(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

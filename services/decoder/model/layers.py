@@ -1,4 +1,7 @@
-"""Building blocks shared by the supported decoder families."""
+"""Building blocks shared by the supported decoder families.
+
+Rope itself (HF's ``x * cos + rotate_half(x) * sin``) lives in kernels/layers with the q/k norm
+it is fused with: ``qk_norm_rope``; this module computes its cos/sin tables."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from widebeam.kernels.layers.dispatch import rms_norm, silu_mul
+from widebeam.kernels.layers.dispatch import add_rms_norm, rms_norm, silu_mul
 from widebeam.services.decoder.model.config import RopeScaling
 
 
@@ -22,6 +25,15 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., dim]
         return rms_norm(x, self.weight, self.eps)  # one fused kernel on CUDA
+
+    def add_forward(
+        self,
+        x: torch.Tensor,  # [..., dim] a sublayer's output
+        residual: torch.Tensor,  # [..., dim] the residual stream so far
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (norm(x + residual), x + residual)
+        """The residual add fused into this norm: the same arithmetic as ``forward(x + residual)``
+        (the sum stored in the model dtype), one kernel on CUDA."""
+        return add_rms_norm(x, residual, self.weight, self.eps)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
@@ -77,22 +89,6 @@ class RotaryEmbedding(nn.Module):
         freqs = positions.float()[:, None] * self._inv_freq(positions.device)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos(), emb.sin()
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rotary(
-    x: torch.Tensor,  # [N, heads, head_dim]
-    cos: torch.Tensor,  # [N, head_dim] fp32
-    sin: torch.Tensor,  # [N, head_dim] fp32
-) -> torch.Tensor:
-    """HF convention: tables are cast to the activation dtype before the product."""
-    cos = cos.to(x.dtype)[:, None, :]
-    sin = sin.to(x.dtype)[:, None, :]
-    return x * cos + rotate_half(x) * sin
 
 
 class SwiGLU(nn.Module):

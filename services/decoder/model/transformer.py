@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from widebeam.kernels.layers.dispatch import qk_norm_rope
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
-from widebeam.services.decoder.model.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary
+from widebeam.services.decoder.model.layers import RMSNorm, RotaryEmbedding, SwiGLU
 from widebeam.services.decoder.model.weights import load_state_dict, validate_state_dict
 
 LM_HEAD = "lm_head.weight"
@@ -30,6 +31,7 @@ class SelfAttention(nn.Module):
         self.n_heads = config.num_attention_heads
         self.n_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
+        self.rms_norm_eps = config.rms_norm_eps
         hidden = config.hidden_size
         q_out, kv_out = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.q_proj = nn.Linear(hidden, q_out, bias=config.attention_bias)
@@ -53,9 +55,10 @@ class SelfAttention(nn.Module):
         q = self.q_proj(x).view(n, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(n, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(n, self.n_kv_heads, self.head_dim)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)  # per head, before rope (Qwen3)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        # Per-head q/k norm before rope (Qwen3), then rope: one kernel on CUDA.
+        q_w = None if self.q_norm is None else self.q_norm.weight
+        k_w = None if self.k_norm is None else self.k_norm.weight
+        q, k = qk_norm_rope(q, k, cos, sin, q_w, k_w, self.rms_norm_eps)
         out = attn.attend(self.layer_idx, q, k, v)  # [N, n_heads, head_dim]
         return self.o_proj(out.reshape(n, self.n_heads * self.head_dim))
 
@@ -70,13 +73,23 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self,
-        h: torch.Tensor,  # [N, hidden]
+        h: torch.Tensor,  # [N, hidden] the previous layer's MLP output (the embeddings first)
+        residual: torch.Tensor | None,  # [N, hidden] the residual stream before h; None first
         cos: torch.Tensor,  # [N, head_dim] fp32
         sin: torch.Tensor,  # [N, head_dim] fp32
         attn: AttentionContext,
-    ) -> torch.Tensor:  # [N, hidden]
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, attn)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (MLP output, residual stream before it)
+        """HF's ``h = h + attn(norm(h)); h = h + mlp(norm(h))`` with each residual add fused
+        into the norm that follows it: the MLP's add is left to the next layer's input norm (or
+        the final norm), so the stream is carried as (h, residual) and the sum is h + residual.
+        """
+        if residual is None:
+            residual, normed = h, self.input_layernorm(h)
+        else:
+            normed, residual = self.input_layernorm.add_forward(h, residual)
+        out = self.self_attn(normed, cos, sin, attn)
+        normed, residual = self.post_attention_layernorm.add_forward(out, residual)
+        return self.mlp(normed), residual
 
 
 class DecoderModel(nn.Module):
@@ -128,9 +141,12 @@ class CausalLM(nn.Module):
             )
         cos, sin = self.rotary(positions)
         h = self.model.embed_tokens(input_ids)
+        residual: torch.Tensor | None = None
         for layer in self.model.layers:
-            h = layer(h, cos, sin, attn)
-        return self.model.norm(h)
+            h, residual = layer(h, residual, cos, sin, attn)
+        if residual is None:
+            return self.model.norm(h)
+        return self.model.norm.add_forward(h, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden] -> logits [N, vocab] fp32 (matmul in model dtype, like HF)."""
