@@ -29,7 +29,7 @@ from widebeam.services.decoder.beam.beam_step import (
     beam_step,
 )
 from widebeam.services.decoder.beam.candidates import Candidates
-from widebeam.services.decoder.host_copies import to_host_async
+from widebeam.services.decoder.beam.host_step import HostStep, stage_on_host
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -61,7 +61,7 @@ class BeamSearch:
     # Host copies, queued every step without waiting (`results` reads only these, so a finished
     # request's output never waits for work queued after its last step).
     host_history: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    host_finished: tuple[torch.Tensor, torch.Tensor] | None = None
+    host_finished: tuple[torch.Tensor, torch.Tensor] | None = None  # ([4, k] int64, [3, k])
 
     def __post_init__(self) -> None:
         k = self.num_beams
@@ -124,39 +124,20 @@ class BeamSearch:
         `advance`'s exhaustive ranking). Never waits for the device: `done` is read later."""
         scores, rows, tokens, logprobs = (c[None] for c in cands)
         result = beam_step(self.state, scores, rows, tokens, logprobs, self.params())
-        self.adopt(result.state, result.parents[0], result.tokens[0], result.logprobs[0])
+        selection = StepSelection(result.parents[0], result.tokens[0])
+        (host,) = stage_on_host(result)
+        self.adopt(result.state, selection, host)
         self.done_flag = result.done[0]
-        return StepSelection(result.parents[0], result.tokens[0])
+        return selection
 
-    def adopt(
-        self,
-        state: BeamState,  # this request's [1, k] state after the step
-        parents: torch.Tensor,  # [k] int64
-        tokens: torch.Tensor,  # [k] int64
-        logprobs: torch.Tensor,  # [k] fp32
-    ) -> None:
-        """Take the state of a step computed for this request (alone or in a cohort)."""
+    def adopt(self, state: BeamState, selection: StepSelection, host: HostStep) -> None:
+        """Take the state of a step computed for this request (alone or in a cohort), with
+        the step's host copies (`stage_on_host`)."""
         self.state = state
         self.step += 1
         self._done = None
-        self._stage_on_host(parents, tokens, logprobs)
-
-    def _stage_on_host(
-        self,
-        parents: torch.Tensor,  # [k] int64
-        tokens: torch.Tensor,  # [k] int64
-        logprobs: torch.Tensor,  # [k] fp32
-    ) -> None:
-        self.host_history.append(
-            (to_host_async(torch.stack((parents, tokens))), to_host_async(logprobs))  # [2, k], [k]
-        )
-        st = self.state
-        returnable = st.fin_done & ~st.fin_ghost & torch.isfinite(st.fin_scores)
-        ints = torch.cat(  # [4, k] int64
-            (st.fin_step, st.fin_parent, st.fin_token, returnable.to(torch.int64))
-        )
-        floats = torch.cat((st.fin_scores, st.fin_cum, st.fin_token_logprob))  # [3, k]
-        self.host_finished = (to_host_async(ints), to_host_async(floats))
+        self.host_history.append(host.history)
+        self.host_finished = host.finished
 
     @property
     def done(self) -> bool:

@@ -17,6 +17,7 @@ import torch
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
 from widebeam.services.decoder.beam.beam_step import BeamState, beam_step
 from widebeam.services.decoder.beam.candidates import ONE_PASS_LIMIT, RowLogprobs
+from widebeam.services.decoder.beam.host_step import stage_on_host
 from widebeam.services.decoder.beam.request_step import StepPolicy
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
@@ -108,10 +109,12 @@ def advance_cohort(
         first.params(),
     )  # fmt: skip
     selections = []
-    for b, (search, sub) in enumerate(zip(searches, result.state.split(), strict=True)):
-        search.adopt(sub, result.parents[b], result.tokens[b], result.logprobs[b])
+    members = zip(searches, result.state.split(), stage_on_host(result), strict=True)
+    for b, (search, sub, host) in enumerate(members):
+        selection = StepSelection(result.parents[b], result.tokens[b])
+        search.adopt(sub, selection, host)
         search.done_flag = result.done[b]
-        selections.append(StepSelection(result.parents[b], result.tokens[b]))
+        selections.append(selection)
     _apply_cohort(states, result.parents, result.tokens)
     return selections
 

@@ -9,9 +9,13 @@ never spend themselves on the same item with different EOS tokens. The transform
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cached_property
+
 import torch
 
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.decoder.constraint.path_items import PathItems
 
 OFF_TRIE = -1
 
@@ -110,12 +114,12 @@ class TrieConstraint:
         found = (nodes >= 0) & (tokens < self.key_base) & (self.edge_keys[pos] == keys)
         return torch.where(found, self.child_nodes[pos], OFF_TRIE)
 
-    def items_for_path(self, prompt_ids: tuple[int, ...], tokens: list[int]) -> list[str]:
-        node = self.start_node(prompt_ids)
-        for token in tokens:
-            if self.trie.leaf_sid[node] >= 0:
-                break
-            node = self.trie.child(node, token)
-            if node < 0:
-                return []
-        return self.trie.items_for_leaf(node) if self.trie.leaf_sid[node] >= 0 else []
+    def items_for_paths(
+        self, prompt_ids: tuple[int, ...], paths: Sequence[Sequence[int]]
+    ) -> list[list[str]]:
+        """The items each output path names (see `PathItems.items`)."""
+        return self.path_items.items(self.start_node(prompt_ids), paths)
+
+    @cached_property
+    def path_items(self) -> PathItems:
+        return PathItems(self.trie)

@@ -65,5 +65,4 @@ def test_start_node_and_path_length_depend_on_begin_token() -> None:
     assert c.start_node((1, 40)) == 1 and c.start_node((1, 2)) == 0
     sid = c.trie.sids[0].tolist()
     path = [10 + sid[0], 18 + sid[1], 26 + sid[2], 41, 3]
-    assert c.items_for_path((9, 40), path) == c.trie.lookup_sid(sid)
-    assert c.items_for_path((9, 40), [10 + sid[0], 0]) == []
+    assert c.items_for_paths((9, 40), [path, [10 + sid[0], 0]]) == [c.trie.lookup_sid(sid), []]

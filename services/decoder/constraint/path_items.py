@@ -1,0 +1,57 @@
+"""Items named by finished beams: every beam's output path walked through the catalog trie at
+once on the host (one vectorised child lookup per SID level), since a wide request finishes
+with thousands of beams and a per-token Python walk would cost more than its decode steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from widebeam.services.catalog.trie import SidTrie
+
+
+class PathItems:
+    def __init__(self, trie: SidTrie) -> None:
+        self.trie = trie
+        counts = np.diff(trie.child_offsets)
+        tokens = trie.child_tokens.astype(np.int64)
+        self.key_base = int(tokens.max()) + 1 if tokens.size else 1
+        nodes = np.repeat(np.arange(trie.num_nodes, dtype=np.int64), counts)
+        # node * key_base + token: ascending, as the CSR is node-major and token-sorted
+        self.edge_keys = nodes * self.key_base + tokens  # [edges] int64
+        self.edge_child = trie.child_nodes.astype(np.int64)  # [edges] int64
+
+    def children(
+        self,
+        nodes: np.ndarray,  # [B] int64, >= 0
+        tokens: np.ndarray,  # [B] int64
+    ) -> np.ndarray:  # [B] int64 child node, -1 where the token is no child
+        if not self.edge_keys.size:
+            return np.full_like(nodes, -1)
+        keys = nodes * self.key_base + tokens
+        pos = np.minimum(np.searchsorted(self.edge_keys, keys), self.edge_keys.size - 1)
+        found = (tokens >= 0) & (tokens < self.key_base) & (self.edge_keys[pos] == keys)
+        return np.where(found, self.edge_child[pos], -1)
+
+    def items(self, start_node: int, paths: Sequence[Sequence[int]]) -> list[list[str]]:
+        """Per path: the items of the complete SID it spells from `start_node` (tokens after
+        the SID's leaf, such as its end token or EOS, are ignored), or [] when it spells
+        none."""
+        if not paths:
+            return []
+        depth = max(len(p) for p in paths)
+        tokens = np.full((len(paths), depth), -1, dtype=np.int64)  # -1: the path has ended
+        for i, path in enumerate(paths):
+            tokens[i, : len(path)] = path
+        nodes = np.full(len(paths), start_node, dtype=np.int64)
+        leaf_sid = self.trie.leaf_sid
+        for level in range(depth):
+            step = tokens[:, level]
+            moving = (nodes >= 0) & (step >= 0) & (leaf_sid[np.maximum(nodes, 0)] < 0)
+            if not moving.any():
+                break
+            nodes[moving] = self.children(nodes[moving], step[moving])
+        sids = np.where(nodes >= 0, leaf_sid[np.maximum(nodes, 0)], -1).tolist()
+        offsets, item_ids = self.trie.sid_item_offsets, self.trie.item_ids
+        return [item_ids[offsets[s] : offsets[s + 1]] if s >= 0 else [] for s in sids]

@@ -1,0 +1,71 @@
+"""The vectorised output-path walk names the same items as walking the trie token by token."""
+
+from __future__ import annotations
+
+import random
+
+from widebeam.services.catalog.jsonl_catalog import CatalogEntry
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.decoder.constraint.path_items import PathItems
+
+
+def _trie(seed: int, items: int = 80) -> SidTrie:
+    rng = random.Random(seed)
+    layout = SidLayout.parse("10:6,16:6,22:6;begin=40;end=41")
+    codes = [tuple(rng.randrange(6) for _ in range(3)) for _ in range(items)]
+    entries = [CatalogEntry(f"i{i}", sid) for i, sid in enumerate(codes)]
+    return SidTrie.build(entries, layout)
+
+
+def _walk_one(trie: SidTrie, start: int, path: list[int]) -> list[str]:
+    node = start
+    for token in path:
+        if trie.is_leaf(node):
+            break
+        node = trie.child(node, token)
+        if node < 0:
+            return []
+    return trie.items_for_leaf(node) if trie.is_leaf(node) else []
+
+
+def _random_path(rng: random.Random, trie: SidTrie) -> list[int]:
+    sid = trie.sids[rng.randrange(trie.num_sids)].tolist()
+    path = [10 + sid[0], 16 + sid[1], 22 + sid[2], 41, rng.choice([3, 41, 0])]
+    kind = rng.randrange(5)
+    if kind == 0:  # leaves the trie at some level
+        path[rng.randrange(3)] = rng.choice([0, 9, 39, 99, 10**6])
+    elif kind == 1:  # stops before its leaf
+        path = path[: rng.randrange(3)]
+    elif kind == 2:  # a code that no item has (likely) at the last level
+        path[2] = 22 + rng.randrange(6)
+    return path
+
+
+def test_items_match_the_token_by_token_walk() -> None:
+    rng = random.Random(1)
+    for seed in range(4):
+        trie = _trie(seed)
+        lookup = PathItems(trie)
+        for start in (0, 1):
+            paths = [_random_path(rng, trie) for _ in range(300)]
+            if start == 0:
+                paths = [[40, *p] for p in paths[:150]] + paths[150:]
+            got = lookup.items(start, paths)
+            assert got == [_walk_one(trie, start, p) for p in paths]
+            assert any(got) and not all(got)  # both outcomes are exercised
+
+
+def test_items_of_no_paths_and_of_empty_paths() -> None:
+    lookup = PathItems(_trie(0))
+    assert lookup.items(1, []) == []
+    assert lookup.items(1, [[], []]) == [[], []]
+
+
+def test_items_of_shared_sids_keep_catalog_order() -> None:
+    layout = SidLayout.parse("10:6,16:6,22:6;begin=40;end=41")
+    entries = [CatalogEntry(f"item{i}", (1, 2, 3)) for i in range(5)]
+    entries.append(CatalogEntry("other", (0, 0, 0)))
+    lookup = PathItems(SidTrie.build(entries, layout))
+    path = [11, 18, 25, 41]
+    assert lookup.items(1, [path, [10, 16, 22, 41]]) == [[f"item{i}" for i in range(5)], ["other"]]
