@@ -3,10 +3,14 @@
 Kernel 1 (`triton_prefix.prefix_kernel`): a block of one request's rows × its shared prompt KV
 on tensor cores, per prompt split; writes normalised partial outputs and their log-sum-exps.
 
-Kernel 2 (`_suffix_merge_kernel`): one program per (row, KV head). It gathers the row's private
-suffix slots (short: at most max_new_tokens), runs the same online softmax on CUDA cores (M would
-be just the GQA group, too small for tensor cores), then folds in the prompt partials by LSE and
-writes the final output in the query dtype.
+Kernel 2 (`_suffix_merge_kernel`): one program per (block of BLOCK_R rows, KV head). It folds
+in the rows' prompt partials by LSE, then gathers their private suffix slots (short: at most
+max_new_tokens) as one [BLOCK_R × BLOCK_S, D] tile and runs the online softmax with dense dots of
+all BLOCK_R × GQA queries against the whole tile on tensor cores, masked to the block diagonal
+(a query sees only its own row's slots); the wasted products are cheap, the gathers are what
+costs. The first tile's slot ids, the partials and q load at once, so a program waits for about
+two dependent memory round trips (ids, then K/V) instead of one per step. BLOCK_R = 1 is the old
+one-row-per-program kernel.
 
 LSEs inside this module are in log2 units (exp2 is the cheap instruction); nothing outside sees
 them. Accumulation is fp32 for every input dtype.
@@ -29,76 +33,97 @@ from widebeam.kernels.attention.triton_prefix import prefix_kernel
 
 
 @triton.jit
+def _suffix_tile(
+    q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
+    qk_scale, kv_ok, same_row,
+    D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One tile of N = BLOCK_R × BLOCK_S (row, slot) pairs against all M = BLOCK_R × GQA_P
+    queries of the block: dense dots on tensor cores, the block-diagonal (query row = key row)
+    kept by the mask. Updates the online-softmax state (m_i, l_i, acc)."""
+    d = tl.arange(0, D)
+    slot = slot.to(tl.int64)
+    k_t = tl.load(  # [D, N]: K^T straight from the gather
+        k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
+        mask=kv_ok[None, :],
+        other=0.0,
+    )
+    v = tl.load(
+        v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
+        mask=kv_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        k_t = k_t.to(tl.float32)
+    s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+    s = tl.where(same_row & kv_ok[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a query with no key so far
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    p_v = p.to(v.dtype)  # rounded to V's dtype as on tensor cores (as in prefix_kernel)
+    if UPCAST:
+        p_v = p_v.to(tl.float32)
+        v = v.to(tl.float32)
+    acc = acc * alpha[:, None] + tl.dot(p_v, v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _suffix_merge_kernel(
-    q_ptr,  # [R, HQ, D]
-    k_ptr,  # [slots, HKV, D]
-    v_ptr,  # [slots, HKV, D]
-    o_part_ptr,  # [num_splits, R, HQ, D] fp32 from prefix_kernel
-    lse_part_ptr,  # [num_splits, R, HQ] fp32 (log2 units)
+    q_ptr, k_ptr, v_ptr,  # [R, HQ, D]; [slots, HKV, D] x2
+    o_part_ptr, lse_part_ptr,  # [num_splits, R, HQ, D], [num_splits, R, HQ] fp32 (log2 units)
     out_ptr,  # [R, HQ, D] dtype of q, contiguous
-    row_group_ptr,  # [R] int32, -1 = padding row
-    row_suffix_len_ptr,  # [R] int32
-    suffix_ptr,  # [R, S_cap] int32 slot ids
-    num_rows,  # R
-    num_splits,  # prompt chunks per work item (runtime: no recompile per value)
-    stride_qr,
-    stride_qh,
-    stride_ks,
-    stride_kh,
-    stride_vs,
-    stride_vh,
-    stride_suffix,
+    row_group_ptr, row_suffix_len_ptr, suffix_ptr,  # [R] (-1 = padding row), [R], [R, S_cap] i32
+    num_rows, num_splits, suffix_cap,  # R, prompt chunks (runtime: no recompile per value), S_cap
+    stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_suffix,
     qk_scale,  # softmax scale * log2(e)
-    HQ: tl.constexpr,
-    GQA: tl.constexpr,
-    GQA_P: tl.constexpr,
-    D: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
+    HQ: tl.constexpr, GQA: tl.constexpr, GQA_P: tl.constexpr, D: tl.constexpr,
+    BLOCK_R: tl.constexpr,  # rows per program
+    BLOCK_S: tl.constexpr,  # suffix slots per row and tile
+    ONE_TILE: tl.constexpr,  # S_cap <= BLOCK_S: the first tile is the only one
+    UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs
+):  # fmt: skip
     kv_head = tl.program_id(1)
-    live = tl.load(row_group_ptr + row) >= 0
-    suffix_len = tl.where(live, tl.load(row_suffix_len_ptr + row), 0)
-    splits = tl.where(live, num_splits, 0)  # padding rows have no prompt partials
-    j = tl.arange(0, GQA_P)
-    head = kv_head * GQA + j
-    j_ok = j < GQA
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_R
+    # M: the block's queries (row, q head); N: its (row, suffix slot) pairs.
+    m_idx = tl.arange(0, BLOCK_R * GQA_P)
+    m_row = row0 + m_idx // GQA_P
+    head = kv_head * GQA + m_idx % GQA_P
+    m_ok = (m_row < num_rows) & (m_idx % GQA_P < GQA)
+    live = tl.load(row_group_ptr + m_row, mask=m_ok, other=-1) >= 0
+    n_idx = tl.arange(0, BLOCK_R * BLOCK_S)
+    n_row = row0 + n_idx // BLOCK_S
+    n_ok = n_row < num_rows
+    n_live = tl.load(row_group_ptr + n_row, mask=n_ok, other=-1) >= 0
+    n_len = tl.where(n_live, tl.load(row_suffix_len_ptr + n_row, mask=n_ok, other=0), 0)
+    n_s = n_idx % BLOCK_S
+    same_row = (m_idx // GQA_P)[:, None] == (n_idx // BLOCK_S)[None, :]
+    # First tile's slots now: they wait on no other load (masked by S_cap, not the row length).
+    suffix_row = suffix_ptr + n_row * stride_suffix
+    slot = tl.load(suffix_row + n_s, mask=n_ok & (n_s < suffix_cap), other=0)
     d = tl.arange(0, D)
     q = tl.load(
-        q_ptr + row * stride_qr + head[:, None] * stride_qh + d[None, :],
-        mask=j_ok[:, None],
+        q_ptr + m_row[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
+        mask=m_ok[:, None],
         other=0.0,
-    ).to(tl.float32)
-    m_i = tl.full([GQA_P], float("-inf"), tl.float32)
-    l_i = tl.zeros([GQA_P], tl.float32)
-    acc = tl.zeros([GQA_P, D], tl.float32)
-    for s0 in range(0, suffix_len, BLOCK_S):
-        s_idx = s0 + tl.arange(0, BLOCK_S)
-        s_ok = s_idx < suffix_len
-        slot = tl.load(suffix_ptr + row * stride_suffix + s_idx, mask=s_ok, other=0).to(tl.int64)
-        k = tl.load(
-            k_ptr + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :],
-            mask=s_ok[:, None],
-            other=0.0,
-        ).to(tl.float32)
-        v = tl.load(
-            v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-            mask=s_ok[:, None],
-            other=0.0,
-        ).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k[None, :, :], 2) * qk_scale  # [GQA_P, BLOCK_S]
-        s = tl.where(s_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], 1)
-        m_i = m_new
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
+    acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
     # A prompt partial is a normalised state (out, lse): merge it as (m = lse, l = 1, acc = out).
-    for sp in range(0, splits):
-        part = (sp * num_rows + row) * HQ + head
-        lse_p = tl.load(lse_part_ptr + part, mask=j_ok, other=float("-inf"))
-        o_p = tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=j_ok[:, None], other=0.0)
+    # Padding rows have none (never written: masked after the load, which then waits on nothing).
+    out_idx = m_row * HQ + head
+    for sp in range(0, num_splits):
+        part = sp * num_rows * HQ + out_idx
+        lse_p = tl.load(lse_part_ptr + part, mask=m_ok, other=float("-inf"))
+        o_p = tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=m_ok[:, None], other=0.0)
+        lse_p = tl.where(live, lse_p, float("-inf"))
+        o_p = tl.where(live[:, None], o_p, 0.0)
         m_new = tl.maximum(m_i, lse_p)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # both empty: avoid -inf - -inf
         alpha = tl.exp2(m_i - m_ref)
@@ -106,13 +131,54 @@ def _suffix_merge_kernel(
         l_i = l_i * alpha + beta
         acc = acc * alpha[:, None] + o_p * beta[:, None]
         m_i = m_new
+    m_i, l_i, acc = _suffix_tile(
+        q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
+        stride_vh, qk_scale, n_s < n_len, same_row, D, UPCAST, DOT_PRECISION,
+    )  # fmt: skip
+    if not ONE_TILE:
+        for s0 in range(BLOCK_S, tl.max(n_len, 0), BLOCK_S):
+            s_idx = s0 + n_s
+            slot = tl.load(suffix_row + s_idx, mask=n_ok & (s_idx < suffix_cap), other=0)
+            m_i, l_i, acc = _suffix_tile(
+                q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
+                stride_vh, qk_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION,
+            )  # fmt: skip
     has = l_i > 0.0  # padding rows and rows with no KV at all get zeros, not NaN
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     tl.store(
-        out_ptr + (row * HQ + head)[:, None] * D + d[None, :],
+        out_ptr + out_idx[:, None] * D + d[None, :],
         out.to(out_ptr.dtype.element_ty),
-        mask=j_ok[:, None],
+        mask=m_ok[:, None],
     )
+
+
+SUFFIX_TILE = 16  # suffix slots per row and tile at most
+SUFFIX_MIN_PROGRAMS = 1024  # fewer rows per program while the grid is smaller (~8 per SM)
+
+
+def suffix_tiles(
+    rows: int,
+    kv_heads: int,
+    gqa_p: int,
+    suffix_cap: int,
+    rows_per_program: int | None = None,
+    block_s: int | None = None,
+    tensor_cores: bool = True,
+) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_S) of the suffix kernel, from shapes only (CUDA graphs). Default BLOCK_R:
+    M = BLOCK_R × GQA_P = 16 (one mma tile), halved while the grid would have fewer than
+    SUFFIX_MIN_PROGRAMS programs; 1 without tensor cores (fp32: the block-diagonal waste would
+    run on CUDA cores). BLOCK_S: up to the suffix capacity, raised so that BLOCK_R × BLOCK_S
+    >= 16 (the PV dot's K dimension)."""
+    block_r = rows_per_program or (max(1, 16 // gqa_p) if tensor_cores else 1)
+    while rows_per_program is None and block_r > 1:
+        if triton.cdiv(rows, block_r) * kv_heads >= SUFFIX_MIN_PROGRAMS:
+            break
+        block_r //= 2
+    block_s = min(block_s or SUFFIX_TILE, triton.next_power_of_2(max(suffix_cap, 1)))
+    if block_r <= 0 or block_r & (block_r - 1) or block_s & (block_s - 1):
+        raise ValueError(f"rows_per_program {block_r} and block_s {block_s} must be powers of 2")
+    return block_r, max(block_s, 16 // block_r)
 
 
 def cascade_decode_packed(
@@ -124,7 +190,11 @@ def cascade_decode_packed(
     *,
     out: torch.Tensor | None = None,  # [R, Hq, D] contiguous, dtype of q (static buffer)
     block_n: int = 64,
-    block_s: int = 16,
+    # Suffix kernel tiles and launch options (None: `suffix_tiles`' and Triton's defaults).
+    block_s: int | None = None,
+    rows_per_program: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -162,11 +232,20 @@ def cascade_decode_packed(
             qk_scale, BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), **common,
         )  # fmt: skip
-    _suffix_merge_kernel[(rows, kv_heads)](
+    suffix_cap = packed.row_suffix_slots.shape[1]
+    block_r, block_s = suffix_tiles(
+        rows, kv_heads, gqa_p, suffix_cap, rows_per_program, block_s, q.dtype != torch.float32
+    )
+    launch = {"num_warps": num_warps or 4}
+    if num_stages is not None:
+        launch["num_stages"] = num_stages
+    _suffix_merge_kernel[(triton.cdiv(rows, block_r), kv_heads)](
         q, k_cache, v_cache, o_part, lse_part, out,
         packed.row_group, packed.row_suffix_len, packed.row_suffix_slots,
-        rows, splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        rows, splits, suffix_cap, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0),
-        qk_scale, BLOCK_S=block_s, **common,
+        qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=suffix_cap <= block_s,
+        UPCAST=interpreting(_suffix_merge_kernel), DOT_PRECISION=dot_precision(q.dtype),
+        **common, **launch,
     )  # fmt: skip
     return out

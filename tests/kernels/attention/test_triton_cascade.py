@@ -84,3 +84,57 @@ def test_no_rows(kernel_device: torch.device) -> None:
     packed = pack_decode(case.batch, 0, device=kernel_device)
     out = cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.3)
     assert out.shape == (0, 2, 16)
+
+
+# Suffix kernel tiles: 1-row groups give rows of one block different suffix lengths (0..17),
+# prompt-only rows and a row with no KV at all; 25 rows is no multiple of any BLOCK_R.
+MIXED = [(5, 20, 3), (1, 0, 0), (1, 7, 9), (3, 0, 1), (2, 33, 17), (1, 0, 5), (4, 12, 0)]
+TILES = [(r, s) for r in (1, 2, 4, 8, 16) for s in (None, 4, 32)]  # s 4: 5 tiles, 32: one
+
+
+@pytest.mark.parametrize(("rows_per_program", "block_s"), TILES)
+@pytest.mark.parametrize(
+    ("q_heads", "dtype", "splits"), [(4, torch.float32, 3), (6, torch.bfloat16, 1)]
+)
+def test_suffix_tiles_match_reference(
+    kernel_device: torch.device,
+    rows_per_program: int,
+    block_s: int | None,
+    q_heads: int,
+    dtype: torch.dtype,
+    splits: int,
+) -> None:
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    case = decode_case(
+        MIXED, q_heads=q_heads, kv_heads=2, dim=32, dtype=dtype, device=kernel_device,
+        seed=rows_per_program, pad_rows=1,
+    )  # fmt: skip
+    rows = case.q.shape[0]
+    packed = pack_decode(case.batch, rows, block_rows=8, num_splits=splits, suffix_capacity=20)
+    out = torch.full_like(case.q, float("nan"))
+    cascade_decode_packed(
+        case.q, case.k_cache, case.v_cache, packed, 0.2, out=out,
+        rows_per_program=rows_per_program, block_s=block_s,
+    )  # fmt: skip
+    expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 0.2)
+    real = case.real_rows
+    torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))
+    assert (out[~real] == 0).all(), "padding rows must come back as zeros"
+    empty = case.batch.groups[1]  # no prompt, no suffix
+    assert (out[empty.row_start] == 0).all(), "a row with no KV must come back as zeros"
+
+
+def test_suffix_tile_choice() -> None:
+    """Defaults depend on shapes only; BLOCK_R × BLOCK_S >= 16 (the PV dot's K dimension)."""
+    from widebeam.kernels.attention.triton_cascade import suffix_tiles
+
+    assert suffix_tiles(5000, 8, 2, 16) == (8, 16)  # Qwen3 at W1: M = 16, one tile
+    assert suffix_tiles(5000, 8, 2, 8) == (8, 8)
+    assert suffix_tiles(5000, 8, 1, 128) == (16, 16)
+    assert suffix_tiles(256, 8, 2, 8) == (2, 8)  # small grid: fewer rows per program
+    assert suffix_tiles(5000, 8, 2, 8, tensor_cores=False) == (1, 16)  # fp32: no block diagonal
+    assert suffix_tiles(5000, 8, 2, 4, rows_per_program=1) == (1, 16)
+    assert suffix_tiles(5000, 8, 2, 64, rows_per_program=4, block_s=32) == (4, 32)
+    with pytest.raises(ValueError, match="powers of 2"):
+        suffix_tiles(5000, 8, 2, 16, rows_per_program=3)

@@ -78,3 +78,44 @@ def test_decode_replays_in_a_cuda_graph(kernel_device: torch.device) -> None:
     expected = cascade_decode(q, case.k_cache, case.v_cache, case.batch, 0.1)
     real = case.real_rows
     torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(q.dtype))
+
+
+SUFFIX_TILES = [  # (rows_per_program, block_s, num_warps); None = the default
+    (None, None, None),
+    (1, None, None),
+    (2, 64, 8),
+    (4, 32, 4),
+    (8, 8, 8),
+    (16, 16, 4),
+]
+
+
+@pytest.mark.parametrize(("rows_per_program", "block_s", "num_warps"), SUFFIX_TILES)
+def test_suffix_tiles_serving_shapes(
+    kernel_device: torch.device,
+    rows_per_program: int | None,
+    block_s: int | None,
+    num_warps: int | None,
+) -> None:
+    """Suffix-kernel tiles at Qwen3 shapes: blocks straddle groups of suffix 0..40, rows are no
+    multiple of BLOCK_R, padding rows in between, 3 prompt splits, bucketed suffix capacity."""
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    groups = [(999, 64, 16), (1, 300, 5), (50, 100, 3), (7, 1, 0), (30, 0, 40), (3, 17, 1)]
+    case = decode_case(
+        groups, q_heads=16, kv_heads=8, dim=128, dtype=torch.bfloat16, device=kernel_device,
+        seed=7, pad_rows=3, page_size=16,
+    )  # fmt: skip
+    rows = case.q.shape[0]
+    packed = pack_decode(
+        case.batch, rows, block_rows=32, num_splits=3, page_size=16, suffix_capacity=64
+    )
+    out = torch.full_like(case.q, float("nan"))
+    cascade_decode_packed(
+        case.q, case.k_cache, case.v_cache, packed, 128**-0.5, out=out,
+        rows_per_program=rows_per_program, block_s=block_s, num_warps=num_warps,
+    )  # fmt: skip
+    expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 128**-0.5)
+    real = case.real_rows
+    torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(out.dtype))
+    assert (out[~real] == 0).all()

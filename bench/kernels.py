@@ -1,0 +1,519 @@
+"""Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
+
+    python kernels.py [--only attention,prefill,logits,layers] [--reps 50] [--no-flush]
+        [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto] [--suffix-stages auto]
+        [--tag SUFFIX] [--smoke]
+
+Each call is timed on the device with its own pair of CUDA events, after warm-up, with the GPU
+queue held by a sleep kernel while the host enqueues (so Python launch overhead is not timed)
+and, unless `--no-flush`, L2 flushed before each call; the median is reported. Outputs are
+compared with the reference once per case ("check"). Attention rows also give the per-kernel
+device time (torch profiler) of the prefix and suffix-merge kernels; GB/s counts the bytes a
+kernel must move at least (KV read once per request / row, q, out, fp32 partials) against the
+H200's ~4.8 TB/s.
+
+The suffix-merge kernel's tile options are swept as the product of the comma lists given (auto =
+the library default), so one device call can compare them; `--rows-per-program 1` is the
+one-row-per-program degenerate case. `--smoke` runs tiny shapes on the CPU (Triton interpreter,
+host timers) to check the script itself.
+
+Adding a kernel: write a function that returns a list of `Case` and add it to `GROUPS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+SMOKE = "--smoke" in sys.argv and not torch.cuda.is_available()
+if SMOKE:  # before any kernel module is imported: triton.jit reads it at decoration time
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from harness import environment, markdown_table, write_json  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+HBM_GBS = 4800.0  # H200 HBM3e peak
+QWEN3 = {"0.6b": (16, 8, 128), "1.7b": (16, 8, 128)}  # q heads, kv heads, head_dim
+VOCAB = 151936
+
+
+@dataclass
+class Case:
+    kernel: str
+    shape: str
+    triton: Callable[[], object]
+    torch: Callable[[], object] | None = None
+    bytes: float = 0.0  # bytes the Triton kernel(s) must move at least; 0 = not reported
+    flops: float = 0.0
+    check: Callable[[object, object], str] | None = None  # (triton out, torch out) -> "ok"/...
+    breakdown: tuple[str, ...] = ()  # kernel names to time separately (profiler)
+    kernel_bytes: dict[str, float] = field(default_factory=dict)  # per breakdown kernel
+    torch_key: str = ""  # cases with the same key share one torch timing
+
+
+def close(tol: dict[str, float]) -> Callable[[object, object], str]:
+    def check(a: object, b: object) -> str:
+        pairs = zip(a, b, strict=True) if isinstance(a, tuple) else [(a, b)]
+        for x, y in pairs:
+            if x is None:
+                continue
+            try:
+                torch.testing.assert_close(x.float(), y.float(), **tol)  # type: ignore[union-attr]
+            except AssertionError as err:
+                return "MISMATCH " + str(err).splitlines()[-1][:60]
+        return "ok"
+
+    return check
+
+
+# ----------------------------------------------------------------------------- attention decode
+
+
+def decode_inputs(groups: list[tuple[int, int, int]], heads: tuple[int, int, int], seed: int):
+    """KV cache + DecodeBatch: groups of (rows, prompt_len, suffix_len); prompts start on 16-slot
+    pages (as the engine lays them out), every slot distinct (no beam sharing: the worst case)."""
+    from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+
+    q_heads, kv_heads, dim = heads
+    gen = torch.Generator().manual_seed(seed)
+    page = 16
+    prompt_pages = sum(-(-p // page) for _, p, _ in groups)
+    suffix_slots = sum(r * s for r, _, s in groups)
+    num_slots = (prompt_pages + 1) * page + suffix_slots
+    pages = torch.randperm(prompt_pages, generator=gen)
+    rest = torch.randperm(suffix_slots, generator=gen) + prompt_pages * page
+    made, row, next_page, next_slot = [], 0, 0, 0
+    for rows, prompt, suffix in groups:
+        n = -(-prompt // page)
+        slots = (pages[next_page : next_page + n, None] * page + torch.arange(page)).reshape(-1)
+        sfx = rest[next_slot : next_slot + rows * suffix].reshape(rows, suffix)
+        made.append(DecodeGroup(row, rows, slots[:prompt].to(DEVICE), sfx.to(DEVICE)))
+        next_page, next_slot, row = next_page + n, next_slot + rows * suffix, row + rows
+    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    on_device = torch.Generator(DEVICE).manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=on_device, device=DEVICE).to(dtype)
+
+    k_cache, v_cache = rand(num_slots, kv_heads, dim), rand(num_slots, kv_heads, dim)
+    return rand(row, q_heads, dim), k_cache, v_cache, DecodeBatch(tuple(made))
+
+
+def pack(batch, rows: int, heads: tuple[int, int, int]):
+    """The engine's packing: page tables, default block_rows / splits, suffix capacity bucketed
+    to a power of two >= 8 (`runner/decode_graphs.py`)."""
+    from widebeam.kernels.attention.packed import pack_decode
+    from widebeam.kernels.attention.triton_common import default_block_rows, default_num_splits
+
+    q_heads, kv_heads, _ = heads
+    widest = max(g.num_rows for g in batch.groups)
+    block_rows = default_block_rows(q_heads, kv_heads, widest)
+    items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
+    longest = max(int(g.prompt_slots.shape[0]) for g in batch.groups)
+    splits = default_num_splits(items * kv_heads, longest, DEVICE)
+    suffix = max(int(g.suffix_slots.shape[1]) for g in batch.groups)
+    cap = max(8, triton_next_pow2(suffix))
+    return pack_decode(
+        batch, rows, block_rows=block_rows, num_splits=splits, page_size=16, suffix_capacity=cap
+    )
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def variants(args: argparse.Namespace) -> list[dict[str, int | None]]:
+    def ints(text: str) -> list[int | None]:
+        return [None if v == "auto" else int(v) for v in text.split(",")]
+
+    keys = ("rows_per_program", "num_warps", "block_s", "num_stages")
+    lists = (args.rows_per_program, args.suffix_warps, args.block_s, args.suffix_stages)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*map(ints, lists))]
+
+
+def decode_cases(
+    name: str, groups: list[tuple[int, int, int]], heads: tuple[int, int, int], args
+) -> list[Case]:
+    from widebeam.kernels.attention.torch_ref import cascade_decode
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed, suffix_tiles
+
+    q, k_cache, v_cache, batch = decode_inputs(groups, heads, seed=len(groups))
+    rows, (q_heads, kv_heads, dim) = q.shape[0], heads
+    packed = pack(batch, rows, heads)
+    scale = dim**-0.5
+    width = k_cache.element_size()
+    splits, cap = packed.num_splits, packed.row_suffix_slots.shape[1]
+    kv_row = kv_heads * dim * width * 2  # K and V of one slot
+    q_bytes = rows * q_heads * dim * width
+    parts = splits * rows * q_heads * (dim + 1) * 4
+    suffix_kv = sum(r * s for r, _, s in groups) * kv_row
+    prompt_kv = sum(p for _, p, _ in groups) * kv_row
+    suffix_bytes = 2 * q_bytes + suffix_kv + parts + rows * (8 + 4 * cap)
+    prefix_bytes = q_bytes + prompt_kv + parts
+    shape = (
+        f"{name}: R {rows}, G {len(groups)}, P {groups[0][1]}, s {groups[0][2]}, splits {splits}"
+    )
+    cases = []
+    for var in variants(args):
+        rpp, bs = var["rows_per_program"], var["block_s"]
+        fast = q.dtype != torch.float32  # as cascade_decode_packed decides
+        tile = suffix_tiles(rows, kv_heads, q_heads // kv_heads, cap, rpp, bs, fast)
+        label = (
+            f"R/prog {'auto ' * (rpp is None)}{tile[0]}, S tile {'auto ' * (bs is None)}{tile[1]}"
+            f", warps {var['num_warps'] or 'auto 4'}"
+        )
+        if var["num_stages"] is not None:
+            label += f", stages {var['num_stages']}"
+        opts = {key: value for key, value in var.items() if value is not None}
+
+        def run(opts: dict[str, int] = opts) -> torch.Tensor:
+            return cascade_decode_packed(q, k_cache, v_cache, packed, scale, **opts)
+
+        cases.append(
+            Case(
+                kernel=f"cascade decode ({label})",
+                shape=shape,
+                triton=run,
+                torch=lambda: cascade_decode(q, k_cache, v_cache, batch, scale),
+                bytes=suffix_bytes + prefix_bytes,
+                check=close({"rtol": 2e-2, "atol": 2e-2}),
+                breakdown=("prefix_kernel", "_suffix_merge_kernel"),
+                kernel_bytes={"prefix_kernel": prefix_bytes, "_suffix_merge_kernel": suffix_bytes},
+                torch_key=shape,
+            )
+        )
+    return cases
+
+
+def attention(args: argparse.Namespace) -> list[Case]:
+    if args.smoke:
+        return decode_cases("smoke", [(40, 20, 3), (9, 5, 11)], (4, 2, 32), args)
+    cases = []
+    for s in (1, 8, 16, 64):  # W1: Qwen3-0.6B, beam 5000 in one request, 64-token prompt
+        cases += decode_cases("W1", [(5000, 64, s)], QWEN3["0.6b"], args)
+    # W3-like: Qwen3-1.7B, 64 requests of 50 beams, ~100-token prompts, 3rd token
+    cases += decode_cases("W3", [(50, 100, 3)] * 64, QWEN3["1.7b"], args)
+    return cases
+
+
+# ----------------------------------------------------------------------------- ragged prefill
+
+
+def prefill(args: argparse.Namespace) -> list[Case]:
+    from widebeam.kernels.attention.torch_ref import causal_prefill
+    from widebeam.kernels.attention.triton_common import gqa_padded
+    from widebeam.kernels.attention.triton_prefill import prefill_work, ragged_causal_prefill
+
+    heads = (4, 2, 32) if args.smoke else QWEN3["1.7b"]
+    q_heads, kv_heads, dim = heads
+    scale = dim**-0.5
+    cases = []
+    for tokens in (40,) if args.smoke else (1000, 5000):
+        gen = torch.Generator().manual_seed(tokens)
+        dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+        q, k, v = (
+            torch.randn(tokens, h, dim, generator=gen).to(DEVICE, dtype)
+            for h in (q_heads, kv_heads, kv_heads)
+        )
+        cu = (0, tokens)
+        block_q = max(64 // gqa_padded(q_heads, kv_heads), 1)
+        work = prefill_work(cu, block_q, DEVICE)
+        cases.append(
+            Case(
+                kernel="ragged causal prefill",
+                shape=f"1 prompt x {tokens} tokens, heads {q_heads}/{kv_heads}/{dim}",
+                triton=lambda q=q, k=k, v=v, cu=cu, work=work, block_q=block_q: (
+                    ragged_causal_prefill(q, k, v, cu, scale, work=work, block_q=block_q)
+                ),
+                torch=lambda q=q, k=k, v=v, cu=cu: causal_prefill(q, k, v, cu, scale),
+                bytes=tokens * (2 * q_heads + 2 * kv_heads) * dim * q.element_size(),
+                flops=2.0 * q_heads * dim * tokens * tokens,  # QK and PV over the causal half
+                check=close({"rtol": 2e-2, "atol": 2e-2}),
+            )
+        )
+    return cases
+
+
+# ----------------------------------------------------------------------------- logits stats
+
+
+def logits(args: argparse.Namespace) -> list[Case]:
+    from widebeam.kernels.beam.logits_stats import BLOCK, logits_stats_torch
+    from widebeam.kernels.beam.triton_logits_stats import logits_stats_triton
+
+    rows, vocab = (7, 1000) if args.smoke else (5000, VOCAB)
+    x = torch.randn(rows, vocab, device=DEVICE).to(torch.bfloat16)
+    blocks = -(-vocab // BLOCK)
+    return [
+        Case(
+            kernel="logits stats (lse + block max)",
+            shape=f"{rows} x {vocab} bf16",
+            triton=lambda: tuple(logits_stats_triton(x, BLOCK, True)),
+            torch=lambda: tuple(logits_stats_torch(x, BLOCK, True)),
+            bytes=rows * vocab * 2 + rows * (blocks + 1) * 4,
+            check=close({"rtol": 1e-4, "atol": 1e-4}),
+        )
+    ]
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+def layers(args: argparse.Namespace) -> list[Case]:
+    from widebeam.kernels.layers import torch_ref, triton_layers
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=DEVICE).to(torch.bfloat16)
+
+    tol = close({"rtol": 2e-2, "atol": 2e-2})
+    cases = []
+    norm_shapes = [(7, 64)] if args.smoke else [(5000, 1024), (3200, 2048), (5000 * 24, 128)]
+    for rows, dim in norm_shapes:  # hidden 0.6B / 1.7B; per-head q+k norm at 5000 rows
+        x, w = rand(rows, dim), rand(dim)
+        cases.append(
+            Case(
+                kernel="rms_norm",
+                shape=f"{rows} x {dim} bf16",
+                triton=lambda x=x, w=w: triton_layers.rms_norm_triton(x, w, 1e-6),
+                torch=lambda x=x, w=w: torch_ref.rms_norm_ref(x, w, 1e-6),
+                bytes=2 * x.numel() * 2 + dim * 2,
+                check=tol,
+            )
+        )
+    mlp_shapes = [(7, 96)] if args.smoke else [(5000, 3072), (3200, 6144)]
+    for rows, inter in mlp_shapes:  # MLP of 0.6B at 5000 rows, 1.7B at 3200 rows
+        gate, up = rand(rows, inter), rand(rows, inter)
+        cases.append(
+            Case(
+                kernel="silu_mul",
+                shape=f"{rows} x {inter} bf16",
+                triton=lambda g=gate, u=up: triton_layers.silu_mul_triton(g, u),
+                torch=lambda g=gate, u=up: torch_ref.silu_mul_ref(g, u),
+                bytes=3 * gate.numel() * 2,
+                check=tol,
+            )
+        )
+    return cases
+
+
+GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
+    "attention": attention,
+    "prefill": prefill,
+    "logits": logits,
+    "layers": layers,
+}
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+class Timer:
+    """Per-call device times: warm-up, then `reps` calls each between its own CUDA events while a
+    sleep kernel holds the queue, so the host's launch overhead is not timed."""
+
+    def __init__(self, reps: int, warmup: int, flush: bool) -> None:
+        self.reps, self.warmup = reps, warmup
+        cuda = DEVICE.type == "cuda"
+        self.scrub = torch.empty(512 << 20, dtype=torch.uint8, device=DEVICE) if flush else None
+        self.cycles_per_ms = self._calibrate() if cuda else 0.0
+
+    @staticmethod
+    def _calibrate() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        return 10_000_000 / start.elapsed_time(end)
+
+    def _flush(self) -> None:
+        if self.scrub is not None:
+            self.scrub.zero_()
+
+    def times_us(self, fn: Callable[[], object]) -> list[float]:
+        for _ in range(self.warmup):
+            fn()
+        if DEVICE.type != "cuda":  # smoke run: host timers
+            out = []
+            for _ in range(self.reps):
+                t0 = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t0) * 1e6)
+            return out
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        self._flush()
+        fn()
+        host_s = time.perf_counter() - t0  # enqueue cost of one call (+ flush)
+        torch.cuda.synchronize()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(self.reps)
+        ]
+        hold_ms = min(1000.0, 1.5 * host_s * 1000 * self.reps + 1.0)
+        torch.cuda._sleep(int(hold_ms * self.cycles_per_ms))
+        for start, end in events:
+            self._flush()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) * 1000 for start, end in events]
+
+    def kernel_us(self, fn: Callable[[], object], names: tuple[str, ...]) -> dict[str, float]:
+        """Mean device time per call of each named kernel (torch profiler)."""
+        if DEVICE.type != "cuda" or not names:
+            return {}
+        from torch.profiler import ProfilerActivity, profile
+
+        calls = min(self.reps, 20)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                self._flush()
+                fn()
+            torch.cuda.synchronize()
+        found: dict[str, float] = {}
+        for evt in prof.key_averages():
+            for name in names:
+                if name in evt.key:
+                    total = getattr(evt, "device_time_total", None)
+                    total = evt.cuda_time_total if total is None else total
+                    found[name] = found.get(name, 0.0) + total / calls
+        return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only", default=",".join(GROUPS), help="comma list of " + ", ".join(GROUPS)
+    )
+    parser.add_argument("--reps", type=int, default=50, help="timed calls per case (median)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--no-flush", action="store_true", help="keep L2 warm between calls")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch references")
+    sweep = "suffix-merge kernel sweep: comma list, 'auto' = default"
+    parser.add_argument("--rows-per-program", default="1,auto", help=f"{sweep} (BLOCK_R)")
+    parser.add_argument("--suffix-warps", default="auto", help=f"{sweep} (num_warps)")
+    parser.add_argument("--block-s", default="auto", help=f"{sweep} (BLOCK_S)")
+    parser.add_argument("--suffix-stages", default="auto", help=f"{sweep} (num_stages)")
+    parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")
+    args = parser.parse_args()
+    if DEVICE.type != "cuda" and not args.smoke:
+        parser.error("needs a CUDA device (or --smoke for a CPU check of the script)")
+    if SMOKE:
+        patch_interpreter()
+        args.reps, args.warmup = min(args.reps, 2), min(args.warmup, 1)
+    unknown = set(args.only.split(",")) - set(GROUPS)
+    if unknown:
+        parser.error(f"unknown groups {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+    timer = Timer(args.reps, args.warmup, flush=not args.no_flush and not args.smoke)
+    results, table = [], []
+    for group in args.only.split(","):
+        torch_us: dict[str, tuple[float | None, object]] = {}
+        for case in GROUPS[group](args):
+            row = measure(case, timer, torch_us, args.no_torch)
+            print(" | ".join(map(str, table_row(row))), flush=True)
+            results.append(row)
+            table.append(table_row(row))
+        torch_us.clear()
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
+    env = environment() | {
+        "reps": args.reps,
+        "flush_l2": timer.scrub is not None,
+        "smoke": args.smoke,
+    }
+    write_json("kernels" + args.tag, {"env": env, "rows": results})
+    print(f"\nKernel micro-benchmarks (median of {args.reps} calls), {env}")
+    headers = ["kernel", "shape", "triton us", "torch us", "speed-up", "GB/s", "of HBM", "check"]
+    print(markdown_table([*headers, "per kernel"], table))
+
+
+def measure(case: Case, timer: Timer, torch_us: dict, no_torch: bool) -> dict[str, object]:
+    tri_times = timer.times_us(case.triton)
+    tri_out = case.triton()
+    ref_us, ref_out = None, None
+    if case.torch is not None and not no_torch:
+        key = case.torch_key or case.kernel + case.shape
+        if key not in torch_us:
+            ref_times = timer.times_us(case.torch)
+            torch_us[key] = (statistics.median(ref_times), case.torch())
+        ref_us, ref_out = torch_us[key]
+    tri_us = statistics.median(tri_times)
+    row: dict[str, object] = {
+        "kernel": case.kernel,
+        "shape": case.shape,
+        "triton_us": tri_us,
+        "triton_us_p10_p90": [quantile(tri_times, 0.1), quantile(tri_times, 0.9)],
+        "torch_us": ref_us,
+        "speedup": ref_us / tri_us if ref_us else None,
+        "bytes": case.bytes,
+        "gbs": case.bytes / tri_us / 1e3 if case.bytes else None,
+        "tflops": case.flops / tri_us / 1e6 if case.flops else None,
+        "check": case.check(tri_out, ref_out) if case.check and ref_out is not None else "-",
+    }
+    per_kernel = timer.kernel_us(case.triton, case.breakdown)
+    row["kernels"] = {
+        name: {
+            "us": us,
+            "gbs": case.kernel_bytes[name] / us / 1e3 if name in case.kernel_bytes else None,
+        }
+        for name, us in per_kernel.items()
+    }
+    return row
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def table_row(row: dict) -> list[object]:
+    def num(v: object, fmt: str = "{:.1f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    per = "; ".join(
+        f"{name.strip('_')} {k['us']:.1f} us" + (f" {k['gbs']:.0f} GB/s" if k["gbs"] else "")
+        for name, k in row["kernels"].items()
+    )
+    if row["tflops"]:
+        per = (per + "; " if per else "") + f"{row['tflops']:.0f} TFLOP/s"
+    return [
+        row["kernel"],
+        row["shape"],
+        num(row["triton_us"]),
+        num(row["torch_us"]),
+        num(row["speedup"], "{:.1f}x"),
+        num(row["gbs"], "{:.0f}"),
+        num(row["gbs"] and row["gbs"] / HBM_GBS * 100, "{:.0f}%"),
+        row["check"],
+        per or "-",
+    ]
+
+
+def patch_interpreter() -> None:
+    """Triton 3.6's interpreter calls int() on 1-element arrays for `range` bounds loaded from
+    memory; numpy >= 2.4 refuses (triton-lang/triton#9171). Same fix as tests/kernels/conftest."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patched(tensor: object, scope: object) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    interpreter._patch_lang_tensor = patched
+
+
+if __name__ == "__main__":
+    main()
