@@ -166,11 +166,12 @@ def suffix_tiles(
     tensor_cores: bool = True,
 ) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_S) of the suffix kernel, from shapes only (CUDA graphs). Default BLOCK_R:
-    M = BLOCK_R × GQA_P = 16 (one mma tile), halved while the grid would have fewer than
+    M = BLOCK_R × GQA_P = 8 (the fastest in the H200 sweep of `bench/kernels.py`, ahead of 16:
+    smaller tiles keep more programs resident per SM), halved while the grid would have fewer than
     SUFFIX_MIN_PROGRAMS programs; 1 without tensor cores (fp32: the block-diagonal waste would
     run on CUDA cores). BLOCK_S: up to the suffix capacity, raised so that BLOCK_R × BLOCK_S
     >= 16 (the PV dot's K dimension)."""
-    block_r = rows_per_program or (max(1, 16 // gqa_p) if tensor_cores else 1)
+    block_r = rows_per_program or (max(1, 8 // gqa_p) if tensor_cores else 1)
     while rows_per_program is None and block_r > 1:
         if triton.cdiv(rows, block_r) * kv_heads >= SUFFIX_MIN_PROGRAMS:
             break

@@ -116,7 +116,10 @@ def prefill_work(
         for start, end in itertools.pairwise(cu_seqlens)
         for q0 in range(start, end, block_q)
     ]
-    return torch.tensor(items, dtype=torch.int32).reshape(-1, 3).t().contiguous().to(device)
+    host = torch.tensor(items, dtype=torch.int32).reshape(-1, 3).t().contiguous()
+    if device.type == "cuda":  # pinned + queued: the host never waits for the device here
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 def ragged_causal_prefill(

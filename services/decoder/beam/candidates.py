@@ -108,7 +108,7 @@ def top_candidates(
     lps, toks = top.logprobs[src_of], top.tokens[src_of]
     rows = torch.arange(k, device=device)[:, None].expand(k, first)
     parts = [(acc.reshape(-1), rows.reshape(-1), toks.reshape(-1), lps.reshape(-1))]
-    if first < width:
+    if first < min(keep, width):  # else every row already offers all it could contribute
         threshold = torch.topk(acc.reshape(-1), keep).values[-1]
         over = (acc[:, -1] > threshold).nonzero().squeeze(1)  # the one host sync of a step
         if over.numel():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from widebeam.services.decoder.host_copies import to_device_async
+
 
 class KVCache:
     def __init__(
@@ -37,5 +39,6 @@ class KVCache:
 
 def slots_of_pages(pages: list[int], page_size: int, device: torch.device | str) -> torch.Tensor:
     """All slot ids of `pages`, in order: [len(pages) * page_size] int64."""
-    base = torch.tensor(pages, dtype=torch.int64, device=device)[:, None] * page_size
-    return (base + torch.arange(page_size, device=device)[None, :]).reshape(-1)
+    base = torch.tensor(pages, dtype=torch.int64)[:, None] * page_size
+    slots = (base + torch.arange(page_size)[None, :]).reshape(-1)
+    return to_device_async(slots, torch.device(device))  # queued: admission never waits

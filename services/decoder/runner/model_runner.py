@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
 from widebeam.kernels.attention.packed import PackedDecode
+from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
@@ -83,16 +85,21 @@ class ModelRunner:
         prompt_slots: list[torch.Tensor],  # each [prompt_len] int64
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
         lengths = [len(p) for p in prompts]
-        ids = torch.tensor([t for p in prompts for t in p], dtype=torch.int64, device=self.device)
-        positions = torch.cat([torch.arange(n, device=self.device) for n in lengths])
-        cu = [0]
-        for n in lengths:
-            cu.append(cu[-1] + n)
+        cu = [0, *itertools.accumulate(lengths)]
+        # One host buffer, one queued copy: ids, positions, last-token index (no host wait, so
+        # the host queues the first beam step while the device still runs the prefill).
+        host = torch.empty(2 * cu[-1] + len(prompts), dtype=torch.int64)
+        ids, positions, last = host.split([cu[-1], cu[-1], len(prompts)])
+        ids.copy_(torch.tensor([t for p in prompts for t in p], dtype=torch.int64))
+        positions.copy_(torch.cat([torch.arange(n) for n in lengths]))
+        last.copy_(torch.tensor(cu[1:]) - 1)
+        ids, positions, last = to_device_async(host, self.device).split(
+            [cu[-1], cu[-1], len(prompts)]
+        )
         ctx = PrefillContext(
             self.cache, torch.cat(prompt_slots), PrefillBatch(tuple(cu)), self.backend, self.scale
         )
         hidden = self.model(ids, positions, ctx)
-        last = torch.tensor(cu[1:], device=self.device) - 1
         return hidden[last]
 
     def prepare_decode(self, inputs: DecodeInputs) -> DecodeInputs | PreparedStep:

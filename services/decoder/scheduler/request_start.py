@@ -7,6 +7,7 @@ import torch
 from widebeam.services.decoder.beam.beam_search import BeamSearch
 from widebeam.services.decoder.beam.greedy_search import GreedySearch
 from widebeam.services.decoder.beam.sampler import SamplingParams
+from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import slots_of_pages
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
@@ -19,7 +20,7 @@ def start_request(state: RequestState, page_size: int, device: torch.device) -> 
     state.prompt_slots = slots[: state.prompt_len]
     state.private_slots = slots[state.prompt_len : state.prompt_len + k * spec.max_new_tokens]
     state.suffix_table = torch.empty((k, 0), dtype=torch.int64, device=device)
-    eos = torch.tensor(state.resolved.eos_ids, dtype=torch.int64, device=device)
+    eos = to_device_async(torch.tensor(state.resolved.eos_ids, dtype=torch.int64), device)
     if k == 1:
         params = SamplingParams(spec.temperature, spec.top_p, spec.top_k, spec.seed)
         state.search = GreedySearch(

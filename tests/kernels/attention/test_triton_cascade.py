@@ -129,9 +129,9 @@ def test_suffix_tile_choice() -> None:
     """Defaults depend on shapes only; BLOCK_R × BLOCK_S >= 16 (the PV dot's K dimension)."""
     from widebeam.kernels.attention.triton_cascade import suffix_tiles
 
-    assert suffix_tiles(5000, 8, 2, 16) == (8, 16)  # Qwen3 at W1: M = 16, one tile
-    assert suffix_tiles(5000, 8, 2, 8) == (8, 8)
-    assert suffix_tiles(5000, 8, 1, 128) == (16, 16)
+    assert suffix_tiles(5000, 8, 2, 16) == (4, 16)  # Qwen3 at W1: M = 8, one tile
+    assert suffix_tiles(5000, 8, 2, 8) == (4, 8)
+    assert suffix_tiles(5000, 8, 1, 128) == (8, 16)
     assert suffix_tiles(256, 8, 2, 8) == (2, 8)  # small grid: fewer rows per program
     assert suffix_tiles(5000, 8, 2, 8, tensor_cores=False) == (1, 16)  # fp32: no block diagonal
     assert suffix_tiles(5000, 8, 2, 4, rows_per_program=1) == (1, 16)
