@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from widebeam.services.decoder.beam.beam_step import (
-    NEG_INF_SCORE,
     BeamState,
     StepParams,
     beam_step,
@@ -66,33 +66,36 @@ class BeamSearch:
     def __post_init__(self) -> None:
         k = self.num_beams
         self.keep = max(2, 1 + int(self.eos_ids.numel())) * k
-        dev = self.device
-        running = torch.zeros((1, k), dtype=torch.float32, device=dev)
-        running[:, 1:] = NEG_INF_SCORE
-        ghost = torch.ones((1, k), dtype=torch.bool, device=dev)
-        ghost[:, 0] = False
-
-        def zeros(dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros((1, k), dtype=dtype, device=dev)
-
-        # Empty slots hold -inf, not transformers' -1e9: with a strongly negative length_penalty
-        # a real hypothesis can score below -1e9 and must still beat an empty slot.
-        self.state = BeamState(  # this request as a batch of one: [1, k] tensors
-            running_scores=running,
-            running_ghost=ghost,
-            fin_scores=torch.full((1, k), float("-inf"), dtype=torch.float32, device=dev),
-            fin_done=zeros(torch.bool),
-            fin_ghost=zeros(torch.bool),
-            fin_step=zeros(torch.int64),
-            fin_parent=zeros(torch.int64),
-            fin_token=zeros(torch.int64),
-            fin_cum=zeros(torch.float32),
-            fin_token_logprob=zeros(torch.float32),
-            heuristic_open=torch.ones(1, dtype=torch.bool, device=dev),
-        )
+        # This request's search state is row `_row` of a batch state (its own [1, k] one, or
+        # its cohort's [B, k] one, shared without copies); None until the first step: a
+        # cohort of fresh requests builds their initial states in one go.
+        self._batch: BeamState | None = None
+        self._row = 0
         # The stop decision stays on the device so a step needs no host round trip.
-        self.done_flag = torch.zeros((), dtype=torch.bool, device=dev)  # [] bool
+        self.done_flag = torch.zeros((), dtype=torch.bool, device=self.device)  # [] bool
         self._done: bool | None = False
+
+    @property
+    def state(self) -> BeamState:  # [1, k] tensors
+        if self._batch is None:
+            self._batch, self._row = BeamState.initial(1, self.num_beams, self.device), 0
+        return self._batch if self._batch.batch_size == 1 else self._batch.row(self._row)
+
+    @staticmethod
+    def batched_state(searches: list[BeamSearch]) -> BeamState:
+        """The [B, k] state of `searches` in order: built fresh, reused when they are exactly
+        the previous step's cohort, else stacked."""
+        first = searches[0]
+        if all(s._batch is None for s in searches):
+            return BeamState.initial(len(searches), first.num_beams, first.device)
+        batch = first._batch
+        if (
+            batch is not None
+            and batch.batch_size == len(searches)
+            and all(s._batch is batch and s._row == b for b, s in enumerate(searches))
+        ):
+            return batch
+        return BeamState.stack([s.state for s in searches])
 
     @property
     def running_scores(self) -> torch.Tensor:  # [k] fp32
@@ -126,14 +129,15 @@ class BeamSearch:
         result = beam_step(self.state, scores, rows, tokens, logprobs, self.params())
         selection = StepSelection(result.parents[0], result.tokens[0])
         (host,) = stage_on_host(result)
-        self.adopt(result.state, selection, host)
+        self.adopt(result.state, 0, selection, host)
         self.done_flag = result.done[0]
         return selection
 
-    def adopt(self, state: BeamState, selection: StepSelection, host: HostStep) -> None:
-        """Take the state of a step computed for this request (alone or in a cohort), with
-        the step's host copies (`stage_on_host`)."""
-        self.state = state
+    def adopt(self, batch: BeamState, row: int, selection: StepSelection, host: HostStep) -> None:
+        """Take the state of a step computed for this request (alone: row 0 of a [1, k]
+        batch; in a cohort: its row of the cohort's [B, k] state), with the step's host copies
+        (`stage_on_host`)."""
+        self._batch, self._row = batch, row
         self.step += 1
         self._done = None
         self.host_history.append(host.history)
@@ -166,25 +170,33 @@ class BeamSearch:
     def results(self) -> list[FinishedBeam]:
         """The best `num_return` finished hypotheses, best first; ghosts and unfinished or
         impossible (-inf) slots are dropped, so fewer may be returned. Reads the host copies:
-        call it once the step's copies have landed (the engine waits on the step's event)."""
+        call it once the step's copies have landed (the engine waits on the step's event).
+        All hypotheses are traced back through the step history at once (numpy)."""
         if self.host_finished is None:
             return []
-        fin_ints, fin_floats = (t.tolist() for t in self.host_finished)
-        fin_step, fin_parent, fin_token, valid = fin_ints
-        fin_scores, fin_cum, fin_lp = fin_floats
-        hist = [(ints.tolist(), lps.tolist()) for ints, lps in self.host_history]
-        out: list[FinishedBeam] = []
-        for slot in range(self.num_return):
-            if not valid[slot]:
-                continue
-            tokens, lps = [fin_token[slot]], [fin_lp[slot]]
-            row = fin_parent[slot]
-            for step in range(fin_step[slot] - 1, -1, -1):
-                (parents, step_tokens), step_lps = hist[step]
-                tokens.append(step_tokens[row])
-                lps.append(step_lps[row])
-                row = parents[row]
-            tokens.reverse()
-            lps.reverse()
-            out.append(FinishedBeam(tokens, lps, fin_scores[slot], fin_cum[slot]))
-        return out
+        fin_ints, fin_floats = (t.numpy()[:, : self.num_return] for t in self.host_finished)
+        slots = np.flatnonzero(fin_ints[3])
+        if not slots.size:
+            return []
+        last = fin_ints[0, slots]  # [m] index of each hypothesis' final token
+        length = int(last.max()) + 1
+        tokens = np.zeros((slots.size, length), dtype=np.int64)
+        lps = np.zeros((slots.size, length), dtype=np.float32)
+        every = np.arange(slots.size)
+        tokens[every, last] = fin_ints[2, slots]
+        lps[every, last] = fin_floats[2, slots]
+        row = fin_ints[1, slots].copy()  # the row each hypothesis extends at its step - 1
+        for step in range(length - 2, -1, -1):
+            live = np.flatnonzero(last > step)
+            ints, step_lps = (t.numpy() for t in self.host_history[step])
+            at = row[live]
+            tokens[live, step] = ints[1, at]
+            lps[live, step] = step_lps[at]
+            row[live] = ints[0, at]
+        ends = (last + 1).tolist()
+        tok_rows, lp_rows = tokens.tolist(), lps.tolist()
+        scores, cums = fin_floats[0, slots].tolist(), fin_floats[1, slots].tolist()
+        return [
+            FinishedBeam(tok_rows[i][:end], lp_rows[i][:end], scores[i], cums[i])
+            for i, end in enumerate(ends)
+        ]

@@ -33,16 +33,44 @@ class BeamState:
     heuristic_open: torch.Tensor  # [B] bool
 
     @classmethod
+    def initial(cls, batch: int, k: int, device: torch.device) -> BeamState:
+        """B fresh requests: only row 0 is real (running 0), rows 1.. are transformers' ghosts
+        (running -1e9); no finished hypotheses yet."""
+        running = torch.full((batch, k), NEG_INF_SCORE, dtype=torch.float32, device=device)
+        running[:, 0] = 0.0
+        ghost = torch.ones((batch, k), dtype=torch.bool, device=device)
+        ghost[:, 0] = False
+
+        def zeros(dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros((batch, k), dtype=dtype, device=device)
+
+        # Empty slots hold -inf, not transformers' -1e9: with a strongly negative length_penalty
+        # a real hypothesis can score below -1e9 and must still beat an empty slot.
+        return cls(
+            running_scores=running,
+            running_ghost=ghost,
+            fin_scores=torch.full((batch, k), float("-inf"), dtype=torch.float32, device=device),
+            fin_done=zeros(torch.bool),
+            fin_ghost=zeros(torch.bool),
+            fin_step=zeros(torch.int64),
+            fin_parent=zeros(torch.int64),
+            fin_token=zeros(torch.int64),
+            fin_cum=zeros(torch.float32),
+            fin_token_logprob=zeros(torch.float32),
+            heuristic_open=torch.ones(batch, dtype=torch.bool, device=device),
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return self.running_scores.shape[0]
+
+    @classmethod
     def stack(cls, states: list[BeamState]) -> BeamState:
         return cls(**{f.name: torch.cat([getattr(s, f.name) for s in states]) for f in fields(cls)})
 
-    def split(self) -> list[BeamState]:
-        """One B = 1 state per request (views)."""
-        count = self.running_scores.shape[0]
-        return [
-            BeamState(**{f.name: getattr(self, f.name)[b : b + 1] for f in fields(self)})
-            for b in range(count)
-        ]
+    def row(self, b: int) -> BeamState:
+        """Request b of the batch as a B = 1 state (views)."""
+        return BeamState(**{f.name: getattr(self, f.name)[b : b + 1] for f in fields(self)})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import logging
 import torch
 
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
-from widebeam.services.decoder.beam.beam_step import BeamState, beam_step
+from widebeam.services.decoder.beam.beam_step import beam_step
 from widebeam.services.decoder.beam.candidates import ONE_PASS_LIMIT, RowLogprobs
 from widebeam.services.decoder.beam.host_step import stage_on_host
 from widebeam.services.decoder.beam.request_step import StepPolicy
@@ -93,7 +93,7 @@ def advance_cohort(
     top = source.top(torch.arange(count * rows_each, device=device), width)
     lps = top.logprobs.view(count, rows_each, width).expand(count, k, width)
     tokens = top.tokens.view(count, rows_each, width).expand(count, k, width)
-    state = BeamState.stack([s.state for s in searches])
+    state = BeamSearch.batched_state(searches)
     scores = (lps + state.running_scores[:, :, None]).reshape(count, k * width)
     rows = torch.arange(k, device=device).repeat_interleave(width).expand(count, k * width)
     lps, tokens = lps.reshape(count, k * width), tokens.reshape(count, k * width)
@@ -109,10 +109,9 @@ def advance_cohort(
         first.params(),
     )  # fmt: skip
     selections = []
-    members = zip(searches, result.state.split(), stage_on_host(result), strict=True)
-    for b, (search, sub, host) in enumerate(members):
+    for b, (search, host) in enumerate(zip(searches, stage_on_host(result), strict=True)):
         selection = StepSelection(result.parents[b], result.tokens[b])
-        search.adopt(sub, selection, host)
+        search.adopt(result.state, b, selection, host)
         search.done_flag = result.done[b]
         selections.append(selection)
     _apply_cohort(states, result.parents, result.tokens)
