@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch
@@ -65,72 +66,128 @@ def pack_decode(
     """Flatten `batch` for `num_rows` rows; rows outside every group become padding rows.
 
     Only host-known sizes are used (tensor shapes, group row ranges), so packing never waits for
-    the device except with `check_pages`.
+    the device except with `check_pages`. The cost in device operations does not grow with the
+    number of groups: every int32 list travels in one host->device copy, the prompt table is one
+    gather + scatter, and suffix slots are copied once per run of back-to-back groups of equal
+    suffix length (usually the whole batch).
     """
     if block_rows <= 0 or num_splits <= 0 or page_size <= 0:
         raise ValueError("block_rows, num_splits and page_size must be positive")
     groups = batch.groups
     if device is None:
         device = groups[0].prompt_slots.device if groups else "cpu"
+    device = torch.device(device)
+    num_g = len(groups)
     lens = [int(g.prompt_slots.shape[0]) for g in groups]
     suffix_lens = [int(g.suffix_slots.shape[1]) for g in groups]
     entries = [-(-n // page_size) for n in lens]
-    g_cap = num_groups if num_groups is not None else len(groups)
+    g_cap = num_groups if num_groups is not None else num_g
     t_cap = max([prompt_capacity or 0, *entries, 1])
     s_cap = max([suffix_capacity or 0, *suffix_lens, 1])
-    if g_cap < len(groups):
-        raise ValueError(f"{len(groups)} groups exceed the capacity {g_cap}")
-
-    row_group = [-1] * num_rows
-    row_suffix_len = [0] * num_rows
-    work_group: list[int] = []
-    work_row_start: list[int] = []
+    if g_cap < num_g:
+        raise ValueError(f"{num_g} groups exceed the capacity {g_cap}")
     for i, g in enumerate(groups):
         if g.row_start < 0 or g.row_start + g.num_rows > num_rows:
             raise ValueError(f"group {i} rows {g.row_start}+{g.num_rows} exceed {num_rows} rows")
         if g.suffix_slots.shape[0] != g.num_rows:
             raise ValueError(f"group {i}: suffix_slots has {g.suffix_slots.shape[0]} rows")
-        row_group[g.row_start : g.row_start + g.num_rows] = [i] * g.num_rows
-        row_suffix_len[g.row_start : g.row_start + g.num_rows] = [suffix_lens[i]] * g.num_rows
-        for r in range(g.row_start, g.row_start + g.num_rows, block_rows):
-            work_group.append(i)
-            work_row_start.append(r)
-    b_cap = num_work if num_work is not None else len(work_group)
-    if b_cap < len(work_group):
-        raise ValueError(f"{len(work_group)} work items exceed the capacity {b_cap}")
-    work_group += [-1] * (b_cap - len(work_group))
-    work_row_start += [0] * (b_cap - len(work_row_start))
-    pad_g = [0] * (g_cap - len(groups))
 
-    def ints(values: list[int]) -> torch.Tensor:
-        host = torch.tensor(values, dtype=torch.int32)
-        if torch.device(device).type == "cuda":  # pinned: the copy queues, the host moves on
-            host = host.pin_memory()
-        return host.to(device, non_blocking=True)
+    # Host metadata (numpy, no per-row Python work).
+    starts = np.array([g.row_start for g in groups], dtype=np.int64)
+    counts = np.array([g.num_rows for g in groups], dtype=np.int64)
+    gid = np.arange(num_g, dtype=np.int64)
+    row_group = np.full(num_rows, -1, dtype=np.int32)
+    row_suffix_len = np.zeros(num_rows, dtype=np.int32)
+    rows = _ragged_arange(starts, counts)  # later groups win on overlap, as slice writes would
+    row_group[rows] = np.repeat(gid, counts)
+    row_suffix_len[rows] = np.repeat(np.array(suffix_lens, dtype=np.int64), counts)
+    items = -(-counts // block_rows)
+    num_items = int(items.sum())
+    b_cap = num_work if num_work is not None else num_items
+    if b_cap < num_items:
+        raise ValueError(f"{num_items} work items exceed the capacity {b_cap}")
+    work_group = np.full(b_cap, -1, dtype=np.int32)
+    work_row_start = np.zeros(b_cap, dtype=np.int32)
+    work_group[:num_items] = np.repeat(gid, items)
+    work_row_start[:num_items] = np.repeat(starts, items) + block_rows * _ragged_arange(
+        np.zeros(num_g, dtype=np.int64), items
+    )
+    group_meta = np.zeros((3, g_cap), dtype=np.int32)
+    group_meta[0, :num_g] = starts
+    group_meta[1, :num_g] = counts
+    group_meta[2, :num_g] = lens
+    entry_counts = np.array(entries, dtype=np.int64)
+    table_index = _ragged_arange(gid * t_cap, entry_counts)  # flat [g_cap * t_cap] positions
 
+    # One host buffer, one (pinned, queued) copy; the fields are contiguous 1-D slices of it.
+    parts = [row_group, row_suffix_len, *group_meta, work_group, work_row_start, table_index]
+    host = torch.from_numpy(np.concatenate([p.astype(np.int32, copy=False) for p in parts]))
+    if device.type == "cuda":  # pinned: the copy queues, the host moves on
+        host = host.pin_memory()
+    meta = host.to(device, non_blocking=True)
+    sizes = [p.shape[0] for p in parts]
+    (
+        d_row_group,
+        d_row_suffix_len,
+        d_group_row_start,
+        d_group_num_rows,
+        d_group_prompt_len,
+        d_work_group,
+        d_work_row_start,
+        d_table_index,
+    ) = torch.split(meta, sizes)
+
+    # Prompt table: one gather of every group's page starts, one division, one scatter.
     table = torch.zeros((g_cap, t_cap), dtype=torch.int32, device=device)
-    suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32, device=device)
-    for i, g in enumerate(groups):
-        slots = g.prompt_slots.to(device)
-        if page_size == 1:
-            table[i, : lens[i]] = slots
-        elif lens[i]:
-            pages = torch.div(slots[::page_size], page_size, rounding_mode="floor")
-            if check_pages:
+    if check_pages and page_size > 1:
+        for i, g in enumerate(groups):
+            if lens[i]:
+                slots = g.prompt_slots.to(device)
+                pages = torch.div(slots[::page_size], page_size, rounding_mode="floor")
                 _check_pages(slots, pages, page_size)
-            table[i, : entries[i]] = pages
-        suffix[g.row_start : g.row_start + g.num_rows, : suffix_lens[i]] = g.suffix_slots
+    heads = [g.prompt_slots for i, g in enumerate(groups) if lens[i]]
+    if page_size > 1:
+        heads = [h[::page_size] for h in heads]  # first slot of each page
+    heads = [h if h.device == device else h.to(device) for h in heads]
+    if heads:
+        pages = torch.cat(heads) if len(heads) > 1 else heads[0]
+        if page_size > 1:
+            pages = torch.div(pages, page_size, rounding_mode="floor")
+        table.view(-1)[d_table_index] = pages.to(torch.int32)
+
+    # Suffix slots: one copy per run of back-to-back groups with equal suffix length.
+    suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32, device=device)
+    i = 0
+    while i < num_g:
+        j = i + 1
+        end = groups[i].row_start + groups[i].num_rows
+        while j < num_g and groups[j].row_start == end and suffix_lens[j] == suffix_lens[i]:
+            end += groups[j].num_rows
+            j += 1
+        if suffix_lens[i] and end > groups[i].row_start:
+            run = [g.suffix_slots for g in groups[i:j] if g.num_rows]
+            run = [s if s.device == device else s.to(device) for s in run]
+            slots = torch.cat(run) if len(run) > 1 else run[0]
+            suffix[groups[i].row_start : end, : suffix_lens[i]] = slots
+        i = j
     return PackedDecode(
-        row_group=ints(row_group),
-        row_suffix_len=ints(row_suffix_len),
+        row_group=d_row_group,
+        row_suffix_len=d_row_suffix_len,
         row_suffix_slots=suffix,
-        group_row_start=ints([g.row_start for g in groups] + pad_g),
-        group_num_rows=ints([g.num_rows for g in groups] + pad_g),
-        group_prompt_len=ints(lens + pad_g),
+        group_row_start=d_group_row_start,
+        group_num_rows=d_group_num_rows,
+        group_prompt_len=d_group_prompt_len,
         group_prompt_table=table,
-        work_group=ints(work_group),
-        work_row_start=ints(work_row_start),
+        work_group=d_work_group,
+        work_row_start=d_work_row_start,
         page_size=page_size,
         block_rows=block_rows,
         num_splits=num_splits,
     )
+
+
+def _ragged_arange(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of `arange(starts[i], starts[i] + counts[i])` over i, as int64."""
+    total = int(counts.sum())
+    offsets = np.cumsum(counts) - counts  # where each range begins in the output
+    return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
 from tests.kernels.attention.cases import DecodeCase, decode_case
+from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 from widebeam.kernels.attention.packed import pack_decode
 
 GROUPS = [(3, 7, 2), (20, 1, 5), (1, 0, 3), (5, 40, 1)]
@@ -70,3 +73,98 @@ def test_pack_rejects_misaligned_pages_and_overflow() -> None:
         pack_decode(case.batch, 5)
     with pytest.raises(ValueError, match="capacity"):
         pack_decode(case.batch, case.q.shape[0], num_groups=2)
+
+
+def _reference_pack(
+    batch: DecodeBatch, num_rows: int, *, block_rows: int, page_size: int,
+    num_groups: int | None, num_work: int | None, suffix_capacity: int | None,
+    prompt_capacity: int | None,
+) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Straightforward per-group packing (the pre-vectorisation pack_decode)."""
+    groups = batch.groups
+    lens = [g.prompt_slots.shape[0] for g in groups]
+    entries = [-(-n // page_size) for n in lens]
+    g_cap = len(groups) if num_groups is None else num_groups
+    t_cap = max([prompt_capacity or 0, *entries, 1])
+    s_cap = max([suffix_capacity or 0, *(g.suffix_slots.shape[1] for g in groups), 1])
+    row_group, row_suffix_len = [-1] * num_rows, [0] * num_rows
+    work: list[tuple[int, int]] = []
+    table = torch.zeros((g_cap, t_cap), dtype=torch.int32)
+    suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32)
+    for i, g in enumerate(groups):
+        s = g.suffix_slots.shape[1]
+        for r in range(g.row_start, g.row_start + g.num_rows):
+            row_group[r], row_suffix_len[r] = i, s
+            suffix[r, :s] = g.suffix_slots[r - g.row_start]
+        work += [(i, r) for r in range(g.row_start, g.row_start + g.num_rows, block_rows)]
+        for e in range(entries[i]):
+            table[i, e] = g.prompt_slots[e * page_size] // page_size
+    b_cap = len(work) if num_work is None else num_work
+    work += [(-1, 0)] * (b_cap - len(work))
+    pad = [0] * (g_cap - len(groups))
+
+    def ints(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32)
+
+    return {
+        "row_group": ints(row_group),
+        "row_suffix_len": ints(row_suffix_len),
+        "row_suffix_slots": suffix,
+        "group_row_start": ints([g.row_start for g in groups] + pad),
+        "group_num_rows": ints([g.num_rows for g in groups] + pad),
+        "group_prompt_len": ints(lens + pad),
+        "group_prompt_table": table,
+        "work_group": ints([w[0] for w in work]),
+        "work_row_start": ints([w[1] for w in work]),
+    }
+
+
+def _random_batch(gen: random.Random, page_size: int) -> tuple[DecodeBatch, int]:
+    """Groups with ragged prompts (0, non-multiples of page_size), suffix lengths incl. 0 and a
+    lockstep run of equal suffix lengths, sometimes padding rows between groups."""
+    groups, row, next_page = [], 0, 0
+    lockstep = gen.randint(0, 9)
+    for _ in range(gen.randint(1, 7)):
+        row += gen.choice([0, 0, 1, 3])  # padding rows not covered by any group
+        num_rows = gen.choice([0, 1, 2, 5, 17, 33])
+        prompt_len = gen.choice([0, 1, page_size, page_size + 1, 3 * page_size - 1, 40])
+        suffix_len = lockstep if gen.random() < 0.6 else gen.randint(0, 9)
+        pages = -(-prompt_len // page_size)
+        prompt = torch.arange(next_page * page_size, next_page * page_size + prompt_len)
+        next_page += pages + gen.randint(0, 3)
+        suffix = torch.randint(0, 10_000, (num_rows, suffix_len), dtype=torch.int64)
+        groups.append(DecodeGroup(row, num_rows, prompt, suffix))
+        row += num_rows
+    return DecodeBatch(tuple(groups)), row + gen.choice([0, 2])
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("padded", [False, True])
+def test_pack_matches_per_group_reference(page_size: int, padded: bool) -> None:
+    gen = random.Random(page_size * 2 + padded)
+    torch.manual_seed(page_size)
+    for _ in range(40):
+        batch, num_rows = _random_batch(gen, page_size)
+        block_rows = gen.choice([1, 4, 16])
+        caps: dict[str, int | None] = dict.fromkeys(
+            ("num_groups", "num_work", "suffix_capacity", "prompt_capacity")
+        )
+        if padded:
+            items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
+            caps = {
+                "num_groups": len(batch.groups) + gen.randint(0, 4),
+                "num_work": items + gen.randint(0, 5),
+                "suffix_capacity": 16,
+                "prompt_capacity": 64,
+            }
+        packed = pack_decode(
+            batch, num_rows, block_rows=block_rows, page_size=page_size,
+            check_pages=page_size > 1, **caps,
+        )  # fmt: skip
+        want = _reference_pack(batch, num_rows, block_rows=block_rows, page_size=page_size, **caps)
+        for name, expected in want.items():
+            got = getattr(packed, name)
+            assert got.dtype == torch.int32 and got.is_contiguous(), name
+            assert got.shape == expected.shape, name
+            assert torch.equal(got, expected), name
+            assert torch.equal(got.clone(), expected), name  # CUDA-graph buffers are clones
