@@ -70,7 +70,9 @@ def model_dir(shape: str, sid_levels: tuple[int, ...] | None = None) -> Path:
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """The engine variant under test, so one device call can time before and after."""
-    parser.add_argument("--attention", default="auto", choices=["auto", "torch", "triton"])
+    parser.add_argument(
+        "--attention", default="auto", choices=["auto", "torch", "triton", "flashinfer"]
+    )
     parser.add_argument("--expansion", default="streamed", choices=["streamed", "dense"])
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.torch_ref import TorchAttention
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "triton", "flashinfer")
 
 
 def triton_available() -> bool:
@@ -18,7 +18,9 @@ def triton_available() -> bool:
 
 
 def resolve_backend_name(name: str, device_type: str) -> str:
-    """ "auto": the Triton kernels on CUDA when Triton is importable, else the torch reference."""
+    """ "auto": the Triton kernels on CUDA when Triton is importable, else the torch reference.
+    FlashInfer is never picked automatically: its cascade decode measured slower than the Triton
+    kernels at the benchmark shapes (docs/benchmarks.md)."""
     if name != "auto":
         return name
     return "triton" if device_type == "cuda" and triton_available() else "torch"
@@ -34,4 +36,8 @@ def make_attention_backend(name: str = "torch", **options: object) -> AttentionB
         from widebeam.kernels.attention.triton_backend import TritonAttention
 
         return TritonAttention(**options)  # type: ignore[arg-type]
+    if name == "flashinfer":  # optional package; its absence is a clear ValueError
+        from widebeam.kernels.attention.flashinfer_backend import FlashInferAttention
+
+        return FlashInferAttention(**options)  # type: ignore[arg-type]
     raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKENDS)}")
