@@ -19,8 +19,8 @@ def triton_available() -> bool:
 
 def resolve_backend_name(name: str, device_type: str) -> str:
     """ "auto": the Triton kernels on CUDA when Triton is importable, else the torch reference.
-    FlashInfer is never picked automatically: its cascade decode measured slower than the Triton
-    kernels at the benchmark shapes (docs/benchmarks.md)."""
+    FlashInfer is never picked automatically: it runs eagerly (the engine captures CUDA graphs
+    for Triton only), and eager it measured level with eager Triton (docs/benchmarks.md)."""
     if name != "auto":
         return name
     return "triton" if device_type == "cuda" and triton_available() else "torch"
