@@ -76,6 +76,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expansion", default="streamed", choices=["streamed", "dense"])
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
+    parser.add_argument(
+        "--no-prefill-graphs", action="store_true", help="eager prefill at exact shapes"
+    )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--profile", action="store_true", help="profile the first timed phase")
 
@@ -99,6 +102,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "attention_backend": args.attention,
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
+        "prefill_graphs": not args.no_prefill_graphs,
         "overlap_scheduling": not args.no_overlap,
     }
 

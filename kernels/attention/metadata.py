@@ -15,6 +15,15 @@ class PrefillBatch:
 
 
 @dataclass(frozen=True)
+class PackedPrefill:
+    """A prefill batch as a static list of query blocks (what a CUDA graph replays): items are
+    (segment start, segment end, block's first query token); padding items (0, 0, 0) cover no
+    query. Built with `triton_prefill.prefill_work` for the backend's block size."""
+
+    work: torch.Tensor  # [3, B] int32
+
+
+@dataclass(frozen=True)
 class DecodeGroup:
     """One request's rows in a decode batch: rows row_start .. row_start + num_rows - 1.
 

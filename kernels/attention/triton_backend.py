@@ -1,7 +1,8 @@
 """`TritonAttention`: the GPU backend (Triton cascade decode + ragged causal prefill).
 
 `decode` accepts the engine's `DecodeBatch` (packed once per batch object and reused by every
-layer) or a `PackedDecode` the caller built itself (static buffers for CUDA graphs).
+layer) or a `PackedDecode` the caller built itself (static buffers for CUDA graphs); `prefill`
+likewise a `PrefillBatch` or a `PackedPrefill`.
 """
 
 from __future__ import annotations
@@ -9,15 +10,18 @@ from __future__ import annotations
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
 from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 from widebeam.kernels.attention.triton_common import (
     default_block_rows,
     default_num_splits,
-    gqa_padded,
 )
-from widebeam.kernels.attention.triton_prefill import prefill_work, ragged_causal_prefill
+from widebeam.kernels.attention.triton_prefill import (
+    prefill_block_q,
+    prefill_work,
+    ragged_causal_prefill,
+)
 
 
 class TritonAttention(AttentionBackend):
@@ -56,9 +60,17 @@ class TritonAttention(AttentionBackend):
         return packed
 
     def prefill(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PrefillBatch, scale: float
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: PrefillBatch | PackedPrefill,
+        scale: float,
     ) -> torch.Tensor:
-        block_q = max(64 // gqa_padded(q.shape[1], k.shape[1]), 1)
+        block_q = prefill_block_q(q.shape[1], k.shape[1])
+        if isinstance(batch, PackedPrefill):  # a CUDA-graph bucket's static work list
+            whole = (0, q.shape[0])
+            return ragged_causal_prefill(q, k, v, whole, scale, work=batch.work, block_q=block_q)
         key = (batch.cu_seqlens, block_q, str(q.device))
         if self._prefill_key != key:  # every layer of one prefill shares the work list
             self._prefill_key = key

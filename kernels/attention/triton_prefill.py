@@ -108,6 +108,11 @@ def _prefill_kernel(
     )
 
 
+def prefill_block_q(q_heads: int, kv_heads: int) -> int:
+    """Query tokens per program: M = BLOCK_Q × padded GQA = 64."""
+    return max(64 // gqa_padded(q_heads, kv_heads), 1)
+
+
 def prefill_work(
     cu_seqlens: tuple[int, ...], block_q: int, device: torch.device
 ) -> torch.Tensor:  # [3, B] int32: segment start, segment end, block's first query token
@@ -139,7 +144,7 @@ def ragged_causal_prefill(
     if dim & (dim - 1):
         raise ValueError(f"head_dim must be a power of two, got {dim}")
     gqa_p = gqa_padded(q_heads, kv_heads)
-    block_q = block_q or max(64 // gqa_p, 1)
+    block_q = block_q or prefill_block_q(q_heads, kv_heads)
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     if out is None:
         out = torch.empty((tokens, q_heads, dim), dtype=q.dtype, device=q.device)

@@ -30,6 +30,9 @@ class EngineConfig:
     # CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes (False: the same
     # bucketed shapes, eagerly)
     cuda_graphs: bool = True
+    # CUDA + Triton: prefill batches (up to max_prefill_tokens) at bucketed token counts too,
+    # replayed from CUDA graphs when cuda_graphs (else eagerly at the same shapes)
+    prefill_graphs: bool = True
     # prepare each decode step on the host while the device finishes the previous one
     overlap_scheduling: bool = True
     catalog_path: str | None = None  # JSONL catalog for constrained decoding

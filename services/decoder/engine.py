@@ -94,6 +94,7 @@ class Engine:
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,
             page_size=config.page_size,
+            prefill_graph_tokens=config.max_prefill_tokens if config.prefill_graphs else 0,
         )
         self.step_policy = StepPolicy(
             mc.vocab_size,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
 from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.services.decoder.kv.kv_cache import KVCache
 
@@ -16,7 +16,7 @@ from widebeam.services.decoder.kv.kv_cache import KVCache
 class PrefillContext:
     cache: KVCache
     write_slots: torch.Tensor  # [N] int64, prompt slots of the packed tokens
-    batch: PrefillBatch
+    batch: PrefillBatch | PackedPrefill  # packed: static work list of a CUDA-graph bucket
     backend: AttentionBackend
     scale: float
 

@@ -8,7 +8,7 @@ import math
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
 from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
@@ -20,6 +20,7 @@ from widebeam.services.decoder.runner.decode_graphs import (
     PreparedStep,
     decode_shape,
 )
+from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 
@@ -32,9 +33,11 @@ class ModelRunner:
         trash_slot: int | None = None,  # a cache slot no request owns (padding rows write it)
         cuda_graphs: bool = False,
         page_size: int = 1,
+        prefill_graph_tokens: int = 0,
     ) -> None:
         """On CUDA with the Triton backend and a trash slot, decode steps run at bucketed
-        shapes, replayed from CUDA graphs when `cuda_graphs` (else eagerly at the same shapes)."""
+        shapes, replayed from CUDA graphs when `cuda_graphs` (else eagerly at the same shapes);
+        so do prefill batches of up to `prefill_graph_tokens` prompt tokens (0: eager)."""
         self.model = model
         self.cache = cache
         self.backend = backend
@@ -51,6 +54,19 @@ class ModelRunner:
                 use_graphs=cuda_graphs,
             )
             self._page_size = page_size
+        self.prefill_graphs: PrefillGraphs | None = None
+        self.prefill_graph_tokens = prefill_graph_tokens
+        if self.graphs is not None and prefill_graph_tokens > 0:
+            from widebeam.kernels.attention.triton_prefill import prefill_block_q
+
+            mc = model.config
+            self.prefill_graphs = PrefillGraphs(
+                self._prefill_forward,
+                prefill_block_q(mc.num_attention_heads, mc.num_key_value_heads),
+                trash_slot,  # type: ignore[arg-type]
+                self.device,
+                use_graphs=cuda_graphs,
+            )
 
     def _shape_of(self, batch: DecodeBatch, rows: int) -> DecodeShape:
         from widebeam.kernels.attention.triton_common import (
@@ -78,6 +94,17 @@ class ModelRunner:
         ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
         return self.model(tokens, positions, ctx)
 
+    def _prefill_forward(
+        self,
+        ids: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        write_slots: torch.Tensor,  # [T] int64
+        packed: PackedPrefill,
+        last: torch.Tensor,  # [P] int64
+    ) -> torch.Tensor:  # [P, hidden]
+        ctx = PrefillContext(self.cache, write_slots, packed, self.backend, self.scale)
+        return self.model(ids, positions, ctx)[last]
+
     @torch.inference_mode()
     def prefill(
         self,
@@ -85,6 +112,8 @@ class ModelRunner:
         prompt_slots: list[torch.Tensor],  # each [prompt_len] int64
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
         lengths = [len(p) for p in prompts]
+        if self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens:
+            return self.prefill_graphs.run(prompts, prompt_slots)
         cu = [0, *itertools.accumulate(lengths)]
         # One host buffer, one queued copy: ids, positions, last-token index (no host wait, so
         # the host queues the first beam step while the device still runs the prefill).

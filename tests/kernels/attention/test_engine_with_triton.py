@@ -39,3 +39,42 @@ def test_engine_results_equal_across_backends(sid_model: SidModel, kernel_device
         assert [b.output_ids for b in ref.beams] == [b.output_ids for b in got.beams]
         for x, y in zip(ref.beams, got.beams, strict=True):
             assert x.score == pytest.approx(y.score, abs=1e-4)
+
+
+def test_padded_prefill_buckets_match_the_eager_prefill(
+    sid_model: SidModel, kernel_device: object
+) -> None:
+    """What a prefill graph replays (tokens padded to the bucket as one extra segment writing the
+    trash slot) gives the real prompts the same last-token states and the same KV."""
+    import torch
+
+    from widebeam.kernels.attention.triton_prefill import prefill_block_q
+    from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs
+
+    config = EngineConfig(
+        model_dir=str(sid_model.model_dir), device=str(kernel_device), attention_backend="triton"
+    )
+    engine = Engine(config)
+    runner, mc = engine.runner, engine.model.config
+    device = torch.device(str(kernel_device))
+    padded = PrefillGraphs(
+        runner._prefill_forward,
+        prefill_block_q(mc.num_attention_heads, mc.num_key_value_heads),
+        trash_slot=engine.limits.max_kv_slots,
+        device=device,
+        use_graphs=False,
+    )
+    prompts = [tuple(range(3, 40)), (5, 6), tuple(range(100, 170))]
+    total = sum(len(p) for p in prompts)
+    starts = [0, 37, 39]
+    eager_slots = [
+        torch.arange(s, s + len(p), device=device) for s, p in zip(starts, prompts, strict=True)
+    ]
+    padded_slots = [s + 200 for s in eager_slots]
+    expected = runner.prefill(prompts, eager_slots)
+    got = padded.run(prompts, padded_slots)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    cache = runner.cache
+    torch.testing.assert_close(cache.k[:, 200 : 200 + total], cache.k[:, :total])
+    torch.testing.assert_close(cache.v[:, 200 : 200 + total], cache.v[:, :total])
+    assert not cache.k[:, total:200].any()  # padding tokens wrote only the trash slot

@@ -1,5 +1,5 @@
-"""On the GPU, CUDA-graph decode steps compute exactly what the same padded steps compute
-eagerly, and overlap scheduling exactly what synchronous scheduling computes."""
+"""On the GPU, CUDA-graph decode steps and prefills compute exactly what the same padded steps
+compute eagerly, and overlap scheduling exactly what synchronous scheduling computes."""
 
 from __future__ import annotations
 
@@ -71,5 +71,28 @@ def test_graph_eager_overlap_sync_digests_match(sid_model: SidModel, dtype: str)
         assert engine.stats().rows_in_use == 0
         if graphs:
             assert engine.runner.graphs is not None and engine.runner.graphs.captures > 1
+            prefill = engine.runner.prefill_graphs
+            assert prefill is not None and prefill.captures >= 1
         results[graphs, overlap] = digest(outs)
     assert len(set(results.values())) == 1, results
+
+
+def test_prefill_graphs_give_the_eager_prefills_beams(sid_model: SidModel) -> None:
+    """Padded (graph) prefills vs unpadded eager ones: the same beams in fp32 (the GEMMs see
+    other row counts, so scores agree to rounding, not bit for bit)."""
+    outputs = {}
+    for prefill_graphs in (True, False):
+        engine = Engine(
+            EngineConfig(
+                model_dir=str(sid_model.model_dir),
+                device="cuda",
+                catalog_path=str(sid_model.catalog_path),
+                prefill_graphs=prefill_graphs,
+            )
+        )
+        outputs[prefill_graphs] = engine.generate(_requests(engine.sid_layout.begin_token_id))
+        assert (engine.runner.prefill_graphs is not None) == prefill_graphs
+    for graph, eager in zip(outputs[True], outputs[False], strict=True):
+        assert [b.output_ids for b in graph.beams] == [b.output_ids for b in eager.beams]
+        for x, y in zip(graph.beams, eager.beams, strict=True):
+            assert x.score == pytest.approx(y.score, abs=1e-4)

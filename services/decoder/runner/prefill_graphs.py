@@ -1,0 +1,164 @@
+"""Prefill batches at bucketed shapes, replayed from CUDA graphs.
+
+An eager prefill launches ~15 kernels per layer from Python: at 1000 prompt tokens the host
+needs longer to queue them than the device to run them. Here a batch's token count is rounded
+up to a multiple of TOKEN_STEP and its prompt count to a power of two; padding tokens form one
+extra segment that attends only to itself and writes its KV to the trash slot, so the real
+tokens see exactly what they would see eagerly. Eager mode (`use_graphs=False`) runs the same
+padded shapes without capture (graph and eager give identical hidden states).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from widebeam.kernels.attention.metadata import PackedPrefill
+
+TOKEN_STEP = 256
+
+# (ids [T], positions [T], write_slots [T], packed, last [P]) -> [P, hidden] last tokens' states
+PrefillForward = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, PackedPrefill, torch.Tensor], torch.Tensor
+]
+
+
+class PrefillShape(NamedTuple):
+    tokens: int  # padded token count
+    prompts: int  # prompt capacity, the padding segment included
+    work: int  # query-block capacity
+
+
+def prefill_shape(lengths: list[int], block_q: int) -> PrefillShape:
+    total = sum(lengths)
+    tokens = max(TOKEN_STEP, math.ceil(total / TOKEN_STEP) * TOKEN_STEP)
+    prompts = 1 << len(lengths).bit_length()  # > len(lengths): room for the padding segment
+    return PrefillShape(tokens, prompts, tokens // block_q + prompts)
+
+
+class _Entry(NamedTuple):
+    ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    write_slots: torch.Tensor  # [T] int64
+    packed: PackedPrefill  # work [3, W] int32
+    last: torch.Tensor  # [P] int64, each prompt's last token (padding: 0)
+    graph: torch.cuda.CUDAGraph | None
+    hidden: torch.Tensor | None  # [P, hidden] the graph's output (None in eager mode)
+
+
+class PrefillGraphs:
+    def __init__(
+        self,
+        forward: PrefillForward,
+        block_q: int,
+        trash_slot: int,
+        device: torch.device,
+        use_graphs: bool,
+        max_graphs: int = 16,
+    ) -> None:
+        self.forward = forward
+        self.block_q = block_q
+        self.trash_slot = trash_slot
+        self.device = device
+        self.use_graphs = use_graphs
+        self.max_graphs = max_graphs
+        self._entries: OrderedDict[PrefillShape, _Entry] = OrderedDict()
+        self._pool = torch.cuda.graph_pool_handle() if use_graphs else None
+        self.captures = 0
+
+    def run(
+        self,
+        prompts: list[tuple[int, ...]],
+        prompt_slots: list[torch.Tensor],  # each [prompt_len] int64 on the device
+    ) -> torch.Tensor:  # [len(prompts), hidden]
+        lengths = [len(p) for p in prompts]
+        shape = prefill_shape(lengths, self.block_q)
+        entry = self._entries.get(shape)
+        if entry is None:
+            entry = self._build(shape)
+        self._entries.move_to_end(shape)
+        self._load(entry, shape, prompts, lengths, prompt_slots)
+        if entry.graph is None:
+            hidden = self.forward(
+                entry.ids, entry.positions, entry.write_slots, entry.packed, entry.last
+            )
+            return hidden[: len(prompts)]
+        entry.graph.replay()
+        assert entry.hidden is not None
+        return entry.hidden[: len(prompts)].clone()  # the next replay overwrites it
+
+    def _load(
+        self,
+        entry: _Entry,
+        shape: PrefillShape,
+        prompts: list[tuple[int, ...]],
+        lengths: list[int],
+        prompt_slots: list[torch.Tensor],
+    ) -> None:
+        total = sum(lengths)
+        cu = np.concatenate(([0], np.cumsum(lengths)))
+        if shape.tokens > total:  # the padding segment
+            cu = np.append(cu, shape.tokens)
+        ints = np.zeros(2 * shape.tokens + shape.prompts, dtype=np.int64)
+        ints[:total] = np.fromiter((t for p in prompts for t in p), np.int64, total)
+        starts = np.repeat(cu[: len(lengths)], lengths)
+        ints[shape.tokens : shape.tokens + total] = np.arange(total) - starts
+        ints[2 * shape.tokens : 2 * shape.tokens + len(lengths)] = cu[1 : len(lengths) + 1] - 1
+        from widebeam.kernels.attention.triton_prefill import prefill_work  # imports triton
+
+        work = np.zeros((3, shape.work), dtype=np.int32)
+        items = prefill_work(tuple(cu.tolist()), self.block_q, torch.device("cpu")).numpy()
+        work[:, : items.shape[1]] = items
+        host = _pinned(torch.from_numpy(ints), self.device)
+        host_work = _pinned(torch.from_numpy(work), self.device)
+        entry.ids.copy_(host[: shape.tokens], non_blocking=True)
+        entry.positions.copy_(host[shape.tokens : 2 * shape.tokens], non_blocking=True)
+        entry.last.copy_(host[2 * shape.tokens :], non_blocking=True)
+        entry.packed.work.copy_(host_work, non_blocking=True)
+        entry.write_slots[:total].copy_(torch.cat(prompt_slots))
+        entry.write_slots[total:].fill_(self.trash_slot)
+
+    def _build(self, shape: PrefillShape) -> _Entry:
+        def zeros(n: int) -> torch.Tensor:
+            return torch.zeros(n, dtype=torch.int64, device=self.device)
+
+        work = torch.zeros((3, shape.work), dtype=torch.int32, device=self.device)
+        slots = torch.full((shape.tokens,), self.trash_slot, device=self.device)
+        entry = _Entry(
+            zeros(shape.tokens), zeros(shape.tokens), slots, PackedPrefill(work),
+            zeros(shape.prompts), None, None,
+        )  # fmt: skip
+        if self.use_graphs:
+            entry = self._capture(entry)
+        if len(self._entries) >= self.max_graphs:
+            self._entries.popitem(last=False)
+        self._entries[shape] = entry
+        return entry
+
+    def _capture(self, entry: _Entry) -> _Entry:
+        def run() -> torch.Tensor:
+            return self.forward(
+                entry.ids, entry.positions, entry.write_slots, entry.packed, entry.last
+            )
+
+        # Warm-up on a side stream, as capture requires; every token writes the trash slot and
+        # the work list is all padding here.
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            run()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            hidden = run()
+        self.captures += 1
+        return entry._replace(graph=graph, hidden=hidden)
+
+
+def _pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return host.pin_memory() if device.type == "cuda" else host
