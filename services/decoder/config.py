@@ -30,8 +30,9 @@ class EngineConfig:
     # CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes (False: the same
     # bucketed shapes, eagerly)
     cuda_graphs: bool = True
-    # CUDA + Triton: prefill batches (up to max_prefill_tokens) at bucketed token counts too,
-    # replayed from CUDA graphs when cuda_graphs (else eagerly at the same shapes)
+    # CUDA + Triton: prefill batches of up to 2048 tokens (where launches, not kernels, bound
+    # them) at bucketed token counts too, replayed from CUDA graphs when cuda_graphs (else
+    # eagerly at the same shapes); larger batches run eagerly
     prefill_graphs: bool = True
     # prepare each decode step on the host while the device finishes the previous one
     overlap_scheduling: bool = True

@@ -29,6 +29,7 @@ from widebeam.services.decoder.request import GenerationRequest, RequestError, R
 from widebeam.services.decoder.results import build_output
 from widebeam.services.decoder.runner.decode_graphs import PreparedStep
 from widebeam.services.decoder.runner.model_runner import ModelRunner
+from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 from widebeam.services.decoder.scheduler.decode_inputs import at_token_limit, decode_inputs
 from widebeam.services.decoder.scheduler.request_start import start_request
@@ -94,7 +95,9 @@ class Engine:
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,
             page_size=config.page_size,
-            prefill_graph_tokens=config.max_prefill_tokens if config.prefill_graphs else 0,
+            prefill_graph_tokens=(
+                min(config.max_prefill_tokens, MAX_GRAPH_TOKENS) if config.prefill_graphs else 0
+            ),
         )
         self.step_policy = StepPolicy(
             mc.vocab_size,
