@@ -19,6 +19,7 @@ import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
+from widebeam.services.decoder.runner.graph_capture import capture
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 SMALL_ROWS = 1024  # up to here rows round to a power of two, beyond to a multiple of ROW_STEP
@@ -191,16 +192,8 @@ class DecodeGraphs:
         def run() -> torch.Tensor:
             return self.forward(inputs.tokens, inputs.positions, inputs.write_slots, inputs.packed)
 
-        # Warm-up on a side stream (kernel compilation, cuBLAS workspaces), as capture requires.
-        # It writes the trash slot only: inputs are still all padding here.
+        # The warm-up writes the trash slot only: inputs are still all padding here.
         inputs.write_slots.fill_(self.trash_slot)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            run()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            hidden = run()
+        graph, hidden = capture(run, self.device, self._pool)
         self.captures += 1
         return _Entry(inputs, graph, hidden)

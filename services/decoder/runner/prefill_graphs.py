@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from widebeam.kernels.attention.metadata import PackedPrefill
+from widebeam.services.decoder.runner.graph_capture import capture
 
 TOKEN_STEP = 256
 # Larger batches stay eager: their kernels outlast the host's launches anyway, and at saturation
@@ -151,16 +152,8 @@ class PrefillGraphs:
                 entry.ids, entry.positions, entry.write_slots, entry.packed, entry.last
             )
 
-        # Warm-up on a side stream, as capture requires; every token writes the trash slot and
-        # the work list is all padding here.
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            run()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            hidden = run()
+        # The warm-up is harmless: every token writes the trash slot, the work list is padding.
+        graph, hidden = capture(run, self.device, self._pool)
         self.captures += 1
         return entry._replace(graph=graph, hidden=hidden)
 
