@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,8 +58,12 @@ class DecoderProcess:
             str(256 << 20),
             *extra,
         ]
-        log = Path(os.environ.get("OUT", ".")) / f"decoder-{self.port}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        # Not under $OUT by default: the device machine returns at most 8 files from there, and
+        # one log per replica could crowd out the results. WIDEBEAM_BENCH_LOGS keeps them.
+        logs = os.environ.get("WIDEBEAM_BENCH_LOGS") or tempfile.gettempdir()
+        self.log = Path(logs) / f"decoder-{self.port}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log
         self.proc = subprocess.Popen(
             cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
@@ -67,7 +72,10 @@ class DecoderProcess:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"decoder exited with {self.proc.returncode}")
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(
+                    f"decoder exited with {self.proc.returncode}; end of {self.log}:\n{tail}"
+                )
             try:
                 with grpc.insecure_channel(self.address) as channel:
                     stub = decoder_pb2_grpc.DecoderStub(channel)
