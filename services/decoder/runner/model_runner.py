@@ -20,7 +20,7 @@ from widebeam.services.decoder.runner.decode_graphs import (
     PreparedStep,
     decode_shape,
 )
-from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs
+from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs, prefill_host_inputs
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 
@@ -115,13 +115,9 @@ class ModelRunner:
         if self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens:
             return self.prefill_graphs.run(prompts, prompt_slots)
         cu = [0, *itertools.accumulate(lengths)]
-        # One host buffer, one queued copy: ids, positions, last-token index (no host wait, so
-        # the host queues the first beam step while the device still runs the prefill).
-        host = torch.empty(2 * cu[-1] + len(prompts), dtype=torch.int64)
-        ids, positions, last = host.split([cu[-1], cu[-1], len(prompts)])
-        ids.copy_(torch.tensor([t for p in prompts for t in p], dtype=torch.int64))
-        positions.copy_(torch.cat([torch.arange(n) for n in lengths]))
-        last.copy_(torch.tensor(cu[1:]) - 1)
+        # One host buffer, one queued copy (no host wait, so the host queues the first beam
+        # step while the device still runs the prefill).
+        host = torch.from_numpy(prefill_host_inputs(prompts, lengths, cu[-1], len(prompts)))
         ids, positions, last = to_device_async(host, self.device).split(
             [cu[-1], cu[-1], len(prompts)]
         )

@@ -34,6 +34,20 @@ PrefillForward = Callable[
 ]
 
 
+def prefill_host_inputs(
+    prompts: list[tuple[int, ...]], lengths: list[int], tokens: int, prompt_cap: int
+) -> np.ndarray:  # [2 * tokens + prompt_cap] int64: ids | positions | last-token index
+    """A prefill's token inputs, packed back to back and zero-padded to the given capacities,
+    for one host-to-device copy."""
+    total = sum(lengths)
+    ints = np.zeros(2 * tokens + prompt_cap, dtype=np.int64)
+    ints[:total] = np.fromiter((t for p in prompts for t in p), np.int64, total)
+    ends = np.cumsum(lengths)
+    ints[tokens : tokens + total] = np.arange(total) - np.repeat(ends - lengths, lengths)
+    ints[2 * tokens : 2 * tokens + len(lengths)] = ends - 1
+    return ints
+
+
 class PrefillShape(NamedTuple):
     tokens: int  # padded token count
     prompts: int  # prompt capacity, the padding segment included
@@ -110,11 +124,7 @@ class PrefillGraphs:
         cu = np.concatenate(([0], np.cumsum(lengths)))
         if shape.tokens > total:  # the padding segment
             cu = np.append(cu, shape.tokens)
-        ints = np.zeros(2 * shape.tokens + shape.prompts, dtype=np.int64)
-        ints[:total] = np.fromiter((t for p in prompts for t in p), np.int64, total)
-        starts = np.repeat(cu[: len(lengths)], lengths)
-        ints[shape.tokens : shape.tokens + total] = np.arange(total) - starts
-        ints[2 * shape.tokens : 2 * shape.tokens + len(lengths)] = cu[1 : len(lengths) + 1] - 1
+        ints = prefill_host_inputs(prompts, lengths, shape.tokens, shape.prompts)
         from widebeam.kernels.attention.triton_prefill import prefill_work  # imports triton
 
         work = np.zeros((3, shape.work), dtype=np.int32)
