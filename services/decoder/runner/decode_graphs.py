@@ -10,7 +10,6 @@ launch the same kernels on the same shapes and give bit-identical hidden states.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -19,7 +18,7 @@ import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
-from widebeam.services.decoder.runner.graph_capture import capture
+from widebeam.services.decoder.runner.graph_capture import GraphCache
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
 SMALL_ROWS = 1024  # up to here rows round to a power of two, beyond to a multiple of ROW_STEP
@@ -127,11 +126,11 @@ class DecodeGraphs:
         self.page_size = page_size
         self.trash_slot = trash_slot
         self.device = device
-        self.use_graphs = use_graphs
-        self.max_graphs = max_graphs
-        self._entries: OrderedDict[DecodeShape, _Entry] = OrderedDict()
-        self._pool = torch.cuda.graph_pool_handle() if use_graphs else None
-        self.captures = 0
+        self.cache: GraphCache[DecodeShape, _Entry] = GraphCache(device, use_graphs, max_graphs)
+
+    @property
+    def captures(self) -> int:
+        return self.cache.captures
 
     def prepare(self, inputs: DecodeInputs) -> PreparedStep:
         """The host part of a step (bucket, packed metadata); queues copies, never waits."""
@@ -140,10 +139,7 @@ class DecodeGraphs:
 
     def launch(self, step: PreparedStep) -> torch.Tensor:  # [R, hidden]
         rows = step.inputs.tokens.shape[0]
-        entry = self._entries.get(step.shape)
-        if entry is None:
-            entry = self._build(step.shape, step.packed)
-        self._entries.move_to_end(step.shape)
+        entry = self.cache.get(step.shape, lambda: self._build(step.shape, step.packed))
         entry.inputs.load(step.inputs, step.packed, self.trash_slot)
         if entry.graph is None:
             static = entry.inputs
@@ -180,13 +176,7 @@ class DecodeGraphs:
             }
         )
         inputs = StaticDecodeInputs(zeros(), zeros(), zeros(), static)
-        entry = _Entry(inputs, None, None)
-        if self.use_graphs:
-            entry = self._capture(inputs)
-        if len(self._entries) >= self.max_graphs:
-            self._entries.popitem(last=False)
-        self._entries[shape] = entry
-        return entry
+        return self._capture(inputs) if self.cache.use_graphs else _Entry(inputs, None, None)
 
     def _capture(self, inputs: StaticDecodeInputs) -> _Entry:
         def run() -> torch.Tensor:
@@ -194,6 +184,5 @@ class DecodeGraphs:
 
         # The warm-up writes the trash slot only: inputs are still all padding here.
         inputs.write_slots.fill_(self.trash_slot)
-        graph, hidden = capture(run, self.device, self._pool)
-        self.captures += 1
+        graph, hidden = self.cache.capture(run)
         return _Entry(inputs, graph, hidden)

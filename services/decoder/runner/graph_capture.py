@@ -1,10 +1,16 @@
-"""Capturing one forward into a CUDA graph (shared by the decode and prefill buckets)."""
+"""Capturing one forward into a CUDA graph, and the per-bucket cache of such graphs (shared by
+the decode and prefill buckets)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 import torch
+
+Key = TypeVar("Key", bound=Hashable)
+Entry = TypeVar("Entry")
 
 
 def capture(
@@ -23,3 +29,30 @@ def capture(
     with torch.cuda.graph(graph, pool=pool):
         out = run()
     return graph, out
+
+
+class GraphCache(Generic[Key, Entry]):
+    """Bucket -> its entry (static buffers, and the captured graph when `use_graphs`); the
+    least recently used is dropped beyond `max_entries`. The graphs share one memory pool."""
+
+    def __init__(self, device: torch.device, use_graphs: bool, max_entries: int) -> None:
+        self.device = device
+        self.use_graphs = use_graphs
+        self.max_entries = max_entries
+        self.entries: OrderedDict[Key, Entry] = OrderedDict()
+        self.pool = torch.cuda.graph_pool_handle() if use_graphs else None
+        self.captures = 0
+
+    def get(self, key: Key, build: Callable[[], Entry]) -> Entry:
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = build()
+            if len(self.entries) >= self.max_entries:
+                self.entries.popitem(last=False)
+            self.entries[key] = entry
+        self.entries.move_to_end(key)
+        return entry
+
+    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        self.captures += 1
+        return capture(run, self.device, self.pool)

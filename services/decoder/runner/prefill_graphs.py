@@ -11,7 +11,6 @@ padded shapes without capture (graph and eager give identical hidden states).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from widebeam.kernels.attention.metadata import PackedPrefill
-from widebeam.services.decoder.runner.graph_capture import capture
+from widebeam.services.decoder.runner.graph_capture import GraphCache
 
 TOKEN_STEP = 256
 # Larger batches stay eager: their kernels outlast the host's launches anyway, and at saturation
@@ -85,11 +84,11 @@ class PrefillGraphs:
         self.block_q = block_q
         self.trash_slot = trash_slot
         self.device = device
-        self.use_graphs = use_graphs
-        self.max_graphs = max_graphs
-        self._entries: OrderedDict[PrefillShape, _Entry] = OrderedDict()
-        self._pool = torch.cuda.graph_pool_handle() if use_graphs else None
-        self.captures = 0
+        self.cache: GraphCache[PrefillShape, _Entry] = GraphCache(device, use_graphs, max_graphs)
+
+    @property
+    def captures(self) -> int:
+        return self.cache.captures
 
     def run(
         self,
@@ -98,10 +97,7 @@ class PrefillGraphs:
     ) -> torch.Tensor:  # [len(prompts), hidden]
         lengths = [len(p) for p in prompts]
         shape = prefill_shape(lengths, self.block_q)
-        entry = self._entries.get(shape)
-        if entry is None:
-            entry = self._build(shape)
-        self._entries.move_to_end(shape)
+        entry = self.cache.get(shape, lambda: self._build(shape))
         self._load(entry, shape, prompts, lengths, prompt_slots)
         if entry.graph is None:
             hidden = self.forward(
@@ -149,12 +145,7 @@ class PrefillGraphs:
             zeros(shape.tokens), zeros(shape.tokens), slots, PackedPrefill(work),
             zeros(shape.prompts), None, None,
         )  # fmt: skip
-        if self.use_graphs:
-            entry = self._capture(entry)
-        if len(self._entries) >= self.max_graphs:
-            self._entries.popitem(last=False)
-        self._entries[shape] = entry
-        return entry
+        return self._capture(entry) if self.cache.use_graphs else entry
 
     def _capture(self, entry: _Entry) -> _Entry:
         def run() -> torch.Tensor:
@@ -163,8 +154,7 @@ class PrefillGraphs:
             )
 
         # The warm-up is harmless: every token writes the trash slot, the work list is padding.
-        graph, hidden = capture(run, self.device, self._pool)
-        self.captures += 1
+        graph, hidden = self.cache.capture(run)
         return entry._replace(graph=graph, hidden=hidden)
 
 

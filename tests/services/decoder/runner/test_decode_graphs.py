@@ -86,5 +86,5 @@ def test_eager_buckets_pad_rows_and_reuse_buffers() -> None:
     assert row_group.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
     graphs.launch(graphs.prepare(_inputs([4, 1], prompt=30, suffix=2)))  # same bucket
     graphs.launch(graphs.prepare(_inputs([20], prompt=30, suffix=2)))  # 32 rows: a new one
-    assert len(graphs._entries) == 2
+    assert len(graphs.cache.entries) == 2
     assert seen[-1][0].shape == (32,)

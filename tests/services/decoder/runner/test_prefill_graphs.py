@@ -58,4 +58,4 @@ def test_eager_bucket_pads_tokens_and_reuses_buffers() -> None:
     graphs.run(
         [(1,) * 150, (2,) * 150], list(torch.arange(300).split(150))
     )  # 512 tokens: a new one
-    assert len(graphs._entries) == 2 and seen[-1][0].shape == (512,)
+    assert len(graphs.cache.entries) == 2 and seen[-1][0].shape == (512,)
