@@ -10,7 +10,6 @@ never spend themselves on the same item with different EOS tokens. The transform
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 
 import torch
 
@@ -28,12 +27,11 @@ class TrieConstraint:
         self.child_offsets = torch.tensor(trie.child_offsets, dtype=torch.int64, device=device)
         self.child_tokens = torch.tensor(trie.child_tokens, dtype=torch.int64, device=device)
         self.child_nodes = torch.tensor(trie.child_nodes, dtype=torch.int64, device=device)
-        # Edge keys node * key_base + token, ascending because CSR is node-major, token-sorted.
-        self.key_base = int(self.child_tokens.max().item()) + 1 if self.child_tokens.numel() else 1
-        edge_nodes = torch.repeat_interleave(
-            torch.arange(trie.num_nodes, device=device), self.child_offsets.diff()
-        )
-        self.edge_keys = edge_nodes * self.key_base + self.child_tokens  # [edges] int64
+        # Edge keys node * key_base + token, derived once on the host (finished beams' items
+        # are looked up there) and copied: the device's searchsorted table.
+        self.path_items = PathItems(trie)
+        self.key_base = self.path_items.key_base
+        self.edge_keys = torch.from_numpy(self.path_items.edge_keys).to(device)  # [edges] int64
         # Widest node: the candidate width of the sparse path (+1 for the EOS of a leaf).
         fanout = self.child_offsets.diff()
         self.max_fanout = int(fanout.max().item()) if fanout.numel() else 0
@@ -119,7 +117,3 @@ class TrieConstraint:
     ) -> list[list[str]]:
         """The items each output path names (see `PathItems.items`)."""
         return self.path_items.items(self.start_node(prompt_ids), paths)
-
-    @cached_property
-    def path_items(self) -> PathItems:
-        return PathItems(self.trie)
