@@ -71,12 +71,11 @@ class FlashInferAttention(AttentionBackend):
     def _plan(
         self, batch: DecodeBatch, q: torch.Tensor, k_cache: torch.Tensor, scale: float
     ) -> None:
-        rows = sum(g.num_rows for g in batch.groups)
-        if rows != q.shape[0] or any(
-            g.row_start != start
-            for g, start in zip(batch.groups, itertools.accumulate(
-                (g.num_rows for g in batch.groups), initial=0), strict=False)
-        ):  # fmt: skip
+        group_rows = [g.num_rows for g in batch.groups]
+        starts = [0, *itertools.accumulate(group_rows)]
+        rows = starts[-1]
+        placed = zip(batch.groups, starts[:-1], strict=True)
+        if rows != q.shape[0] or any(g.row_start != start for g, start in placed):
             raise ValueError("the flashinfer backend needs the groups' rows back to back")
         device = q.device
         if self._wrapper is None:
@@ -93,7 +92,7 @@ class FlashInferAttention(AttentionBackend):
         prompt_slots = torch.cat([g.prompt_slots for g in batch.groups]).to(torch.int32)
         suffix_slots = torch.cat([g.suffix_slots.reshape(-1) for g in batch.groups])
         self._wrapper.plan(  # type: ignore[attr-defined]
-            [indptr([g.num_rows for g in batch.groups]).to(device), indptr([1] * rows).to(device)],
+            [indptr(group_rows).to(device), indptr([1] * rows).to(device)],
             [indptr(prompt_lens).to(device), indptr(suffix_lens).to(device)],
             [prompt_slots, suffix_slots.to(torch.int32)],
             [
