@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
-from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
+from widebeam.services.decoder.beam.beam_search import BeamSearch
 from widebeam.services.decoder.beam.cohort import advance_cohorts
 from widebeam.services.decoder.beam.request_step import StepPolicy, apply_selection
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
@@ -102,7 +102,7 @@ class Engine:
         self.step_policy = StepPolicy(
             mc.vocab_size,
             self.runner.logits,
-            self.runner.raw_logits,
+            self.runner.expander,
             config.beam_expansion == "streamed",
             config.dense_expansion_limit,
         )
@@ -231,23 +231,22 @@ class Engine:
         """chunks: each request with its rows' final hidden states [rows, hidden]. Queues every
         request's step (lockstep beam requests as one cohort); beam requests' stop flags are
         read later (`_resolve`)."""
-        selections: dict[int, StepSelection] = {}
-        if self.config.batch_beam_steps:
-            selections = advance_cohorts(chunks, self.step_policy)
+        streamed = advance_cohorts(chunks, self.step_policy, self.config.batch_beam_steps)
         finished, beams = [], []
         for i, (state, hidden) in enumerate(chunks):
-            if i not in selections:
+            failure = streamed.failures.get(i)
+            if i not in streamed.selections and failure is None:
                 try:
-                    selection = self.step_policy.advance(state, hidden)
+                    # Applied even if the request turns out to be done: that only rewrites its
+                    # own slot tables, which nothing reads once it is finished.
+                    apply_selection(state, self.step_policy.advance(state, hidden))
                 except Exception as exc:  # one request's failure must not take its batch down
-                    log.exception("request %s failed in its beam step", state.request_id)
-                    self.scheduler.finish(state)
-                    error = f"internal error: {exc}"
-                    finished.append(RequestOutput(state.request_id, error=error))
-                    continue
-                # Applied even if the request turns out to be done: that only rewrites its own
-                # slot tables, which nothing reads once it is finished.
-                apply_selection(state, selection)
+                    log.exception("request %s failed in its step", state.request_id)
+                    failure = exc
+            if failure is not None:
+                self.scheduler.finish(state)
+                finished.append(RequestOutput(state.request_id, error=f"internal error: {failure}"))
+                continue
             if isinstance(state.search, BeamSearch):
                 beams.append(state)
             elif state.search.done:  # greedy / sampled: decided on the host already

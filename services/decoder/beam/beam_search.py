@@ -27,9 +27,12 @@ from widebeam.services.decoder.beam.beam_step import (
     BeamState,
     StepParams,
     beam_step,
+    step_scalars,
 )
 from widebeam.services.decoder.beam.candidates import Candidates
 from widebeam.services.decoder.beam.host_step import HostStep, stage_on_host
+from widebeam.services.decoder.beam.step_outputs import StepOutputs
+from widebeam.services.decoder.host_copies import to_device_async
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -66,10 +69,11 @@ class BeamSearch:
     def __post_init__(self) -> None:
         k = self.num_beams
         self.keep = max(2, 1 + int(self.eos_ids.numel())) * k
-        # This request's search state is row `_row` of a batch state (its own [1, k] one, or
-        # its cohort's [B, k] one, shared without copies); None until the first step: a
-        # cohort of fresh requests builds their initial states in one go.
-        self._batch: BeamState | None = None
+        # This request's search state is row `_row` of a batch's step outputs (its own [1, k]
+        # ones, or its cohort's [B, k] ones, shared without copies); None until the first
+        # step: a cohort of fresh requests builds their initial states in one go.
+        self._outputs: StepOutputs | None = None
+        self._initial: BeamState | None = None
         self._row = 0
         # The stop decision stays on the device so a step needs no host round trip.
         self.done_flag = torch.zeros((), dtype=torch.bool, device=self.device)  # [] bool
@@ -77,24 +81,35 @@ class BeamSearch:
 
     @property
     def state(self) -> BeamState:  # [1, k] tensors
-        if self._batch is None:
-            self._batch, self._row = BeamState.initial(1, self.num_beams, self.device), 0
-        return self._batch if self._batch.batch_size == 1 else self._batch.row(self._row)
+        if self._outputs is None:
+            if self._initial is None:
+                self._initial = BeamState.initial(1, self.num_beams, self.device)
+            return self._initial
+        batch = self._outputs.state
+        return batch if batch.batch_size == 1 else batch.row(self._row)
+
+    @staticmethod
+    def shared_outputs(searches: list[BeamSearch]) -> StepOutputs | None:
+        """The previous step's outputs when `searches` are exactly its batch, in order."""
+        outputs = searches[0]._outputs
+        if (
+            outputs is None
+            or outputs.batch_size != len(searches)
+            or any(s._outputs is not outputs or s._row != b for b, s in enumerate(searches))
+        ):
+            return None
+        return outputs
 
     @staticmethod
     def batched_state(searches: list[BeamSearch]) -> BeamState:
         """The [B, k] state of `searches` in order: built fresh, reused when they are exactly
-        the previous step's cohort, else stacked."""
+        the previous step's batch, else stacked."""
         first = searches[0]
-        if all(s._batch is None for s in searches):
+        if all(s._outputs is None for s in searches):
             return BeamState.initial(len(searches), first.num_beams, first.device)
-        batch = first._batch
-        if (
-            batch is not None
-            and batch.batch_size == len(searches)
-            and all(s._batch is batch and s._row == b for b, s in enumerate(searches))
-        ):
-            return batch
+        shared = BeamSearch.shared_outputs(searches)
+        if shared is not None:
+            return shared.state
         return BeamState.stack([s.state for s in searches])
 
     @property
@@ -105,11 +120,19 @@ class BeamSearch:
         return StepParams(
             self.num_beams,
             self.eos_ids,
-            self.step,
-            self.max_new_tokens,
-            self.length_penalty,
+            self.step + 1 >= self.max_new_tokens,
             self.early_stopping,
         )
+
+    def scalars(self) -> list[float]:
+        """This step's `beam_step` scalars (host values)."""
+        return step_scalars(
+            self.step, self.max_new_tokens, self.length_penalty, self.early_stopping
+        )
+
+    def scalars_tensor(self) -> torch.Tensor:  # [3] fp32 on the device
+        host = torch.tensor(self.scalars(), dtype=torch.float32)
+        return to_device_async(host, self.device) if self.device.type == "cuda" else host
 
     def advance(self, logprobs: torch.Tensor) -> StepSelection:
         """logprobs: [k, vocab] fp32 (or [1, vocab] shared by all rows at step 0), already
@@ -126,18 +149,20 @@ class BeamSearch:
         """One step from the request's best `keep` candidates (`candidates.top_candidates`, or
         `advance`'s exhaustive ranking). Never waits for the device: `done` is read later."""
         scores, rows, tokens, logprobs = (c[None] for c in cands)
-        result = beam_step(self.state, scores, rows, tokens, logprobs, self.params())
-        selection = StepSelection(result.parents[0], result.tokens[0])
-        (host,) = stage_on_host(result)
-        self.adopt(result.state, 0, selection, host)
-        self.done_flag = result.done[0]
-        return selection
+        result = beam_step(
+            self.state, scores, rows, tokens, logprobs, self.params(), self.scalars_tensor()
+        )
+        outputs = StepOutputs.pack(result, None)
+        (host,) = stage_on_host(outputs)
+        self.adopt(outputs, 0, host)
+        return StepSelection(outputs.parents[0], outputs.tokens[0])
 
-    def adopt(self, batch: BeamState, row: int, selection: StepSelection, host: HostStep) -> None:
-        """Take the state of a step computed for this request (alone: row 0 of a [1, k]
-        batch; in a cohort: its row of the cohort's [B, k] state), with the step's host copies
-        (`stage_on_host`)."""
-        self._batch, self._row = batch, row
+    def adopt(self, outputs: StepOutputs, row: int, host: HostStep) -> None:
+        """Take the outputs of a step computed for this request (alone: row 0 of a [1, k]
+        batch; in a cohort: its row of the cohort's [B, k] outputs), with the step's host
+        copies (`stage_on_host`)."""
+        self._outputs, self._row = outputs, row
+        self.done_flag = outputs.done[row]
         self.step += 1
         self._done = None
         self.host_history.append(host.history)

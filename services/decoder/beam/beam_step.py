@@ -75,14 +75,22 @@ class BeamState:
 
 @dataclass(frozen=True)
 class StepParams:
-    """What every request of a lockstep batch shares."""
+    """What every request of a lockstep batch shares and a captured step bakes in; what changes
+    from step to step is passed as `step_scalars` tensors instead."""
 
     num_beams: int
     eos_ids: torch.Tensor  # [n_eos] int64
-    step: int  # steps taken before this one
-    max_new_tokens: int
-    length_penalty: float
+    is_last: bool  # step + 1 >= max_new_tokens: every candidate finishes
     early_stopping: bool | str
+
+
+def step_scalars(
+    step: int, max_new_tokens: int, length_penalty: float, early_stopping: bool | str
+) -> list[float]:
+    """[step, finished-score divisor, best-running divisor] (`beam_step`'s `scalars`)."""
+    never = early_stopping == "never" and length_penalty > 0.0
+    best_len = max_new_tokens if never else step + 1
+    return [float(step), float((step + 1) ** length_penalty), float(best_len**length_penalty)]
 
 
 class StepResult(NamedTuple):
@@ -100,9 +108,10 @@ def beam_step(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
+    scalars: torch.Tensor,  # [3] fp32 `step_scalars`, on the device
 ) -> StepResult:
     k = p.num_beams
-    if p.step + 1 >= p.max_new_tokens:
+    if p.is_last:
         hits = torch.ones_like(cand_tokens, dtype=torch.bool)
     elif p.eos_ids.numel():
         hits = torch.isin(cand_tokens, p.eos_ids)
@@ -112,12 +121,14 @@ def beam_step(
     next_idx = torch.topk(running_all, k=k, dim=1)[1]  # [B, k]
     parents = cand_rows.gather(1, next_idx)
     tokens = cand_tokens.gather(1, next_idx)
-    new = _update_finished(state, scores, hits, cand_rows, cand_tokens, cand_logprobs, p)
+    new = _update_finished(
+        state, scores, hits, cand_rows, cand_tokens, cand_logprobs, p, scalars
+    )  # fmt: skip
     # A row that continues a hypothesis which already hit EOS (kept only to fill the beam)
     # is a placeholder too: nothing it finishes is returned.
     new.running_ghost = state.running_ghost.gather(1, parents) | hits.gather(1, next_idx)
     new.running_scores = running_all.gather(1, next_idx)
-    done = _stop_state(new, hits, p)
+    done = _stop_state(new, hits, p, scalars)
     return StepResult(new, parents, tokens, cand_logprobs.gather(1, next_idx), done)
 
 
@@ -135,11 +146,12 @@ def _update_finished(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
+    scalars: torch.Tensor,  # [3] fp32
 ) -> BeamState:
     k = p.num_beams
     just_finished = hits.clone()
     just_finished[:, k:] = False
-    penalised = scores / ((p.step + 1) ** p.length_penalty)
+    penalised = scores / scalars[1]
     full = _beams_full(state.fin_done, p).to(torch.float32)[:, None]  # [B, 1]
     penalised = penalised + full * NEG_INF_SCORE
     closed = (~state.heuristic_open).to(torch.float32)[:, None]  # [B, 1]
@@ -159,7 +171,7 @@ def _update_finished(
         fin_scores=merged_scores.gather(1, keep_idx),
         fin_done=merge(state.fin_done, just_finished),
         fin_ghost=merge(state.fin_ghost, state.running_ghost.gather(1, cand_rows)),
-        fin_step=merge(state.fin_step, torch.full_like(cand_rows, p.step)),
+        fin_step=merge(state.fin_step, scalars[0].to(torch.int64).expand_as(cand_rows)),
         fin_parent=merge(state.fin_parent, cand_rows),
         fin_token=merge(state.fin_token, cand_tokens),
         fin_cum=merge(state.fin_cum, scores),
@@ -168,11 +180,11 @@ def _update_finished(
     )
 
 
-def _stop_state(state: BeamState, hits: torch.Tensor, p: StepParams) -> torch.Tensor:  # [B]
+def _stop_state(
+    state: BeamState, hits: torch.Tensor, p: StepParams, scalars: torch.Tensor
+) -> torch.Tensor:  # [B] bool
     """Update the early-stopping heuristic in `state`; return which requests are done."""
-    never = p.early_stopping == "never" and p.length_penalty > 0.0
-    best_len = p.max_new_tokens if never else p.step + 1
-    best_running = state.running_scores[:, :1] / (best_len**p.length_penalty)  # [B, 1]
+    best_running = state.running_scores[:, :1] / scalars[2]  # [B, 1]
     # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
     # every real score above -1e9 and never stops a search whose scores fall below it.
     worst = state.fin_scores.min(dim=1, keepdim=True).values

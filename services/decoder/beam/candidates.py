@@ -8,11 +8,13 @@ over every row and token and keeps the best `keep`. This computes the same set c
   maxima (`kernels/beam`); log-probs `logit - lse` only for the candidates: the row's best
   blocks (unconstrained) or the trie's allowed tokens of the row's node (constrained);
 * narrow enough requests (a trie's children, or few rows) rank each row's top `keep` at once;
-  otherwise pass 1 keeps each row's best `first_pass` tokens and `t` = the keep-th best
-  accumulated score among them. Anything a row did not keep is ≤ its last kept value, so only
-  rows whose last kept value is above `t` can hide winners: pass 2 recomputes just those rows
-  with their full top `keep`. The result equals the exhaustive top `keep` (ties may be ordered
-  differently). Only the two-pass path reads from the device (which rows need pass 2).
+* wide ones rank blocks, not rows: each of the chunk's (row, block) pairs scores its block's
+  best accumulated value, and the chunk keeps the tokens of its best `keep` blocks. The keep-th
+  best value overall is at least the keep-th best block score (each of those blocks holds one
+  such value), so every winner lies in one of those blocks: exact, at fixed shapes, with no
+  host read (the step can be captured in a CUDA graph).
+
+The result equals the exhaustive top `keep` (ties may be ordered differently).
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.kernels.beam.logits_stats import logits_stats
+from widebeam.kernels.beam.logits_stats import BLOCK, logits_stats
 from widebeam.services.decoder.beam.row_topk import top_in_blocks
 
 DEFAULT_CHUNK_ELEMS = 1 << 27  # logits per chunk (256 MiB in bf16)
-DEFAULT_FIRST_PASS = 16
-# Up to this many per-row candidates (k × min(keep, width)) one pass ranks them all; beyond,
-# the two-pass threshold avoids a per-row top-`keep` over the whole vocabulary.
+# Up to this many per-row candidates (k × min(keep, width)) each row's top `keep` is ranked;
+# beyond, blocks are ranked instead (a per-row top-`keep` over the vocabulary costs too much).
 ONE_PASS_LIMIT = 1 << 21
 
 
@@ -90,49 +91,139 @@ def top_candidates(
     source: RowLogprobs,
     running: torch.Tensor,  # [k] fp32 running scores of the k rows
     keep: int,
-    first_pass: int = DEFAULT_FIRST_PASS,
     one_pass_limit: int = ONE_PASS_LIMIT,
 ) -> Candidates:
+    """The best `keep` (row, token) candidates of one request, best first; never reads from the
+    device, so it can run inside a captured graph."""
     k, width, device = running.shape[0], source.width, running.device
     if source.num_rows not in (1, k):
         raise ValueError(f"{source.num_rows} hidden rows for {k} beams")
-    # Rows that share one hidden state (the first step) share its candidates, too.
-    src_of = torch.zeros(k, dtype=torch.int64, device=device)
-    if source.num_rows == k:
-        src_of = torch.arange(k, device=device)
-    first = min(width, max(first_pass, -(-keep // k)))
-    if k * min(keep, width) <= one_pass_limit:  # small enough to rank every row's top keep
-        first = min(keep, width)  # exact in one pass: no threshold check, no host sync
-    top = source.top(torch.arange(source.num_rows, device=device), first)
-    acc = top.logprobs[src_of] + running[:, None]  # [k, first] fp32
-    lps, toks = top.logprobs[src_of], top.tokens[src_of]
-    rows = torch.arange(k, device=device)[:, None].expand(k, first)
-    parts = [(acc.reshape(-1), rows.reshape(-1), toks.reshape(-1), lps.reshape(-1))]
-    if first < min(keep, width):  # else every row already offers all it could contribute
-        threshold = torch.topk(acc.reshape(-1), keep).values[-1]
-        over = (acc[:, -1] > threshold).nonzero().squeeze(1)  # the one host sync of a step
-        if over.numel():
-            count = min(keep, width)
-            if source.num_rows == 1:
-                again = source.top(torch.zeros(1, dtype=torch.int64, device=device), count)
-                pick = torch.zeros_like(over)
-            else:
-                again, pick = source.top(over, count), torch.arange(len(over), device=device)
-            acc[over] = float("-inf")  # their first-pass entries are replaced, not duplicated
-            parts[0] = (acc.reshape(-1), *parts[0][1:])
-            parts.append(
-                (
-                    (again.logprobs[pick] + running[over, None]).reshape(-1),
-                    over[:, None].expand(len(over), count).reshape(-1),
-                    again.tokens[pick].reshape(-1),
-                    again.logprobs[pick].reshape(-1),
-                )
-            )
-    short = keep - k * first  # a trie narrower than keep / k: pad as impossible candidates
-    if short > 0:
-        zeros = torch.zeros(short, dtype=torch.int64, device=device)
-        minus_inf = torch.full((short,), float("-inf"), device=device)
+    if k * min(keep, width) > one_pass_limit:
+        parts = _wide_parts(source, running, keep)
+    else:
+        parts = [_row_tops(source, running, min(keep, width))]
+    total = sum(p[0].numel() for p in parts)
+    if total < keep:  # a trie narrower than keep / k: pad as impossible candidates
+        zeros = torch.zeros(keep - total, dtype=torch.int64, device=device)
+        minus_inf = torch.full((keep - total,), float("-inf"), device=device)
         parts.append((minus_inf, zeros, zeros, minus_inf))
     scores, cand_rows, cand_tokens, cand_lps = (torch.cat(col) for col in zip(*parts, strict=True))
     best, pick = torch.topk(scores, keep)
     return Candidates(best, cand_rows[pick], cand_tokens[pick], cand_lps[pick])
+
+
+Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # scores, rows, tokens, lps
+
+
+def _row_tops(source: RowLogprobs, running: torch.Tensor, count: int) -> Part:
+    """Every row's best `count` tokens (rows sharing one hidden state share them)."""
+    k, device = running.shape[0], running.device
+    top = source.top(torch.arange(source.num_rows, device=device), count)
+    lps = top.logprobs.expand(k, count) if source.num_rows == 1 else top.logprobs
+    tokens = top.tokens.expand(k, count) if source.num_rows == 1 else top.tokens
+    rows = torch.arange(k, device=device)[:, None].expand(k, count)
+    acc = lps + running[:, None]  # [k, count] fp32
+    return acc.reshape(-1), rows.reshape(-1), tokens.reshape(-1), lps.reshape(-1)
+
+
+def _wide_parts(source: RowLogprobs, running: torch.Tensor, keep: int) -> list[Part]:
+    """Per chunk of hidden rows, the `keep` best candidates among its best-scoring blocks (or,
+    constrained, among all its allowed tokens)."""
+    k, device = running.shape[0], running.device
+    step = max(1, source.chunk_elems // source.vocab_size)
+    parts = []
+    for start in range(0, source.num_rows, step):
+        sources = torch.arange(start, min(start + step, source.num_rows), device=device)
+        # The rows this chunk's hidden states feed, and each one's hidden row within the chunk.
+        if source.num_rows == 1:
+            rows, local = (
+                torch.arange(k, device=device),
+                torch.zeros(k, dtype=torch.int64, device=device),
+            )
+        else:
+            rows, local = sources, torch.arange(len(sources), device=device)
+        logits = source.lm_head(source.hidden[sources])  # [n, vocab] model dtype
+        if source.allowed is None:
+            part = _best_blocks(source, logits, rows, local, running, keep)
+        else:
+            part = _best_allowed(source, logits, sources, rows, local, running, keep)
+        parts.append(part)
+    return parts
+
+
+def _best_blocks(
+    source: RowLogprobs,
+    logits: torch.Tensor,  # [n, vocab] model dtype
+    rows: torch.Tensor,  # [m] int64 beam rows fed by the chunk
+    local: torch.Tensor,  # [m] int64 each row's logits row
+    running: torch.Tensor,  # [k] fp32
+    keep: int,
+) -> Part:
+    device, vocab = logits.device, source.vocab_size
+    stats = logits_stats(logits)
+    assert stats.block_max is not None
+    banned = source.eos_ids if source.block_eos else source.eos_ids[:0]
+    block_max = _mask_banned_blocks(logits, stats.block_max, banned)  # [n, blocks] fp32
+    blocks = block_max.shape[1]
+    base = running[rows] - stats.lse[local]  # [m] fp32
+    block_scores = block_max[local] + base[:, None]  # [m, blocks] fp32
+    count = min(keep, block_scores.numel())
+    flat = torch.topk(block_scores.reshape(-1), count).indices
+    at, block = flat // blocks, flat % blocks
+    cols = block[:, None] * BLOCK + torch.arange(BLOCK, device=device)  # [count, BLOCK]
+    from_row = local[at][:, None]
+    lps = logits[from_row, cols.clamp(max=vocab - 1)].float() - stats.lse[from_row]
+    invalid = cols >= vocab
+    if banned.numel():
+        invalid |= torch.isin(cols, banned)
+    lps = lps.masked_fill(invalid, float("-inf"))  # [count, BLOCK] fp32
+    acc = lps + running[rows[at]][:, None]
+    return _best_of(acc, rows[at][:, None].expand_as(cols), cols, lps, keep)
+
+
+def _mask_banned_blocks(
+    logits: torch.Tensor,  # [n, vocab] model dtype
+    block_max: torch.Tensor,  # [n, blocks] fp32, over all tokens
+    banned: torch.Tensor,  # [b] int64
+) -> torch.Tensor:  # [n, blocks] fp32, the maxima over allowed tokens only
+    if not banned.numel():
+        return block_max
+    vocab = logits.shape[1]
+    block = banned // BLOCK  # [b] (a repeated block is recomputed to the same value)
+    cols = block[:, None] * BLOCK + torch.arange(BLOCK, device=logits.device)  # [b, BLOCK]
+    values = logits[:, cols.clamp(max=vocab - 1)].float()  # [n, b, BLOCK]
+    drop = (cols >= vocab) | torch.isin(cols, banned)
+    block_max = block_max.clone()
+    block_max[:, block] = values.masked_fill(drop, float("-inf")).amax(dim=2)
+    return block_max
+
+
+def _best_allowed(
+    source: RowLogprobs,
+    logits: torch.Tensor,  # [n, vocab] model dtype
+    sources: torch.Tensor,  # [n] int64 the chunk's hidden rows
+    rows: torch.Tensor,  # [m] int64
+    local: torch.Tensor,  # [m] int64
+    running: torch.Tensor,  # [k] fp32
+    keep: int,
+) -> Part:
+    assert source.allowed is not None
+    lse = logits_stats(logits, blocks=False).lse  # [n] fp32
+    tokens, valid = source.allowed[0][sources], source.allowed[1][sources]  # [n, W]
+    lps = logits.gather(1, tokens).float() - lse[:, None]  # [n, W] fp32
+    banned = source.eos_ids if source.block_eos else source.eos_ids[:0]
+    invalid = ~valid | torch.isin(tokens, banned) if banned.numel() else ~valid
+    lps = lps.masked_fill(invalid, float("-inf"))[local]  # [m, W]
+    acc = lps + running[rows][:, None]
+    return _best_of(acc, rows[:, None].expand_as(lps), tokens[local], lps, keep)
+
+
+def _best_of(
+    acc: torch.Tensor,  # [a, b] fp32 accumulated scores
+    rows: torch.Tensor,  # [a, b] int64
+    tokens: torch.Tensor,  # [a, b] int64
+    lps: torch.Tensor,  # [a, b] fp32
+    keep: int,
+) -> Part:
+    best, pick = torch.topk(acc.reshape(-1), min(keep, acc.numel()))
+    return best, rows.reshape(-1)[pick], tokens.reshape(-1)[pick], lps.reshape(-1)[pick]

@@ -1,6 +1,6 @@
 """One request's step: from its rows' final hidden states to the next rows (and back into its
-slot tables and trie nodes). Wide beams take the streamed expansion; narrow ones and ordinary
-decoding rank full log-prob rows exactly as transformers does."""
+slot tables and trie nodes). Wide beams take the streamed expansion (`cohort.py`); narrow ones
+and ordinary decoding rank full log-prob rows here, exactly as transformers does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
-from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
+from widebeam.services.decoder.beam.candidates import ONE_PASS_LIMIT
+from widebeam.services.decoder.beam.expansion import Expander
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
@@ -21,32 +22,24 @@ Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab]
 class StepPolicy:
     vocab_size: int
     logits: Head  # fp32 logits (the dense path)
-    raw_logits: Head  # model-dtype logits (the streamed path)
+    expander: Expander  # the streamed path (model-dtype logits inside)
     streamed: bool  # beam_expansion == "streamed"
     dense_limit: int  # k * vocab up to which beams are ranked densely anyway
+    one_pass_limit: int = ONE_PASS_LIMIT  # k * min(keep, width) beyond which blocks are ranked
 
     def streams(self, num_beams: int) -> bool:
         """Whether a beam of this width takes the streamed expansion."""
         return self.streamed and num_beams * self.vocab_size > self.dense_limit
 
     def advance(self, state: RequestState, hidden: torch.Tensor) -> StepSelection:
+        """A request that does not stream (`advance_cohorts` takes those)."""
         search, constraint = state.search, state.constraint
-        if isinstance(search, BeamSearch):
-            block_eos = search.step < state.resolved.spec.min_new_tokens
-            if self.streams(search.num_beams):
-                allowed = None
-                if constraint is not None:
-                    allowed = constraint.allowed_tokens(state.nodes, search.eos_ids)
-                source = RowLogprobs(
-                    hidden, self.raw_logits, self.vocab_size, search.eos_ids, block_eos, allowed
-                )
-                cands = top_candidates(source, search.running_scores, search.keep)
-                return search.advance_candidates(cands)
         logits = self.logits(hidden)
         mask = None
         if constraint is not None:
             mask = constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
         if isinstance(search, BeamSearch):
+            block_eos = search.step < state.resolved.spec.min_new_tokens
             return search.advance(processed_logprobs(logits, mask, search.eos_ids, block_eos))
         return search.advance(logits, mask)
 

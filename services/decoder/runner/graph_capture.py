@@ -1,5 +1,5 @@
-"""Capturing one forward into a CUDA graph, and the per-bucket cache of such graphs (shared by
-the decode and prefill buckets)."""
+"""Capturing device work into a CUDA graph, and the per-bucket cache of such graphs (decode and
+prefill forwards, beam expansions)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import torch
 
 Key = TypeVar("Key", bound=Hashable)
 Entry = TypeVar("Entry")
+Out = TypeVar("Out")
 
 
 def capture(
-    run: Callable[[], torch.Tensor],  # launches device work only: no host reads
+    run: Callable[[], Out],  # launches device work only: no host reads
     device: torch.device,
     pool: object | None,  # torch.cuda.graph_pool_handle(), shared by a set of graphs
-) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:  # the graph and its (static) output
+) -> tuple[torch.cuda.CUDAGraph, Out]:  # the graph and its (static) outputs
     """Warm up on a side stream (kernel compilation, cuBLAS workspaces), as capture requires,
     then capture `run` on it. The caller's static inputs must make the warm-up harmless."""
     side = torch.cuda.Stream(device)
@@ -53,6 +54,6 @@ class GraphCache(Generic[Key, Entry]):
         self.entries.move_to_end(key)
         return entry
 
-    def capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def capture(self, run: Callable[[], Out]) -> tuple[torch.cuda.CUDAGraph, Out]:
         self.captures += 1
         return capture(run, self.device, self.pool)

@@ -10,6 +10,7 @@ import torch
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
 from widebeam.kernels.attention.packed import PackedDecode
+from widebeam.services.decoder.beam.expansion import Expander
 from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
@@ -20,6 +21,7 @@ from widebeam.services.decoder.runner.decode_graphs import (
     PreparedStep,
     decode_shape,
 )
+from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs, prefill_host_inputs
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
@@ -35,9 +37,10 @@ class ModelRunner:
         page_size: int = 1,
         prefill_graph_tokens: int = 0,
     ) -> None:
-        """On CUDA with the Triton backend and a trash slot, decode steps run at bucketed
-        shapes, replayed from CUDA graphs when `cuda_graphs` (else eagerly at the same shapes);
-        so do prefill batches of up to `prefill_graph_tokens` prompt tokens (0: eager)."""
+        """On CUDA with the Triton backend and a trash slot, decode steps and streamed beam
+        expansions run at bucketed shapes, replayed from CUDA graphs when `cuda_graphs` (else
+        eagerly at the same shapes); so do prefill batches of up to `prefill_graph_tokens`
+        prompt tokens (0: eager)."""
         self.model = model
         self.cache = cache
         self.backend = backend
@@ -54,6 +57,16 @@ class ModelRunner:
                 use_graphs=cuda_graphs,
             )
             self._page_size = page_size
+        self.expander = Expander(self.raw_logits, model.config.vocab_size)
+        if self.graphs is not None:
+            self.expander = ExpansionGraphs(
+                self.raw_logits,
+                model.config.vocab_size,
+                model.config.hidden_size,
+                model.lm_head_weight.dtype,
+                self.device,
+                use_graphs=cuda_graphs,
+            )
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_tokens = prefill_graph_tokens
         if self.graphs is not None and prefill_graph_tokens > 0:

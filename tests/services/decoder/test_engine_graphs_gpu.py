@@ -1,7 +1,10 @@
-"""On the GPU, CUDA-graph decode steps and prefills compute exactly what the same padded steps
-compute eagerly, and overlap scheduling exactly what synchronous scheduling computes."""
+"""On the GPU, CUDA-graph decode steps, beam expansions and prefills compute exactly what the
+same padded steps compute eagerly, and overlap scheduling exactly what synchronous scheduling
+computes."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -52,7 +55,10 @@ def _requests(begin: int) -> list[GenerationRequest]:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_graph_eager_overlap_sync_digests_match(sid_model: SidModel, dtype: str) -> None:
+@pytest.mark.parametrize("wide", [False, True])  # wide: every beam request ranks blocks
+def test_graph_eager_overlap_sync_digests_match(
+    sid_model: SidModel, dtype: str, wide: bool
+) -> None:
     results = {}
     for graphs, overlap in ((False, False), (True, False), (True, True)):
         engine = Engine(
@@ -64,8 +70,11 @@ def test_graph_eager_overlap_sync_digests_match(sid_model: SidModel, dtype: str)
                 cuda_graphs=graphs,
                 overlap_scheduling=overlap,
                 max_rows=400,  # requests queue and join mid-flight: buckets change per step
+                dense_expansion_limit=0 if wide else 1 << 22,
             )
         )
+        if wide:
+            engine.step_policy = dataclasses.replace(engine.step_policy, one_pass_limit=0)
         outs = engine.generate(_requests(engine.sid_layout.begin_token_id))
         assert all(o.error is None for o in outs)
         assert engine.stats().rows_in_use == 0
@@ -73,6 +82,7 @@ def test_graph_eager_overlap_sync_digests_match(sid_model: SidModel, dtype: str)
             assert engine.runner.graphs is not None and engine.runner.graphs.captures > 1
             prefill = engine.runner.prefill_graphs
             assert prefill is not None and prefill.captures >= 1
+            assert engine.runner.expander.captures >= 1  # type: ignore[attr-defined]
         results[graphs, overlap] = digest(outs)
     assert len(set(results.values())) == 1, results
 

@@ -3,6 +3,7 @@ candidates) returns what the dense reference (full log-prob rows) returns, in ev
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -36,7 +37,8 @@ def _requests(seed: int, begin: int) -> list[GenerationRequest]:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_streamed_matches_dense(sid_model: SidModel, seed: int) -> None:
+@pytest.mark.parametrize("wide", [False, True])  # wide: every request ranks blocks, alone
+def test_streamed_matches_dense(sid_model: SidModel, seed: int, wide: bool) -> None:
     def engine(expansion: str) -> Engine:
         config = EngineConfig(
             model_dir=str(sid_model.model_dir),
@@ -44,7 +46,10 @@ def test_streamed_matches_dense(sid_model: SidModel, seed: int) -> None:
             beam_expansion=expansion,
             dense_expansion_limit=0,  # every beam request takes the chosen path
         )
-        return Engine(config)
+        built = Engine(config)
+        if wide:
+            built.step_policy = dataclasses.replace(built.step_policy, one_pass_limit=0)
+        return built
 
     dense, streamed = engine("dense"), engine("streamed")
     requests = _requests(seed, dense.sid_layout.begin_token_id)

@@ -1,0 +1,136 @@
+"""A streamed beam step for B lockstep requests: hidden states in, packed step outputs out.
+
+LM head, trie mask, candidate ranking, transformers' beam step and the trie advance run at
+shapes fixed by an `ExpansionSpec` and the batch size, without a single read from the device:
+the same function runs eagerly (the CPU reference path) and inside a captured CUDA graph
+(`runner/expansion_graphs.py`). What changes from step to step (the step number and the length
+penalty's divisors) comes in as a tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from widebeam.services.decoder.beam.beam_step import BeamState, StepParams, beam_step
+from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
+from widebeam.services.decoder.beam.step_outputs import StepOutputs
+from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
+from widebeam.services.decoder.host_copies import to_device_async
+
+Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab] model dtype
+
+
+@dataclass(frozen=True)
+class ExpansionSpec:
+    """Everything a step's work depends on besides its tensors (a captured step's key, with
+    the batch bucket). A trie is keyed by identity."""
+
+    num_beams: int
+    keep: int
+    rows_each: int  # hidden rows per request: 1 at the first step (rows share the prompt)
+    eos_ids: tuple[int, ...]
+    block_eos: bool  # min_new_tokens not reached
+    is_last: bool
+    early_stopping: bool | str
+    wide: bool  # ranks blocks (one request), not each row's top `keep`
+    constraint: TrieConstraint | None
+
+
+class CohortBatch(NamedTuple):
+    """One expansion's inputs as the engine holds them (an expander packs them)."""
+
+    hiddens: list[torch.Tensor]  # each request's [rows_each, hidden] model dtype
+    state: BeamState  # [B, k]
+    shared: StepOutputs | None  # the previous step's outputs when `state` is exactly theirs
+    nodes: list[torch.Tensor] | None  # each request's [rows_each] int64 trie nodes
+    scalars: list[float]  # `step_scalars`
+    eos_ids: torch.Tensor  # [n_eos] int64
+
+
+class ExpansionInputs(NamedTuple):
+    hidden: torch.Tensor  # [B * rows_each, hidden] model dtype
+    state: BeamState  # [B, k]
+    nodes: torch.Tensor | None  # [B * rows_each] int64 trie nodes (constrained only)
+    scalars: torch.Tensor  # [3] fp32 `step_scalars`
+    eos_ids: torch.Tensor  # [n_eos] int64 (the spec's, on the device)
+
+
+def expand(
+    spec: ExpansionSpec,
+    inputs: ExpansionInputs,
+    lm_head: Head,
+    vocab_size: int,
+) -> StepOutputs:
+    state, eos_ids = inputs.state, inputs.eos_ids
+    batch, k, rows_each = state.batch_size, spec.num_beams, spec.rows_each
+    constraint = spec.constraint
+    allowed = None
+    if constraint is not None:
+        assert inputs.nodes is not None
+        allowed = constraint.allowed_tokens(inputs.nodes, eos_ids)
+    source = RowLogprobs(inputs.hidden, lm_head, vocab_size, eos_ids, spec.block_eos, allowed)
+    if spec.wide:
+        if batch != 1:
+            raise ValueError("a wide beam step expands one request at a time")
+        c = top_candidates(source, state.running_scores[0], spec.keep, one_pass_limit=0)
+        scores, rows, tokens, lps = (t[None] for t in c)
+    else:
+        scores, rows, tokens, lps = _row_candidates(source, state, spec.keep)
+    params = StepParams(k, eos_ids, spec.is_last, spec.early_stopping)
+    result = beam_step(state, scores, rows, tokens, lps, params, inputs.scalars)
+    nodes = None
+    if constraint is not None:
+        assert inputs.nodes is not None
+        at = inputs.nodes.view(batch, rows_each).expand(batch, k) if rows_each == 1 else None
+        at = inputs.nodes.view(batch, k) if at is None else at
+        moved = constraint.advance(
+            at.gather(1, result.parents).reshape(-1), result.tokens.reshape(-1)
+        )
+        nodes = moved.view(batch, k)
+    return StepOutputs.pack(result, nodes)
+
+
+class Expander:
+    """Runs `expand` for a cohort; `runner/expansion_graphs.py` replays it from CUDA graphs."""
+
+    def __init__(self, lm_head: Head, vocab_size: int) -> None:
+        self.lm_head = lm_head
+        self.vocab_size = vocab_size
+
+    def run(self, spec: ExpansionSpec, batch: CohortBatch) -> StepOutputs:
+        device = batch.hiddens[0].device
+        scalars = torch.tensor(batch.scalars, dtype=torch.float32)
+        if device.type == "cuda":
+            scalars = to_device_async(scalars, device)
+        nodes = None if batch.nodes is None else torch.cat(batch.nodes)
+        inputs = ExpansionInputs(
+            torch.cat(batch.hiddens), batch.state, nodes, scalars, batch.eos_ids
+        )
+        return expand(spec, inputs, self.lm_head, self.vocab_size)
+
+
+def _row_candidates(
+    source: RowLogprobs, state: BeamState, keep: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # each [B, keep]
+    """Each row's best min(keep, width) tokens, then each request's best `keep` of those."""
+    batch, k = state.running_scores.shape
+    rows_each, device = source.num_rows // batch, state.running_scores.device
+    width = min(keep, source.width)
+    top = source.top(torch.arange(source.num_rows, device=device), width)
+    lps = top.logprobs.view(batch, rows_each, width).expand(batch, k, width)
+    tokens = top.tokens.view(batch, rows_each, width).expand(batch, k, width)
+    scores = (lps + state.running_scores[:, :, None]).reshape(batch, k * width)
+    rows = torch.arange(k, device=device).repeat_interleave(width).expand(batch, k * width)
+    lps, tokens = lps.reshape(batch, k * width), tokens.reshape(batch, k * width)
+    if k * width < keep:  # a trie narrower than keep / k: pad as impossible candidates
+        pad = keep - k * width
+        minus_inf = torch.full((batch, pad), float("-inf"), device=device)
+        zeros = torch.zeros((batch, pad), dtype=torch.int64, device=device)
+        scores, lps = torch.cat((scores, minus_inf), 1), torch.cat((lps, minus_inf), 1)
+        rows, tokens = torch.cat((rows, zeros), 1), torch.cat((tokens, zeros), 1)
+    best, pick = torch.topk(scores, keep, dim=1)
+    return best, rows.gather(1, pick), tokens.gather(1, pick), lps.gather(1, pick)

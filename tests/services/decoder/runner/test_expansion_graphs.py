@@ -1,0 +1,62 @@
+"""Beam expansions replayed from CUDA graphs equal the same padded expansions run eagerly, bit
+for bit, step after step; the unpadded eager expansion keeps beams of the same scores (bf16
+logits tie often, so which of two tied tokens is kept may differ)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from widebeam.services.decoder.beam.beam_step import BeamState, step_scalars
+from widebeam.services.decoder.beam.expansion import CohortBatch, Expander, ExpansionSpec
+from widebeam.services.decoder.beam.step_outputs import StepOutputs
+from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs, batch_bucket
+
+VOCAB, HIDDEN, K = 5000, 64, 48
+
+
+def test_batch_buckets() -> None:
+    assert [batch_bucket(b) for b in (1, 2, 3, 5, 16, 17, 40)] == [1, 2, 4, 8, 16, 32, 48]
+
+
+def _spec(rows_each: int, wide: bool) -> ExpansionSpec:
+    return ExpansionSpec(K, 2 * K, rows_each, (3,), False, False, False, wide, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(("batch", "wide"), [(3, False), (1, True), (5, False)])
+def test_graph_equals_padded_eager(batch: int, wide: bool) -> None:
+    device = torch.device("cuda")
+    gen = torch.Generator(device=device).manual_seed(batch)
+    weight = torch.randn(VOCAB, HIDDEN, generator=gen, device=device, dtype=torch.bfloat16)
+
+    def head(h: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(h, weight)
+
+    runs = {
+        "graph": ExpansionGraphs(head, VOCAB, HIDDEN, torch.bfloat16, device, use_graphs=True),
+        "padded": ExpansionGraphs(head, VOCAB, HIDDEN, torch.bfloat16, device, use_graphs=False),
+        "plain": Expander(head, VOCAB),
+    }
+    eos = torch.tensor([3], device=device)
+    got: dict[str, list[StepOutputs]] = {name: [] for name in runs}
+    hiddens = [
+        [torch.randn(rows, HIDDEN, generator=gen, device=device, dtype=torch.bfloat16)
+         for _ in range(batch)]
+        for rows in (1, K, K)
+    ]  # fmt: skip
+    for name, expander in runs.items():
+        previous = None
+        for step, parts in enumerate(hiddens):
+            state = BeamState.initial(batch, K, device) if previous is None else previous.state
+            cohort = CohortBatch(
+                parts, state, previous, None, step_scalars(step, 8, 1.0, False), eos
+            )
+            previous = expander.run(_spec(parts[0].shape[0], wide), cohort)
+            got[name].append(previous)
+    assert runs["graph"].captures == 2  # the first step, then the k-row steps
+    for graph, padded, plain in zip(got["graph"], got["padded"], got["plain"], strict=True):
+        for a, b in zip(graph.tensors(), padded.tensors(), strict=True):
+            assert torch.equal(a, b)
+        torch.testing.assert_close(graph.state.running_scores, plain.state.running_scores)
