@@ -156,6 +156,7 @@ def drive(
     waiting = deque(requests)
     started: dict[str, float] = {}
     latencies: list[float] = []
+    captured = graph_captures(engine)
     t0 = time.perf_counter()
     next_arrival = 0.0
     while waiting or started:
@@ -174,7 +175,24 @@ def drive(
             if check is not None:
                 check(out)
             latencies.append((time.perf_counter() - started.pop(out.request_id)) * 1000)
-    return RunStats(latencies, time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    after = graph_captures(engine)
+    if after != captured:  # a capture inside a timed phase distorts it: say so
+        count = after[0] - captured[0]
+        print(
+            f"[graphs] {len(requests)} requests: {count} captures, {after[1] - captured[1]:.2f} s"
+        )
+    return RunStats(latencies, elapsed)
+
+
+def graph_captures(engine: Engine) -> tuple[int, float]:
+    """(captures, seconds spent capturing) over the engine's graph caches so far."""
+    runner = engine.runner
+    caches = [getattr(part, "cache", None) for part in (
+        runner.graphs, runner.prefill_graphs, runner.expander
+    )]  # fmt: skip
+    live = [c for c in caches if c is not None]
+    return sum(c.captures for c in live), sum(c.capture_seconds for c in live)
 
 
 def matmul_tflops(n: int = 8192, reps: int = 20) -> float:

@@ -120,7 +120,6 @@ class BeamSearch:
         return StepParams(
             self.num_beams,
             self.eos_ids,
-            self.step + 1 >= self.max_new_tokens,
             self.early_stopping,
         )
 
@@ -130,7 +129,7 @@ class BeamSearch:
             self.step, self.max_new_tokens, self.length_penalty, self.early_stopping
         )
 
-    def scalars_tensor(self) -> torch.Tensor:  # [3] fp32 on the device
+    def scalars_tensor(self) -> torch.Tensor:  # [4] fp32 on the device
         host = torch.tensor(self.scalars(), dtype=torch.float32)
         return to_device_async(host, self.device) if self.device.type == "cuda" else host
 

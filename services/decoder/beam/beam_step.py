@@ -80,17 +80,23 @@ class StepParams:
 
     num_beams: int
     eos_ids: torch.Tensor  # [n_eos] int64
-    is_last: bool  # step + 1 >= max_new_tokens: every candidate finishes
     early_stopping: bool | str
 
 
 def step_scalars(
     step: int, max_new_tokens: int, length_penalty: float, early_stopping: bool | str
 ) -> list[float]:
-    """[step, finished-score divisor, best-running divisor] (`beam_step`'s `scalars`)."""
+    """[step, finished-score divisor, best-running divisor, last step (1.0) or not (0.0)]:
+    `beam_step`'s `scalars`."""
     never = early_stopping == "never" and length_penalty > 0.0
     best_len = max_new_tokens if never else step + 1
-    return [float(step), float((step + 1) ** length_penalty), float(best_len**length_penalty)]
+    last = float(step + 1 >= max_new_tokens)  # every candidate finishes
+    return [
+        float(step),
+        float((step + 1) ** length_penalty),
+        float(best_len**length_penalty),
+        last,
+    ]
 
 
 class StepResult(NamedTuple):
@@ -108,15 +114,13 @@ def beam_step(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
-    scalars: torch.Tensor,  # [3] fp32 `step_scalars`, on the device
+    scalars: torch.Tensor,  # [4] fp32 `step_scalars`, on the device
 ) -> StepResult:
     k = p.num_beams
-    if p.is_last:
-        hits = torch.ones_like(cand_tokens, dtype=torch.bool)
-    elif p.eos_ids.numel():
-        hits = torch.isin(cand_tokens, p.eos_ids)
+    if p.eos_ids.numel():
+        hits = torch.isin(cand_tokens, p.eos_ids) | (scalars[3] > 0)
     else:
-        hits = torch.zeros_like(cand_tokens, dtype=torch.bool)
+        hits = torch.zeros_like(cand_tokens, dtype=torch.bool) | (scalars[3] > 0)
     running_all = scores + hits.to(torch.float32) * NEG_INF_SCORE
     next_idx = torch.topk(running_all, k=k, dim=1)[1]  # [B, k]
     parents = cand_rows.gather(1, next_idx)
@@ -146,7 +150,7 @@ def _update_finished(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
-    scalars: torch.Tensor,  # [3] fp32
+    scalars: torch.Tensor,  # [4] fp32
 ) -> BeamState:
     k = p.num_beams
     just_finished = hits.clone()

@@ -81,7 +81,6 @@ def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
         rows_each=1 if search.step == 0 else search.num_beams,
         eos_ids=state.resolved.eos_ids,  # host tuple: no device read
         block_eos=search.step < state.resolved.spec.min_new_tokens,
-        is_last=search.step + 1 >= search.max_new_tokens,
         early_stopping=search.early_stopping,
         wide=search.num_beams * min(search.keep, width) > policy.one_pass_limit,
         constraint=constraint,

@@ -34,7 +34,6 @@ class ExpansionSpec:
     rows_each: int  # hidden rows per request: 1 at the first step (rows share the prompt)
     eos_ids: tuple[int, ...]
     block_eos: bool  # min_new_tokens not reached
-    is_last: bool
     early_stopping: bool | str
     wide: bool  # ranks blocks (one request), not each row's top `keep`
     constraint: TrieConstraint | None
@@ -55,7 +54,7 @@ class ExpansionInputs(NamedTuple):
     hidden: torch.Tensor  # [B * rows_each, hidden] model dtype
     state: BeamState  # [B, k]
     nodes: torch.Tensor | None  # [B * rows_each] int64 trie nodes (constrained only)
-    scalars: torch.Tensor  # [3] fp32 `step_scalars`
+    scalars: torch.Tensor  # [4] fp32 `step_scalars`
     eos_ids: torch.Tensor  # [n_eos] int64 (the spec's, on the device)
 
 
@@ -80,7 +79,7 @@ def expand(
         scores, rows, tokens, lps = (t[None] for t in c)
     else:
         scores, rows, tokens, lps = _row_candidates(source, state, spec.keep)
-    params = StepParams(k, eos_ids, spec.is_last, spec.early_stopping)
+    params = StepParams(k, eos_ids, spec.early_stopping)
     result = beam_step(state, scores, rows, tokens, lps, params, inputs.scalars)
     nodes = None
     if constraint is not None:

@@ -38,7 +38,7 @@ class _Entry(NamedTuple):
     hidden: torch.Tensor  # [cap * rows_each, hidden] model dtype
     inputs: StepOutputs  # [cap, ·, k]; its state rows are the step's input search state
     nodes: torch.Tensor | None  # [cap * rows_each] int64
-    scalars: torch.Tensor  # [3] fp32
+    scalars: torch.Tensor  # [4] fp32
     eos_ids: torch.Tensor  # [n_eos] int64
     graph: torch.cuda.CUDAGraph | None
     outputs: StepOutputs | None  # the graph's static outputs
@@ -107,7 +107,7 @@ class ExpansionGraphs(Expander):
             hidden,
             StepOutputs.empty(cap, spec.num_beams, device),
             nodes,
-            torch.ones(3, dtype=torch.float32, device=device),
+            torch.ones(4, dtype=torch.float32, device=device),
             eos_ids.clone(),
             None,
             None,

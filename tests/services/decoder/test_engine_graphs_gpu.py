@@ -82,7 +82,8 @@ def test_graph_eager_overlap_sync_digests_match(
             assert engine.runner.graphs is not None and engine.runner.graphs.captures > 1
             prefill = engine.runner.prefill_graphs
             assert prefill is not None and prefill.captures >= 1
-            assert engine.runner.expander.captures >= 1  # type: ignore[attr-defined]
+            if wide:  # (else every beam here is narrow enough to rank densely)
+                assert engine.runner.expander.captures >= 1  # type: ignore[attr-defined]
         results[graphs, overlap] = digest(outs)
     assert len(set(results.values())) == 1, results
 

@@ -31,7 +31,6 @@ def _spec(rows_each: int, wide: bool, step: int = 1) -> ExpansionSpec:
         rows_each=rows_each,
         eos_ids=(7,),
         block_eos=step < 2,
-        is_last=False,
         early_stopping=False,
         wide=wide,
         constraint=None,

@@ -20,7 +20,7 @@ def test_batch_buckets() -> None:
 
 
 def _spec(rows_each: int, wide: bool) -> ExpansionSpec:
-    return ExpansionSpec(K, 2 * K, rows_each, (3,), False, False, False, wide, None)
+    return ExpansionSpec(K, 2 * K, rows_each, (3,), False, False, wide, None)
 
 
 @pytest.mark.gpu
