@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -107,6 +108,31 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+class GcTimer:
+    """Wall time of the cyclic garbage collector's passes, by generation."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.passes = [0, 0, 0]
+        self._start = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._start
+            self.passes[info["generation"]] += 1
+
+    def summary(self) -> str:
+        parts = [f"gen{g}: {n} passes {1000 * t:.1f} ms" for g, (n, t) in
+                 enumerate(zip(self.passes, self.seconds, strict=True))]  # fmt: skip
+        return f"gc {', '.join(parts)}; tracked objects {len(gc.get_objects())}"
+
+
 def make_engine(
     path: Path,
     max_rows: int,
@@ -123,7 +149,11 @@ def make_engine(
         max_kv_slots=max_kv_slots,
         **kwargs,
     )
-    return Engine(config, model=model)
+    engine = Engine(config, model=model)
+    # As the decoder server does: the objects alive now (modules, weights' wrappers, graphs'
+    # owners) leave the collector's view, so a full collection only walks what requests made.
+    gc.freeze()
+    return engine
 
 
 @dataclass
@@ -157,6 +187,7 @@ def drive(
     started: dict[str, float] = {}
     latencies: list[float] = []
     captured = graph_captures(engine)
+    collector = GcTimer()
     t0 = time.perf_counter()
     next_arrival = 0.0
     while waiting or started:
@@ -176,6 +207,9 @@ def drive(
                 check(out)
             latencies.append((time.perf_counter() - started.pop(out.request_id)) * 1000)
     elapsed = time.perf_counter() - t0
+    collector.stop()
+    if collector.passes[2]:
+        print(f"[gc] {len(requests)} requests: {collector.summary()}")
     after = graph_captures(engine)
     if after != captured:  # a capture inside a timed phase distorts it: say so
         count = after[0] - captured[0]
@@ -188,9 +222,8 @@ def drive(
 def graph_captures(engine: Engine) -> tuple[int, float]:
     """(captures, seconds spent capturing) over the engine's graph caches so far."""
     runner = engine.runner
-    caches = [getattr(part, "cache", None) for part in (
-        runner.graphs, runner.prefill_graphs, runner.expander
-    )]  # fmt: skip
+    parts = (runner.graphs, runner.prefill_graphs, getattr(runner, "expander", None))
+    caches = [getattr(part, "cache", None) for part in parts]
     live = [c for c in caches if c is not None]
     return sum(c.captures for c in live), sum(c.capture_seconds for c in live)
 

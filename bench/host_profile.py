@@ -2,7 +2,7 @@
 workload 3 (saturated), on the GPU machine. With CUDA the device runs asynchronously, so a
 function's time is its host work plus any wait for the device (`resolve_flags`, copies).
 
-    python host_profile.py w2
+    python host_profile.py w2 [--concurrency 4] [--contexts 1000]
     python host_profile.py w3 [--width 50] [--concurrency 64] [--requests 128]
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -17,7 +18,7 @@ import random
 
 import torch
 from catalogs import random_catalog
-from harness import drive, make_engine, model_dir
+from harness import GcTimer, drive, make_engine, model_dir
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.request import GenerationRequest
@@ -40,7 +41,7 @@ def report(profiler: cProfile.Profile, title: str) -> None:
     print(f"==== {title}\n{out.getvalue()}", flush=True)
 
 
-def profile_w2() -> None:
+def profile_w2(concurrency: int, contexts: list[int], freeze: bool) -> None:
     catalog = random_catalog(200_000, (W2_CODEBOOK,) * 3)
     engine = make_engine(
         model_dir("qwen3-1.7b"),
@@ -50,7 +51,7 @@ def profile_w2() -> None:
         sid_layout=",".join(f"{b}:{W2_CODEBOOK}" for b in W2_BASES),
     )
     rng = random.Random(0)
-    for ctx in (1000, 5000):
+    for ctx in contexts:
         prompt = tuple(rng.randrange(1000, 100000) for _ in range(ctx))
 
         def make(i: int, ctx: int = ctx, prompt: tuple[int, ...] = prompt) -> GenerationRequest:
@@ -59,15 +60,24 @@ def profile_w2() -> None:
                 eos_token_id=(), constrained=True,
             )  # fmt: skip
 
+        c = concurrency
         for i in range(3):  # warm-up: kernels compiled, graphs captured
-            drive(engine, [make(-1 - i)], None, 1)
+            drive(engine, [make(-100 * i - j) for j in range(2 * c)], None, c)
         sync()
+        if freeze:
+            gc.freeze()
+        timer = GcTimer()
+        plain = drive(engine, [make(1000 + i) for i in range(5 * c)], None, c).summary()
+        print(timer.summary())
         profiler = cProfile.Profile()
         profiler.enable()
-        stats = drive(engine, [make(i) for i in range(5)], None, 1).summary()
+        stats = drive(engine, [make(i) for i in range(5 * c)], None, c).summary()
         profiler.disable()
-        print(f"context {ctx}: mean {stats['mean_ms']:.1f} ms (profiled)")
-        report(profiler, f"w2 context {ctx}, 5 requests one at a time")
+        print(
+            f"context {ctx}, concurrency {c}: {plain['throughput_rps']:.1f} req/s, mean "
+            f"{plain['mean_ms']:.1f} ms unprofiled; mean {stats['mean_ms']:.1f} ms profiled"
+        )
+        report(profiler, f"w2 context {ctx}, {5 * c} requests, {c} at a time")
 
 
 def profile_w3(width: int, concurrency: int, requests: int) -> None:
@@ -113,13 +123,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workload", choices=["w2", "w3"])
     parser.add_argument("--width", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, help="default: 1 (w2), 64 (w3)")
     parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--contexts", default="1000,5000", help="w2 prompt lengths")
+    parser.add_argument("--freeze", action="store_true", help="gc.freeze() after the warm-up")
     args = parser.parse_args()
     if args.workload == "w2":
-        profile_w2()
+        contexts = [int(c) for c in args.contexts.split(",")]
+        profile_w2(args.concurrency or 1, contexts, args.freeze)
     else:
-        profile_w3(args.width, args.concurrency, args.requests)
+        profile_w3(args.width, args.concurrency or 64, args.requests)
 
 
 if __name__ == "__main__":

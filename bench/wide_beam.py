@@ -131,7 +131,8 @@ def main() -> None:
             max_new_tokens=t,
             ignore_eos=True,
         )
-        drive(engine, [make(-1)], None, 1)  # warm-up
+        drive(engine, [make(-1)], None, 1)  # warm-up, then the timed pattern's batch shapes
+        drive(engine, [make(-10 - i) for i in range(min(conc, 4))], None, conc)
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         stats = drive(engine, [make(i) for i in range(num)], qps, conc).summary()
         del engine

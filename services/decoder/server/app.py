@@ -9,6 +9,7 @@ Decoder RPCs answer UNAVAILABLE. SIGTERM/SIGINT: health NOT_SERVING, in-flight R
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from pathlib import Path
@@ -102,6 +103,10 @@ class DecoderServer:
         await self.server.start()
         log.info("decoder listening on %s:%d (loading %s)", s.host, self.port, s.model)
         engine, layout = await asyncio.to_thread(build_engine, s)
+        # What is alive now (the model's modules, the runner, imported code) lives as long as
+        # the server: kept out of the collector's full passes, which then walk only what
+        # requests allocated (results of wide beams are many small objects).
+        gc.freeze()
         self.engine = AsyncEngine(engine, s.max_waiting).start()
         if s.redis_url:
             self.catalog_sync = CatalogSync(
