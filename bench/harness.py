@@ -225,7 +225,7 @@ def graph_captures(engine: Engine) -> tuple[int, float]:
     parts = (runner.graphs, runner.prefill_graphs, getattr(runner, "expander", None))
     caches = [getattr(part, "cache", None) for part in parts]
     live = [c for c in caches if c is not None]
-    return sum(c.captures for c in live), sum(c.capture_seconds for c in live)
+    return sum(c.captures for c in live), sum(getattr(c, "capture_seconds", 0.0) for c in live)
 
 
 def matmul_tflops(n: int = 8192, reps: int = 20) -> float:
