@@ -7,6 +7,7 @@ the fp32 engine's on the same weights — the overlap of the two sets of returne
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 
 import torch
@@ -38,6 +39,8 @@ def main() -> None:
             engine = make_engine(path, max_rows=K * len(prompts), max_kv_slots=200_000, dtype=dtype)
             outs[dtype] = engine.generate(reqs)
             del engine
+            gc.unfreeze()  # make_engine froze the heap: the old engine must become collectable
+            gc.collect()
             torch.cuda.empty_cache()
         overlaps = []
         for a, b in zip(outs["float32"], outs["bfloat16"], strict=True):

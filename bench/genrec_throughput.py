@@ -133,6 +133,7 @@ def main() -> None:
         )
     if args.hf:
         del engine
+        gc.unfreeze()  # make_engine froze the heap: the old engine must become collectable
         gc.collect()  # the engine's CUDA graphs and runner form a reference cycle
         torch.cuda.empty_cache()
         hf_model = load_hf(path)

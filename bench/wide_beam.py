@@ -136,6 +136,7 @@ def main() -> None:
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         stats = drive(engine, [make(i) for i in range(num)], qps, conc).summary()
         del engine
+        gc.unfreeze()  # make_engine froze the heap: the old engine must become collectable
         gc.collect()  # the engine's CUDA graphs and runner form a reference cycle
         torch.cuda.empty_cache()
         flops = request_flops(cfg, PROMPT_LEN, BEAMS, tokens)
