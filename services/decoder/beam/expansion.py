@@ -84,12 +84,10 @@ def expand(
     nodes = None
     if constraint is not None:
         assert inputs.nodes is not None
-        at = inputs.nodes.view(batch, rows_each).expand(batch, k) if rows_each == 1 else None
-        at = inputs.nodes.view(batch, k) if at is None else at
-        moved = constraint.advance(
-            at.gather(1, result.parents).reshape(-1), result.tokens.reshape(-1)
-        )
-        nodes = moved.view(batch, k)
+        # At the first step every row still sits on its prompt's single start node.
+        at = inputs.nodes.view(batch, rows_each).expand(batch, k)  # [B, k] int64
+        parents_at = at.gather(1, result.parents).reshape(-1)
+        nodes = constraint.advance(parents_at, result.tokens.reshape(-1)).view(batch, k)
     return StepOutputs.pack(result, nodes)
 
 

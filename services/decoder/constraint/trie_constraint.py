@@ -53,27 +53,12 @@ class TrieConstraint:
         eos_ids: torch.Tensor,  # [n_eos] int64; the first one ends a SID
         vocab_size: int,
     ) -> torch.Tensor:  # [R, vocab] fp32, 0 where allowed, -inf elsewhere
-        rows = nodes.shape[0]
-        mask = torch.full((rows, vocab_size), float("-inf"), device=self.device)
-        on_trie = nodes >= 0
-        safe = torch.where(on_trie, nodes, 0)
-        starts = self.child_offsets[safe]
-        counts = torch.where(on_trie, self.child_offsets[safe + 1] - starts, 0)
-        total = int(counts.sum())
-        if total:
-            row_of_edge = torch.repeat_interleave(torch.arange(rows, device=self.device), counts)
-            first = torch.cumsum(counts, 0) - counts
-            edge = (
-                torch.arange(total, device=self.device)
-                - first.repeat_interleave(counts)
-                + starts.repeat_interleave(counts)
-            )
-            mask[row_of_edge, self.child_tokens[edge]] = 0.0
-        ending = counts == 0
-        if eos_ids.numel() and bool(ending.any()):
-            end_rows = ending.nonzero().squeeze(1)
-            mask[end_rows, eos_ids[0]] = 0.0
-        return mask
+        """`allowed_tokens` scattered into full rows, at fixed shapes: no read from the device."""
+        tokens, valid = self.allowed_tokens(nodes, eos_ids)  # [R, W]
+        mask = torch.full((nodes.shape[0], vocab_size), float("-inf"), device=self.device)
+        lanes = torch.where(valid, 0.0, float("-inf"))  # [R, W] fp32
+        # Padding lanes hold token 0 too: the maximum keeps a real child's 0 there.
+        return mask.scatter_reduce_(1, tokens, lanes, reduce="amax")
 
     def allowed_tokens(
         self,
