@@ -168,7 +168,7 @@ def _best_blocks(
     base = running[rows] - stats.lse[local]  # [m] fp32
     block_scores = block_max[local] + base[:, None]  # [m, blocks] fp32
     count = min(keep, block_scores.numel())
-    flat = torch.topk(block_scores.reshape(-1), count).indices
+    flat = torch.topk(block_scores.reshape(-1), count, sorted=False).indices  # a set: no sort
     at, block = flat // blocks, flat % blocks
     cols = block[:, None] * BLOCK + torch.arange(BLOCK, device=device)  # [count, BLOCK]
     from_row = local[at][:, None]
@@ -225,5 +225,6 @@ def _best_of(
     lps: torch.Tensor,  # [a, b] fp32
     keep: int,
 ) -> Part:
-    best, pick = torch.topk(acc.reshape(-1), min(keep, acc.numel()))
+    # Unsorted: a chunk's part is ranked again with the others (`top_candidates`).
+    best, pick = torch.topk(acc.reshape(-1), min(keep, acc.numel()), sorted=False)
     return best, rows.reshape(-1)[pick], tokens.reshape(-1)[pick], lps.reshape(-1)[pick]
