@@ -85,7 +85,9 @@ class ExpansionGraphs(Expander):
         if entry.nodes is not None:
             assert batch.nodes is not None
             torch.cat(batch.nodes, out=entry.nodes[:rows])
-        host = torch.tensor(batch.scalars, dtype=torch.float32).pin_memory()
+        host = torch.tensor(batch.scalars, dtype=torch.float32)
+        if self.device.type == "cuda":
+            host = host.pin_memory()  # a queued copy: the host does not wait
         entry.scalars.copy_(host, non_blocking=True)
         if entry.graph is None:
             outputs = self._expand(spec, entry)

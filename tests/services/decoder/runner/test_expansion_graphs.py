@@ -60,3 +60,42 @@ def test_graph_equals_padded_eager(batch: int, wide: bool) -> None:
         for a, b in zip(graph.tensors(), padded.tensors(), strict=True):
             assert torch.equal(a, b)
         torch.testing.assert_close(graph.state.running_scores, plain.state.running_scores)
+
+
+@pytest.mark.parametrize(("batch", "wide"), [(3, False), (1, True), (19, False)])
+def test_padded_static_steps_equal_plain_steps_on_cpu(batch: int, wide: bool) -> None:
+    """The bucketed path without capture (static buffers, state loads, padding requests)
+    computes what the plain expander computes, step after step (CI runs this on the CPU)."""
+    device = torch.device("cpu")
+    gen = torch.Generator().manual_seed(batch)
+    weight = torch.randn(VOCAB, HIDDEN, generator=gen).double()
+
+    def head(h: torch.Tensor) -> torch.Tensor:  # float64 products: independent of row count
+        return (h.double() @ weight.T).float()
+
+    runs = {
+        "padded": ExpansionGraphs(head, VOCAB, HIDDEN, torch.float32, device, use_graphs=False),
+        "plain": Expander(head, VOCAB),
+    }
+    eos = torch.tensor([3])
+    hiddens = [
+        [torch.randn(rows, HIDDEN, generator=gen) for _ in range(batch)] for rows in (1, K, K)
+    ]
+    got: dict[str, list[StepOutputs]] = {name: [] for name in runs}
+    for name, expander in runs.items():
+        previous = None
+        for step, parts in enumerate(hiddens):
+            state = BeamState.initial(batch, K, device) if previous is None else previous.state
+            # The second step loads a stacked state (as after a cohort changed), the third the
+            # previous outputs whole.
+            shared = previous if step != 1 else None
+            scalars = step_scalars(step, 3, 1.0, False)
+            cohort = CohortBatch(parts, state, shared, None, scalars, eos)
+            previous = expander.run(_spec(parts[0].shape[0], wide), cohort)
+            got[name].append(previous)
+    for padded, plain in zip(got["padded"], got["plain"], strict=True):
+        assert padded.batch_size == batch
+        assert torch.equal(padded.ints, plain.ints)
+        assert torch.equal(padded.flags, plain.flags)
+        assert torch.equal(padded.request_flags, plain.request_flags)
+        torch.testing.assert_close(padded.floats, plain.floats, rtol=0, atol=0)
