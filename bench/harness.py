@@ -222,6 +222,7 @@ def drive(
 def graph_captures(engine: Engine) -> tuple[int, float]:
     """(captures, seconds spent capturing) over the engine's graph caches so far."""
     runner = engine.runner
+    # getattr: the same harness also measures older commits (no expander, no capture timing).
     parts = (runner.graphs, runner.prefill_graphs, getattr(runner, "expander", None))
     caches = [getattr(part, "cache", None) for part in parts]
     live = [c for c in caches if c is not None]

@@ -68,6 +68,7 @@ def profile_w2(concurrency: int, contexts: list[int], freeze: bool) -> None:
             gc.freeze()
         timer = GcTimer()
         plain = drive(engine, [make(1000 + i) for i in range(5 * c)], None, c).summary()
+        timer.stop()
         print(timer.summary())
         profiler = cProfile.Profile()
         profiler.enable()

@@ -27,12 +27,12 @@ from widebeam.services.decoder.beam.beam_step import (
     BeamState,
     StepParams,
     beam_step,
+    scalars_on,
     step_scalars,
 )
 from widebeam.services.decoder.beam.candidates import Candidates
 from widebeam.services.decoder.beam.host_step import HostStep, stage_on_host
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
-from widebeam.services.decoder.host_copies import to_device_async
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -129,10 +129,6 @@ class BeamSearch:
             self.step, self.max_new_tokens, self.length_penalty, self.early_stopping
         )
 
-    def scalars_tensor(self) -> torch.Tensor:  # [4] fp32 on the device
-        host = torch.tensor(self.scalars(), dtype=torch.float32)
-        return to_device_async(host, self.device) if self.device.type == "cuda" else host
-
     def advance(self, logprobs: torch.Tensor) -> StepSelection:
         """logprobs: [k, vocab] fp32 (or [1, vocab] shared by all rows at step 0), already
         masked (-inf) by constraints and min_new_tokens. Returns the next rows."""
@@ -149,7 +145,13 @@ class BeamSearch:
         `advance`'s exhaustive ranking). Never waits for the device: `done` is read later."""
         scores, rows, tokens, logprobs = (c[None] for c in cands)
         result = beam_step(
-            self.state, scores, rows, tokens, logprobs, self.params(), self.scalars_tensor()
+            self.state,
+            scores,
+            rows,
+            tokens,
+            logprobs,
+            self.params(),
+            scalars_on(self.scalars(), self.device),
         )
         outputs = StepOutputs.pack(result, None)
         (host,) = stage_on_host(outputs)

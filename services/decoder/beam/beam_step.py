@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import torch
 
+from widebeam.services.decoder.host_copies import to_device_async
+
 NEG_INF_SCORE = -1.0e9
 
 
@@ -81,6 +83,11 @@ class StepParams:
     num_beams: int
     eos_ids: torch.Tensor  # [n_eos] int64
     early_stopping: bool | str
+
+
+def scalars_on(values: list[float], device: torch.device) -> torch.Tensor:  # [4] fp32
+    """`step_scalars` as the tensor `beam_step` takes (a queued copy on CUDA)."""
+    return to_device_async(torch.tensor(values, dtype=torch.float32), device)
 
 
 def step_scalars(

@@ -34,7 +34,7 @@ DEFAULT_CHUNK_ELEMS = 1 << 27  # logits per chunk (256 MiB in bf16)
 ONE_PASS_LIMIT = 1 << 21
 
 
-class Candidates(NamedTuple):
+class Candidates(NamedTuple):  # [keep] each for one request, [B, keep] for B requests
     scores: torch.Tensor  # [keep] fp32 accumulated log-probs, best first
     rows: torch.Tensor  # [keep] int64 row (of the previous step) each candidate extends
     tokens: torch.Tensor  # [keep] int64
@@ -98,10 +98,9 @@ def top_candidates(
     k, width, device = running.shape[0], source.width, running.device
     if source.num_rows not in (1, k):
         raise ValueError(f"{source.num_rows} hidden rows for {k} beams")
-    if k * min(keep, width) > one_pass_limit:
-        parts = _wide_parts(source, running, keep)
-    else:
-        parts = [_row_tops(source, running, min(keep, width))]
+    if k * min(keep, width) <= one_pass_limit:
+        return Candidates(*(c[0] for c in row_candidates(source, running[None], keep)))
+    parts = _wide_parts(source, running, keep)
     total = sum(p[0].numel() for p in parts)
     if total < keep:  # a trie narrower than keep / k: pad as impossible candidates
         zeros = torch.zeros(keep - total, dtype=torch.int64, device=device)
@@ -112,18 +111,33 @@ def top_candidates(
     return Candidates(best, cand_rows[pick], cand_tokens[pick], cand_lps[pick])
 
 
+def row_candidates(
+    source: RowLogprobs,  # B * rows_each hidden rows, request by request
+    running: torch.Tensor,  # [B, k] fp32
+    keep: int,
+) -> Candidates:  # each [B, keep]
+    """Each row's best min(keep, width) tokens, then each request's best `keep` of those (rows
+    of a request that share one hidden state share its tokens)."""
+    batch, k = running.shape
+    rows_each, device = source.num_rows // batch, running.device
+    width = min(keep, source.width)
+    top = source.top(torch.arange(source.num_rows, device=device), width)
+    lps = top.logprobs.view(batch, rows_each, width).expand(batch, k, width)
+    tokens = top.tokens.view(batch, rows_each, width).expand(batch, k, width)
+    scores = (lps + running[:, :, None]).reshape(batch, k * width)
+    rows = torch.arange(k, device=device).repeat_interleave(width).expand(batch, k * width)
+    lps, tokens = lps.reshape(batch, k * width), tokens.reshape(batch, k * width)
+    if k * width < keep:  # a trie narrower than keep / k: pad as impossible candidates
+        pad = keep - k * width
+        minus_inf = torch.full((batch, pad), float("-inf"), device=device)
+        zeros = torch.zeros((batch, pad), dtype=torch.int64, device=device)
+        scores, lps = torch.cat((scores, minus_inf), 1), torch.cat((lps, minus_inf), 1)
+        rows, tokens = torch.cat((rows, zeros), 1), torch.cat((tokens, zeros), 1)
+    best, pick = torch.topk(scores, keep, dim=1)
+    return Candidates(best, rows.gather(1, pick), tokens.gather(1, pick), lps.gather(1, pick))
+
+
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # scores, rows, tokens, lps
-
-
-def _row_tops(source: RowLogprobs, running: torch.Tensor, count: int) -> Part:
-    """Every row's best `count` tokens (rows sharing one hidden state share them)."""
-    k, device = running.shape[0], running.device
-    top = source.top(torch.arange(source.num_rows, device=device), count)
-    lps = top.logprobs.expand(k, count) if source.num_rows == 1 else top.logprobs
-    tokens = top.tokens.expand(k, count) if source.num_rows == 1 else top.tokens
-    rows = torch.arange(k, device=device)[:, None].expand(k, count)
-    acc = lps + running[:, None]  # [k, count] fp32
-    return acc.reshape(-1), rows.reshape(-1), tokens.reshape(-1), lps.reshape(-1)
 
 
 def _wide_parts(source: RowLogprobs, running: torch.Tensor, keep: int) -> list[Part]:

@@ -39,22 +39,24 @@ def advance_cohorts(
 ) -> Advanced:
     """Advance every streamed beam request among `chunks`, slot tables and trie nodes included
     (the others are left to `StepPolicy.advance`)."""
-    groups: dict[CohortKey, list[int]] = {}
+    groups: dict[CohortKey, tuple[ExpansionSpec, list[int]]] = {}
     for i, (state, _) in enumerate(chunks):
         key = cohort_key(state, policy, batch)
         if key is not None:
-            groups.setdefault(key, []).append(i)
+            spec = key[0]
+            assert isinstance(spec, ExpansionSpec)
+            groups.setdefault(key, (spec, []))[1].append(i)
     done = Advanced({}, {})
-    for members in groups.values():
+    for spec, members in groups.values():
         try:
-            _advance_members(chunks, members, policy, done)
+            _advance_members(chunks, members, spec, policy, done)
         except Exception:  # nothing was adopted yet: each request retries on its own
             if len(members) == 1:
                 raise
             log.exception("a cohort of %d beam requests failed; advancing them alone", len(members))
             for i in members:
                 try:
-                    _advance_members(chunks, [i], policy, done)
+                    _advance_members(chunks, [i], spec, policy, done)
                 except Exception as exc:
                     log.exception("request %s failed in its beam step", chunks[i][0].request_id)
                     done.failures[i] = exc
@@ -64,11 +66,12 @@ def advance_cohorts(
 def _advance_members(
     chunks: list[tuple[RequestState, torch.Tensor]],
     members: list[int],
+    spec: ExpansionSpec,
     policy: StepPolicy,
     done: Advanced,
 ) -> None:
     cohort = [chunks[i] for i in members]
-    advanced = advance_cohort([s for s, _ in cohort], [h for _, h in cohort], policy)
+    advanced = advance_cohort([s for s, _ in cohort], [h for _, h in cohort], spec, policy)
     done.selections.update(zip(members, advanced, strict=True))
 
 
@@ -88,7 +91,8 @@ def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
 
 
 def cohort_key(state: RequestState, policy: StepPolicy, batch: bool = True) -> CohortKey | None:
-    """Requests with equal keys advance together; None: not a streamed beam request."""
+    """Requests with equal keys advance together (the key starts with their `ExpansionSpec`);
+    None: not a streamed beam request."""
     search = state.search
     if not isinstance(search, BeamSearch) or not policy.streams(search.num_beams):
         return None
@@ -100,6 +104,7 @@ def cohort_key(state: RequestState, policy: StepPolicy, batch: bool = True) -> C
 def advance_cohort(
     states: list[RequestState],
     hiddens: list[torch.Tensor],  # each [S, hidden]: S = 1 at the first step, else k
+    spec: ExpansionSpec,  # the cohort's (`expansion_spec` of any member)
     policy: StepPolicy,
 ) -> list[StepSelection]:
     searches = [_beam(s) for s in states]
@@ -113,7 +118,7 @@ def advance_cohort(
         first.scalars(),
         first.eos_ids,
     )
-    outputs = policy.expander.run(expansion_spec(states[0], policy), batch)
+    outputs = policy.expander.run(spec, batch)
     for b, (search, host) in enumerate(zip(searches, stage_on_host(outputs), strict=True)):
         search.adopt(outputs, b, host)
     _apply_cohort(states, outputs)

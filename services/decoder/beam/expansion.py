@@ -15,11 +15,14 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.beam_step import BeamState, StepParams, beam_step
-from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
+from widebeam.services.decoder.beam.beam_step import BeamState, StepParams, beam_step, scalars_on
+from widebeam.services.decoder.beam.candidates import (
+    RowLogprobs,
+    row_candidates,
+    top_candidates,
+)
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.host_copies import to_device_async
 
 Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab] model dtype
 
@@ -78,7 +81,7 @@ def expand(
         c = top_candidates(source, state.running_scores[0], spec.keep, one_pass_limit=0)
         scores, rows, tokens, lps = (t[None] for t in c)
     else:
-        scores, rows, tokens, lps = _row_candidates(source, state, spec.keep)
+        scores, rows, tokens, lps = row_candidates(source, state.running_scores, spec.keep)
     params = StepParams(k, eos_ids, spec.early_stopping)
     result = beam_step(state, scores, rows, tokens, lps, params, inputs.scalars)
     nodes = None
@@ -99,35 +102,9 @@ class Expander:
         self.vocab_size = vocab_size
 
     def run(self, spec: ExpansionSpec, batch: CohortBatch) -> StepOutputs:
-        device = batch.hiddens[0].device
-        scalars = torch.tensor(batch.scalars, dtype=torch.float32)
-        if device.type == "cuda":
-            scalars = to_device_async(scalars, device)
+        scalars = scalars_on(batch.scalars, batch.hiddens[0].device)
         nodes = None if batch.nodes is None else torch.cat(batch.nodes)
         inputs = ExpansionInputs(
             torch.cat(batch.hiddens), batch.state, nodes, scalars, batch.eos_ids
         )
         return expand(spec, inputs, self.lm_head, self.vocab_size)
-
-
-def _row_candidates(
-    source: RowLogprobs, state: BeamState, keep: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # each [B, keep]
-    """Each row's best min(keep, width) tokens, then each request's best `keep` of those."""
-    batch, k = state.running_scores.shape
-    rows_each, device = source.num_rows // batch, state.running_scores.device
-    width = min(keep, source.width)
-    top = source.top(torch.arange(source.num_rows, device=device), width)
-    lps = top.logprobs.view(batch, rows_each, width).expand(batch, k, width)
-    tokens = top.tokens.view(batch, rows_each, width).expand(batch, k, width)
-    scores = (lps + state.running_scores[:, :, None]).reshape(batch, k * width)
-    rows = torch.arange(k, device=device).repeat_interleave(width).expand(batch, k * width)
-    lps, tokens = lps.reshape(batch, k * width), tokens.reshape(batch, k * width)
-    if k * width < keep:  # a trie narrower than keep / k: pad as impossible candidates
-        pad = keep - k * width
-        minus_inf = torch.full((batch, pad), float("-inf"), device=device)
-        zeros = torch.zeros((batch, pad), dtype=torch.int64, device=device)
-        scores, lps = torch.cat((scores, minus_inf), 1), torch.cat((lps, minus_inf), 1)
-        rows, tokens = torch.cat((rows, zeros), 1), torch.cat((tokens, zeros), 1)
-    best, pick = torch.topk(scores, keep, dim=1)
-    return best, rows.gather(1, pick), tokens.gather(1, pick), lps.gather(1, pick)

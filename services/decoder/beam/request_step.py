@@ -4,18 +4,15 @@ and ordinary decoding rank full log-prob rows here, exactly as transformers does
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
 from widebeam.services.decoder.beam.candidates import ONE_PASS_LIMIT
-from widebeam.services.decoder.beam.expansion import Expander
+from widebeam.services.decoder.beam.expansion import Expander, Head
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
 from widebeam.services.decoder.scheduler.request_state import RequestState
-
-Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab]
 
 
 @dataclass(frozen=True)
