@@ -29,36 +29,26 @@ def request_flops(cfg: ModelConfig, prompt: int, beams: int, new_tokens: int) ->
 
 
 def linear_step_ms(model: torch.nn.Module, rows: int, reps: int = 10) -> float:
-    """One decode step's linear layers (per layer q,k,v,o, gate, up, down; then the LM head) at
-    `rows` rows, captured once as a CUDA graph and replayed: cuBLAS at this shape."""
-    layers = model.model.layers
+    """One decode step's linear layers as the engine runs them (per layer the fused q,k,v, o,
+    the fused gate/up, down; then the aligned LM head) at `rows` rows, captured once as a CUDA
+    graph and replayed: cuBLAS at this shape."""
     x = torch.randn(rows, model.config.hidden_size, device="cuda", dtype=model.dtype)
     weights = []
-    for layer in layers:
+    for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
+        q_out = attn.qkv_sizes[0]
         weights.append(
-            [
-                attn.q_proj.weight,
-                attn.k_proj.weight,
-                attn.v_proj.weight,
-                attn.o_proj.weight,
-                mlp.gate_proj.weight,
-                mlp.up_proj.weight,
-                mlp.down_proj.weight,
-            ]
+            (q_out, attn.qkv_weight, attn.o_proj.weight, mlp.gate_up_weight, mlp.down_proj.weight)
         )
 
     def step() -> torch.Tensor:
         h = x
-        for q, k, v, o, gate, up, down in weights:
-            attn_out = torch.nn.functional.linear(h, q)
-            torch.nn.functional.linear(h, k)
-            torch.nn.functional.linear(h, v)
+        for q_out, qkv, o, gate_up, down in weights:
+            attn_out = torch.nn.functional.linear(h, qkv)[:, :q_out]
             h = h + torch.nn.functional.linear(attn_out, o)
-            g = torch.nn.functional.linear(h, gate)
-            u = torch.nn.functional.linear(h, up)
-            h = h + torch.nn.functional.linear(g * u, down)
-        return torch.nn.functional.linear(h, model.lm_head_weight)
+            gate, up = torch.nn.functional.linear(h, gate_up).chunk(2, dim=1)
+            h = h + torch.nn.functional.linear(gate * up, down)
+        return model.head_logits(h)
 
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):

@@ -9,6 +9,7 @@ latency, and the illegal-SID rate.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import random
@@ -29,6 +30,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
+from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest, RequestOutput
@@ -90,13 +92,17 @@ def main() -> None:
             max_new_tokens=4,
             eos_token_id=(),
             constrained=True,
+            normalization=args.normalization,
         )
         drive(engine, [make(-1)], None, 1)
         # two waves at full concurrency first: the CUDA graphs of its batch shapes get captured
         for wave in range(2):
             drive(engine, [make(-100 - wave * conc - i) for i in range(conc)], None, conc)
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
-        with maybe_profile(args.profile and width == min(WIDTHS), f"n={width}, c={conc}"):
+        with (
+            maybe_profile(args.profile and width == min(WIDTHS), f"n={width}, c={conc}"),
+            traced(engine, f"w3_n{width}") if args.trace else contextlib.nullcontext(),
+        ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
         floor_rps = peak * 1e12 / request_flops(model.config, 301, width, 4)
         # Practical floor: `conc` requests advance together; per round, their prompts' linear
@@ -142,7 +148,11 @@ def main() -> None:
         hf_ms = hf_beam_ms(hf_model, list(p), 50, 4, fn)
         results.append({"hf_n50_ms": hf_ms, "speedup_vs_hf": hf_ms / results[0]["alone_ms"]})
         print(f"transformers n=50: {hf_ms:.0f} ms; ours alone {results[0]['alone_ms']:.1f} ms")
-    env = environment() | {"matmul_tflops": peak, "quick": args.quick}
+    env = environment() | {
+        "matmul_tflops": peak,
+        "quick": args.quick,
+        "normalization": args.normalization,
+    }
     write_json("genrec_throughput" + args.tag, {"env": env | engine_options(args), "rows": results})
     print(f"\nWorkload 3 (Qwen3-1.7B + SID vocab, 430k SIDs, ~301-token prompts), {env}")
     print(

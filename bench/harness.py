@@ -80,8 +80,17 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-prefill-graphs", action="store_true", help="eager prefill at exact shapes"
     )
+    parser.add_argument(
+        "--normalization",
+        default="vocab",
+        choices=["vocab", "sid"],
+        help="constrained requests' log-prob normalisation (sid: the SID tokens only)",
+    )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--profile", action="store_true", help="profile the first timed phase")
+    parser.add_argument(
+        "--trace", action="store_true", help="timeline of the single-request phases (tracing.py)"
+    )
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ concurrency 4.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 
 import torch
@@ -25,6 +26,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
+from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest
@@ -74,6 +76,7 @@ def main() -> None:
             max_new_tokens=STEPS,
             eos_token_id=(),
             constrained=True,
+            normalization=args.normalization,
         )
 
     results, rows = [], []
@@ -82,7 +85,8 @@ def main() -> None:
         drive(engine, [req(ctx, -1)], None, 1)
         for wave in range(3):  # c4's graphs captured, its kernels compiled
             drive(engine, [req(ctx, -10 - 8 * wave - i) for i in range(8)], None, 4)
-        single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()
+        with traced(engine, f"w2_ctx{ctx}") if args.trace else contextlib.nullcontext():
+            single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()
         online = drive(engine, [req(ctx, 100 + i) for i in range(4 * reps)], None, 4).summary()
         floor_ms = request_flops(model.config, ctx, BEAMS, STEPS) / (peak * 1e12) * 1000
         graph_ms = linear_step_ms(model, BEAMS) * (STEPS - 1)
@@ -114,7 +118,11 @@ def main() -> None:
                 f"{100 * floor_ms / single['mean_ms']:.1f}%",
             ]
         )
-    env = environment() | {"matmul_tflops": peak, "quick": args.quick}
+    env = environment() | {
+        "matmul_tflops": peak,
+        "quick": args.quick,
+        "normalization": args.normalization,
+    }
     write_json("sid_decode" + args.tag, {"env": env | engine_options(args), "rows": results})
     print(f"\nWorkload 2 (Qwen3-1.7B shape, beam {BEAMS}, {STEPS} constrained steps), {env}")
     print(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import random
 from pathlib import Path
@@ -27,6 +28,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
+from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest
@@ -133,7 +135,8 @@ def main() -> None:
         )
         drive(engine, [make(-1)], None, 1)  # warm-up, then the timed pattern's batch shapes
         drive(engine, [make(-10 - i) for i in range(min(conc, 4))], None, conc)
-        alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
+        with traced(engine, f"w1_{tokens}tok") if args.trace else contextlib.nullcontext():
+            alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         stats = drive(engine, [make(i) for i in range(num)], qps, conc).summary()
         del engine
         gc.unfreeze()  # make_engine froze the heap: the old engine must become collectable

@@ -51,15 +51,18 @@ def _add_rms_norm_kernel(
 
 
 @triton.jit
-def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, numel, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = offs < numel
-    g = tl.load(gate_ptr + offs, mask=inside, other=0.0)
-    u = tl.load(up_ptr + offs, mask=inside, other=0.0)
+def _silu_mul_kernel(
+    gate_ptr, up_ptr, out_ptr, cols, stride_gate, stride_up, stride_out, BLOCK: tl.constexpr
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < cols
+    g = tl.load(gate_ptr + row * stride_gate + offs, mask=inside, other=0.0)
+    u = tl.load(up_ptr + row * stride_up + offs, mask=inside, other=0.0)
     gf = g.to(tl.float32)
     act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # F.silu stores in the model dtype
     out = (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype)
-    tl.store(out_ptr + offs, out, mask=inside)
+    tl.store(out_ptr + row * stride_out + offs, out, mask=inside)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -104,12 +107,20 @@ def add_rms_norm_triton(
     return out.view(x.shape), new_res.view(x.shape)
 
 
-def silu_mul_triton(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def silu_mul_triton(
+    gate: torch.Tensor,  # [..., I] model dtype; rows may be strided (halves of a gate_up GEMM)
+    up: torch.Tensor,  # [..., I] same shape and dtype
+) -> torch.Tensor:  # [..., I] contiguous
     if gate.shape != up.shape or gate.dtype != up.dtype:
         raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} must match")
-    gate, up = gate.contiguous(), up.contiguous()
-    out = torch.empty_like(gate)
-    numel, block = gate.numel(), 1024
-    if numel:
-        _silu_mul_kernel[(triton.cdiv(numel, block),)](gate, up, out, numel, BLOCK=block)
+    gate_rows, up_rows = _rows(gate), _rows(up)
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    rows, cols = gate_rows.shape
+    block = 1024
+    if rows and cols:
+        grid = (rows, triton.cdiv(cols, block))
+        _silu_mul_kernel[grid](
+            gate_rows, up_rows, out, cols, gate_rows.stride(0), up_rows.stride(0), cols,
+            BLOCK=block,
+        )  # fmt: skip
     return out

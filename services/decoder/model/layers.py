@@ -6,8 +6,10 @@ it is fused with: ``qk_norm_rope``; this module computes its cos/sin tables."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from widebeam.kernels.layers.dispatch import add_rms_norm, rms_norm, silu_mul
@@ -91,12 +93,46 @@ class RotaryEmbedding(nn.Module):
         return emb.cos(), emb.sin()
 
 
+def fuse_rows(linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight [sum of outputs, in] (and bias) holding `linears`' parameters one after the
+    other, each linear's parameters rebound as views of it: one GEMM computes them all, and the
+    weights stay in memory once. The modules keep their names and shapes (checkpoints load and
+    save unchanged)."""
+    weight = torch.cat([lin.weight for lin in linears])
+    bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears])
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        grad = lin.weight.requires_grad
+        lin.weight = nn.Parameter(weight[start : start + rows], requires_grad=grad)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[start : start + rows], requires_grad=grad)
+        start += rows
+    return weight, bias
+
+
+def fused_applies(weight: torch.Tensor | None, param: torch.Tensor) -> bool:
+    """The fused GEMM serves inference; when a gradient is wanted (the demo's training) the
+    linears run on their own parameters, which autograd tracks."""
+    return weight is not None and not (torch.is_grad_enabled() and param.requires_grad)
+
+
 class SwiGLU(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.register_buffer("gate_up_weight", None, persistent=False)  # [2 I, hidden]
+        self.register_buffer("gate_up_bias", None, persistent=False)
+
+    def fuse_projections(self) -> None:
+        self.gate_up_weight, self.gate_up_bias = fuse_rows([self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, hidden]
-        return self.down_proj(silu_mul(self.gate_proj(x), self.up_proj(x)))
+        if fused_applies(self.gate_up_weight, self.gate_proj.weight):
+            gate_up = F.linear(x, self.gate_up_weight, self.gate_up_bias)  # [N, 2 I]
+            gate, up = gate_up.chunk(2, dim=1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(silu_mul(gate, up))

@@ -16,10 +16,20 @@ from torch import nn
 from widebeam.kernels.layers.dispatch import qk_norm_rope
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
-from widebeam.services.decoder.model.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from widebeam.services.decoder.model.layers import (
+    RMSNorm,
+    RotaryEmbedding,
+    SwiGLU,
+    fuse_rows,
+    fused_applies,
+)
 from widebeam.services.decoder.model.weights import load_state_dict, validate_state_dict
 
 LM_HEAD = "lm_head.weight"
+# The serving LM head's output rows are padded to a multiple of this: with an unaligned vocabulary
+# (a SID-extended one, say 153474 tokens) the logits' row stride breaks 16-byte alignment and
+# cuBLAS falls back to a kernel about 3x slower on Hopper.
+HEAD_ROW_ALIGN = 64
 # Old Llama checkpoints saved the rope table; it is recomputed, never loaded.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -43,6 +53,19 @@ class SelfAttention(nn.Module):
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.qkv_sizes = (q_out, kv_out, kv_out)
+        self.register_buffer("qkv_weight", None, persistent=False)  # [q_out + 2 kv_out, hidden]
+        self.register_buffer("qkv_bias", None, persistent=False)
+
+    def fuse_projections(self) -> None:
+        self.qkv_weight, self.qkv_bias = fuse_rows([self.q_proj, self.k_proj, self.v_proj])
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if fused_applies(self.qkv_weight, self.q_proj.weight):
+            qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [N, q_out + 2 kv_out]
+            q, k, v = qkv.split(self.qkv_sizes, dim=1)  # views: the kernels take row strides
+            return q, k, v
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def forward(
         self,
@@ -52,9 +75,10 @@ class SelfAttention(nn.Module):
         attn: AttentionContext,
     ) -> torch.Tensor:  # [N, hidden]
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(n, self.n_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(n, self.n_kv_heads, self.head_dim)
+        q, k, v = self._project(x)
+        q = q.view(n, self.n_heads, self.head_dim)
+        k = k.view(n, self.n_kv_heads, self.head_dim)
+        v = v.view(n, self.n_kv_heads, self.head_dim)
         # Per-head q/k norm before rope (Qwen3), then rope: one kernel on CUDA.
         q_w = None if self.q_norm is None else self.q_norm.weight
         k_w = None if self.k_norm is None else self.k_norm.weight
@@ -113,12 +137,46 @@ class CausalLM(nn.Module):
         self.lm_head: nn.Linear | None = None
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.register_buffer("padded_head", None, persistent=False)  # [rows, hidden], align_head
 
     @property
     def lm_head_weight(self) -> torch.Tensor:  # [vocab, hidden]
         if self.lm_head is None:
             return self.model.embed_tokens.weight
         return self.lm_head.weight
+
+    def align_head(self) -> None:
+        """Give the LM head a copy padded with zero rows to a multiple of HEAD_ROW_ALIGN, and
+        make the head's parameter a view of it (no second copy of the weights)."""
+        weight = self.lm_head_weight  # [vocab, hidden]
+        vocab, hidden = weight.shape
+        rows = -(-vocab // HEAD_ROW_ALIGN) * HEAD_ROW_ALIGN
+        if rows == vocab:
+            return
+        padded = weight.new_zeros(rows, hidden)  # [rows, hidden] model dtype
+        padded[:vocab] = weight
+        param = nn.Parameter(padded[:vocab], requires_grad=weight.requires_grad)
+        if self.lm_head is None:
+            self.model.embed_tokens.weight = param
+        else:
+            self.lm_head.weight = param
+        self.padded_head = padded
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, hidden] -> logits [N, vocab] in the model dtype, the serving path: one
+        GEMM against the aligned head (`align_head`), the padding columns sliced off (a view
+        whose row stride is the padded width)."""
+        if self.padded_head is None:
+            return F.linear(hidden, self.lm_head_weight)
+        return F.linear(hidden, self.padded_head)[:, : self.config.vocab_size]
+
+    def column_logits(
+        self,
+        hidden: torch.Tensor,  # [N, hidden]
+        columns: torch.Tensor,  # [C] int64 vocabulary ids
+    ) -> torch.Tensor:  # [N, C] model dtype
+        """The logits of `columns` only: the head's rows gathered, then one small GEMM."""
+        return F.linear(hidden, self.lm_head_weight.index_select(0, columns))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -171,6 +229,11 @@ class CausalLM(nn.Module):
         expected = {name: t.shape for name, t in model.state_dict().items()}
         validate_state_dict(state, expected)
         model.load_state_dict(state, strict=True, assign=True)
+        del state  # the parameters hold the tensors now: fusing below frees each replaced one
         # Inference only: no autograd bookkeeping even if a caller forgets inference_mode.
         model.requires_grad_(False)
+        model.align_head()
+        for layer in model.model.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
         return model.eval()

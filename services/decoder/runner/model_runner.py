@@ -154,8 +154,14 @@ class ModelRunner:
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
-        return self.model.compute_logits(hidden)
+        return self.model.head_logits(hidden).float()
 
     @torch.inference_mode()
-    def raw_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> model dtype
-        return torch.nn.functional.linear(hidden, self.model.lm_head_weight)
+    def raw_logits(
+        self,
+        hidden: torch.Tensor,  # [N, hidden] model dtype
+        columns: torch.Tensor | None = None,  # [C] int64 vocabulary ids
+    ) -> torch.Tensor:  # [N, vocab] or [N, C] model dtype
+        if columns is None:
+            return self.model.head_logits(hidden)
+        return self.model.column_logits(hidden, columns)

@@ -63,3 +63,20 @@ def test_qwen_shapes_on_gpu() -> None:
     up = torch.randn(5120, 3072, device="cuda", generator=gen).to(torch.bfloat16)
     got = silu_mul_triton(gate, up)
     torch.testing.assert_close(got, silu_mul_ref(gate, up), rtol=2**-6, atol=2**-6)
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 7), (5, 1000), (33, 2048)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_of_fused_halves(
+    kernel_device: torch.device, rows: int, cols: int, dtype: torch.dtype
+) -> None:
+    """gate and up as the two halves of one gate_up GEMM's output (row stride 2 x cols)."""
+    from widebeam.kernels.layers.triton_layers import silu_mul_triton
+
+    gen = torch.Generator().manual_seed(rows * cols)
+    fused = (torch.randn(rows, 2 * cols, generator=gen) * 4).to(dtype).to(kernel_device)
+    gate, up = fused.split([cols, cols], dim=1)
+    got = silu_mul_triton(gate, up)
+    assert got.is_contiguous() and got.shape == (rows, cols)
+    tol = 1e-5 if dtype == torch.float32 else 2**-6  # two bf16 ulps
+    torch.testing.assert_close(got, silu_mul_ref(gate, up), rtol=tol, atol=tol)
