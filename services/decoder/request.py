@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 EarlyStopping = bool | Literal["never"]
 FinishReason = Literal["stop", "length"]
+# What log-probs (scores, returned logprobs) are normalised over: the whole vocabulary, as
+# transformers does ("vocab"), or only the catalog's SID tokens plus the request's first EOS,
+# as if every other logit were -inf ("sid": constrained requests only; the LM head then
+# computes those columns alone).
+Normalization = Literal["vocab", "sid"]
+NORMALIZATIONS = ("vocab", "sid")
 
 
 class RequestError(ValueError):
@@ -33,10 +39,12 @@ class GenerationRequest:
     seed: int | None = None
     return_logprobs: bool = False
     catalog: str | None = None  # constrained requests: catalog name (None: "default")
+    normalization: Normalization = "vocab"
 
 
-@dataclass(frozen=True)
-class BeamResult:
+class BeamResult(NamedTuple):
+    """One returned hypothesis (a tuple: a 5000-beam request builds 5000 of them per answer)."""
+
     output_ids: list[int]
     # transformers' `sequences_scores`: cum_logprob / len(output_ids) ** length_penalty
     score: float

@@ -51,12 +51,39 @@ class RowLogprobs:
     """One request's processed log-probs, computed on demand for any of its source rows."""
 
     hidden: torch.Tensor  # [S, hidden] model dtype; S = k, or 1 when all rows share one state
-    lm_head: Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab] model dtype
+    # (hidden [n, hidden], columns [C] int64 when given) -> [n, vocab] or [n, C] model dtype
+    lm_head: Callable[..., torch.Tensor]
     vocab_size: int
     eos_ids: torch.Tensor  # [n_eos] int64
     block_eos: bool  # min_new_tokens not reached: EOS is -inf
     allowed: tuple[torch.Tensor, torch.Tensor] | None  # [S, W] int64 tokens, [S, W] bool
     chunk_elems: int = DEFAULT_CHUNK_ELEMS
+    # [C] int64 sorted vocabulary ids: "sid" normalisation, the head computes these columns
+    # only (constrained requests: every allowed token is one of them); None: the whole vocab.
+    columns: torch.Tensor | None = None
+
+    @property
+    def head_width(self) -> int:
+        """Columns of one row of logits."""
+        return self.vocab_size if self.columns is None else self.columns.shape[0]
+
+    def logits(self, sources: torch.Tensor) -> torch.Tensor:  # [n, head_width] model dtype
+        """The LM head for hidden rows `sources` [n] int64."""
+        if self.columns is None:
+            return self.lm_head(self.hidden[sources])
+        return self.lm_head(self.hidden[sources], self.columns)
+
+    def allowed_logprobs(
+        self,
+        logits: torch.Tensor,  # [n, head_width] model dtype
+        lse: torch.Tensor,  # [n] fp32 log-sum-exp of the rows
+        tokens: torch.Tensor,  # [n, W] int64 vocabulary ids
+    ) -> torch.Tensor:  # [n, W] fp32
+        cols = tokens
+        if self.columns is not None:
+            # Padding lanes (token 0) land anywhere: their valid flag drops them.
+            cols = torch.searchsorted(self.columns, tokens).clamp(max=self.head_width - 1)
+        return logits.gather(1, cols).float() - lse[:, None]
 
     @property
     def num_rows(self) -> int:
@@ -68,12 +95,12 @@ class RowLogprobs:
 
     def top(self, rows: torch.Tensor, count: int) -> RowTop:
         """Each of `rows`' best `count` (≤ width) log-probs and their tokens."""
-        step = max(1, self.chunk_elems // self.vocab_size)
+        step = max(1, self.chunk_elems // self.head_width)
         parts = [self._top_chunk(rows[i : i + step], count) for i in range(0, len(rows), step)]
         return RowTop(torch.cat([p.logprobs for p in parts]), torch.cat([p.tokens for p in parts]))
 
     def _top_chunk(self, rows: torch.Tensor, count: int) -> RowTop:
-        logits = self.lm_head(self.hidden[rows])  # [n, vocab] model dtype
+        logits = self.logits(rows)  # [n, head_width] model dtype
         banned = self.eos_ids if self.block_eos else self.eos_ids[:0]
         if self.allowed is None:
             stats = logits_stats(logits)
@@ -81,7 +108,7 @@ class RowLogprobs:
             return RowTop(*top_in_blocks(logits, stats.lse, stats.block_max, count, banned))
         lse = logits_stats(logits, blocks=False).lse  # [n] fp32
         tokens, valid = self.allowed[0][rows], self.allowed[1][rows]
-        picked = logits.gather(1, tokens).float() - lse[:, None]  # [n, W] fp32
+        picked = self.allowed_logprobs(logits, lse, tokens)  # [n, W] fp32
         invalid = ~valid | torch.isin(tokens, banned) if banned.numel() else ~valid
         values, lanes = torch.topk(picked.masked_fill(invalid, float("-inf")), count, dim=1)
         return RowTop(values, tokens.gather(1, lanes))
@@ -144,7 +171,7 @@ def _wide_parts(source: RowLogprobs, running: torch.Tensor, keep: int) -> list[P
     """Per chunk of hidden rows, the `keep` best candidates among its best-scoring blocks (or,
     constrained, among all its allowed tokens)."""
     k, device = running.shape[0], running.device
-    step = max(1, source.chunk_elems // source.vocab_size)
+    step = max(1, source.chunk_elems // source.head_width)
     parts = []
     for start in range(0, source.num_rows, step):
         sources = torch.arange(start, min(start + step, source.num_rows), device=device)
@@ -156,7 +183,7 @@ def _wide_parts(source: RowLogprobs, running: torch.Tensor, keep: int) -> list[P
             )
         else:
             rows, local = sources, torch.arange(len(sources), device=device)
-        logits = source.lm_head(source.hidden[sources])  # [n, vocab] model dtype
+        logits = source.logits(sources)  # [n, head_width] model dtype
         if source.allowed is None:
             part = _best_blocks(source, logits, rows, local, running, keep)
         else:
@@ -224,7 +251,7 @@ def _best_allowed(
     assert source.allowed is not None
     lse = logits_stats(logits, blocks=False).lse  # [n] fp32
     tokens, valid = source.allowed[0][sources], source.allowed[1][sources]  # [n, W]
-    lps = logits.gather(1, tokens).float() - lse[:, None]  # [n, W] fp32
+    lps = source.allowed_logprobs(logits, lse, tokens)  # [n, W] fp32
     banned = source.eos_ids if source.block_eos else source.eos_ids[:0]
     invalid = ~valid | torch.isin(tokens, banned) if banned.numel() else ~valid
     lps = lps.masked_fill(invalid, float("-inf"))[local]  # [m, W]

@@ -78,6 +78,10 @@ def _advance_members(
 def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
     search, constraint = _beam(state), state.constraint
     width = policy.vocab_size if constraint is None else max(constraint.max_fanout, 1)
+    normalization = state.resolved.spec.normalization
+    if normalization == "sid":
+        assert constraint is not None  # validation: "sid" needs a constrained request
+        constraint.sid_columns(state.resolved.eos_ids)  # built now, outside any graph capture
     return ExpansionSpec(
         num_beams=search.num_beams,
         keep=search.keep,
@@ -87,6 +91,7 @@ def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
         early_stopping=search.early_stopping,
         wide=search.num_beams * min(search.keep, width) > policy.one_pass_limit,
         constraint=constraint,
+        normalization=normalization,
     )
 
 

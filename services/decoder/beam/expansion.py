@@ -24,7 +24,8 @@ from widebeam.services.decoder.beam.candidates import (
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 
-Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, vocab] model dtype
+# (hidden [n, hidden], columns [C] int64 sorted, optional) -> [n, vocab] or [n, C] model dtype
+Head = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ExpansionSpec:
     early_stopping: bool | str
     wide: bool  # ranks blocks (one request), not each row's top `keep`
     constraint: TrieConstraint | None
+    normalization: str = "vocab"  # "sid": over the constraint's `sid_columns` only
 
 
 class CohortBatch(NamedTuple):
@@ -70,11 +72,15 @@ def expand(
     state, eos_ids = inputs.state, inputs.eos_ids
     batch, k, rows_each = state.batch_size, spec.num_beams, spec.rows_each
     constraint = spec.constraint
-    allowed = None
+    allowed, columns = None, None
     if constraint is not None:
         assert inputs.nodes is not None
         allowed = constraint.allowed_tokens(inputs.nodes, eos_ids)
-    source = RowLogprobs(inputs.hidden, lm_head, vocab_size, eos_ids, spec.block_eos, allowed)
+        if spec.normalization == "sid":
+            columns = constraint.sid_columns(spec.eos_ids)  # cached: no copy inside a capture
+    source = RowLogprobs(
+        inputs.hidden, lm_head, vocab_size, eos_ids, spec.block_eos, allowed, columns=columns
+    )
     if spec.wide:
         if batch != 1:
             raise ValueError("a wide beam step expands one request at a time")

@@ -31,10 +31,13 @@ class StepPolicy:
     def advance(self, state: RequestState, hidden: torch.Tensor) -> StepSelection:
         """A request that does not stream (`advance_cohorts` takes those)."""
         search, constraint = state.search, state.constraint
-        logits = self.logits(hidden)
+        logits = self.logits(hidden)  # [rows, vocab] fp32
         mask = None
         if constraint is not None:
             mask = constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
+            if state.resolved.spec.normalization == "sid":
+                # Every other logit -inf before normalising: the streamed path's columns.
+                logits = logits + constraint.sid_mask(state.resolved.eos_ids, self.vocab_size)
         if isinstance(search, BeamSearch):
             block_eos = search.step < state.resolved.spec.min_new_tokens
             return search.advance(processed_logprobs(logits, mask, search.eos_ids, block_eos))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from widebeam.services.catalog.trie import SidTrie
@@ -35,6 +36,36 @@ class TrieConstraint:
         # Widest node: the candidate width of the sparse path (+1 for the EOS of a leaf).
         fanout = self.child_offsets.diff()
         self.max_fanout = int(fanout.max().item()) if fanout.numel() else 0
+        self._sid_columns: dict[int | None, torch.Tensor] = {}
+        self._sid_masks: dict[tuple[int | None, int], torch.Tensor] = {}
+
+    def sid_columns(self, eos_ids: tuple[int, ...]) -> torch.Tensor:  # [S] int64, sorted
+        """The tokens "sid" normalisation keeps: the SID layout's (every level's codes, its
+        begin and end tokens) plus the first EOS id, the only other token a constrained row
+        can propose. The layout's, not the catalog's: adding items never moves a score. Built
+        on the host once per first EOS id, so a captured step only reads the cached tensor."""
+        first = eos_ids[0] if eos_ids else None
+        columns = self._sid_columns.get(first)
+        if columns is None:
+            layout = self.trie.layout
+            singles = [layout.begin_token_id, layout.end_token_id, first]
+            parts = [np.arange(lv.base, lv.end, dtype=np.int64) for lv in layout.levels]
+            parts.append(np.asarray([t for t in singles if t is not None], dtype=np.int64))
+            tokens = np.unique(np.concatenate(parts))
+            columns = torch.from_numpy(tokens).to(self.device)
+            self._sid_columns[first] = columns
+        return columns
+
+    def sid_mask(self, eos_ids: tuple[int, ...], vocab_size: int) -> torch.Tensor:
+        """[vocab] fp32: 0 on `sid_columns`, -inf elsewhere; added to full logits it gives
+        "sid" normalisation on the dense path."""
+        key = (eos_ids[0] if eos_ids else None, vocab_size)
+        mask = self._sid_masks.get(key)
+        if mask is None:
+            mask = torch.full((vocab_size,), float("-inf"), device=self.device)
+            mask[self.sid_columns(eos_ids)] = 0.0
+            self._sid_masks[key] = mask
+        return mask
 
     def path_length(self, prompt_ids: tuple[int, ...]) -> int:
         layout = self.trie.layout

@@ -21,6 +21,15 @@ def test_cuda_engine_matches_cpu(sid_model: SidModel) -> None:
         GenerationRequest(
             "c", (4, 5, begin), beam_width=64, n=8, max_new_tokens=5, constrained=True
         ),
+        GenerationRequest(
+            "s",
+            (7, 8, begin),
+            beam_width=300,  # streamed: the sub-vocabulary GEMM
+            n=8,
+            max_new_tokens=5,
+            constrained=True,
+            normalization="sid",
+        ),
         GenerationRequest("g", (6,), max_new_tokens=4),
     ]
     outs = {}

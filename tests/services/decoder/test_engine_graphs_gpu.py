@@ -43,6 +43,16 @@ def _requests(begin: int) -> list[GenerationRequest]:
             constrained=True,
             return_logprobs=True,
         ),
+        GenerationRequest(
+            "sid-normalised",
+            (7, 9, begin),
+            beam_width=48,
+            n=6,
+            max_new_tokens=5,
+            constrained=True,
+            return_logprobs=True,
+            normalization="sid",
+        ),
         GenerationRequest("greedy", (6,), max_new_tokens=7, return_logprobs=True),
     ]
     reqs += [
