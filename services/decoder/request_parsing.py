@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from widebeam.services.decoder.request import GenerationRequest, RequestError
+from widebeam.services.decoder.request import NORMALIZATIONS, GenerationRequest, RequestError
 
 _INT_FIELDS = ("beam_width", "n", "max_new_tokens", "min_new_tokens", "top_k", "seed")
 _FLOAT_FIELDS = ("length_penalty", "temperature", "top_p")
@@ -14,6 +14,7 @@ _KNOWN = {
     "input_ids",
     "eos_token_id",
     "early_stopping",
+    "normalization",
     "catalog",  # parsed below; without it here every request naming a catalog was "unknown"
     *_INT_FIELDS,
     *_FLOAT_FIELDS,
@@ -60,6 +61,13 @@ def request_from_dict(data: Any) -> GenerationRequest:
         if data["early_stopping"] not in (True, False, "never"):
             raise RequestError('early_stopping must be true, false or "never"')
         kwargs["early_stopping"] = data["early_stopping"]
+    if data.get("normalization") is not None:
+        # As early_stopping: a parsed GenerationRequest only ever holds the Literal's values.
+        if data["normalization"] not in NORMALIZATIONS:
+            raise RequestError(
+                f'normalization must be "vocab" or "sid", got {data["normalization"]!r}'
+            )
+        kwargs["normalization"] = data["normalization"]
     catalog = data.get("catalog")
     if catalog is not None:
         if not isinstance(catalog, str) or not catalog:

@@ -14,6 +14,7 @@ from typing import Any
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.errors import bad_request
+from widebeam.services.gateway.normalization import NORMALIZATION_PB
 from widebeam.services.gateway.schemas.completions import BeamFields, unsupported
 from widebeam.services.gateway.state import GatewayState
 from widebeam.services.gateway.text_codec import TextCodec
@@ -153,6 +154,8 @@ async def generate(
         constrained=body.constrained,
         catalog=catalog,
         return_logprobs=logprobs,
+        # "sid" without constrained=true is the decoder's INVALID_ARGUMENT (one rule, one place).
+        normalization=NORMALIZATION_PB[body.normalization],
     )
     # proto3 `optional`: only fields the client gave, so the decoder's defaults apply otherwise.
     for name, value in (

@@ -14,6 +14,7 @@ import time
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.errors import bad_request, retry_later
+from widebeam.services.gateway.normalization import NORMALIZATION_PB
 from widebeam.services.gateway.schemas.recommend import RecommendRequest
 from widebeam.services.gateway.state import GatewayState
 
@@ -69,6 +70,7 @@ async def recommend(state: GatewayState, body: RecommendRequest) -> dict[str, ob
             catalog=body.catalog,
             exclude_item_ids=exclude,
             skip_unknown_items=body.skip_unknown_items,
+            normalization=NORMALIZATION_PB[body.normalization],
         )
         state.metrics.beam_width.labels(ROUTE).observe(beam)
         response = await state.pool.recommend(request, timeout=remaining)

@@ -9,6 +9,7 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.request import (
     EarlyStopping,
     GenerationRequest,
+    Normalization,
     RequestError,
     RequestOutput,
 )
@@ -19,6 +20,11 @@ _EARLY_STOPPING: dict[int, EarlyStopping] = {
     pb.EARLY_STOPPING_FALSE: False,
     pb.EARLY_STOPPING_TRUE: True,
     pb.EARLY_STOPPING_NEVER: "never",
+}
+_NORMALIZATION: dict[int, Normalization] = {
+    pb.NORMALIZATION_UNSPECIFIED: "vocab",
+    pb.NORMALIZATION_VOCAB: "vocab",
+    pb.NORMALIZATION_SID: "sid",
 }
 _FINISH = {"stop": pb.FINISH_REASON_STOP, "length": pb.FINISH_REASON_LENGTH}
 # proto field -> GenerationRequest field, for `optional` fields copied only when present.
@@ -39,6 +45,7 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
     early = _EARLY_STOPPING.get(msg.early_stopping)
     if early is None:
         raise RequestError(f"early_stopping: unknown enum value {msg.early_stopping}")
+    normalization = normalization_of(msg.normalization)
     if not msg.custom_eos and len(msg.eos_token_ids):
         raise RequestError(
             "eos_token_ids given without custom_eos=true (set custom_eos to replace the "
@@ -54,8 +61,20 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         constrained=msg.constrained,
         catalog=msg.catalog or None,
         return_logprobs=msg.return_logprobs,
+        normalization=normalization,
         **kwargs,
     )
+
+
+def normalization_of(value: int) -> Normalization:
+    """The engine's name for a `Normalization` enum value (Generate and Recommend)."""
+    normalization = _NORMALIZATION.get(value)
+    if normalization is None:
+        raise RequestError(
+            f"normalization: unknown enum value {value} (expected NORMALIZATION_VOCAB or "
+            "NORMALIZATION_SID)"
+        )
+    return normalization
 
 
 def generate_response(

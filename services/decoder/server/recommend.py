@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 from widebeam.services.decoder.engine import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.request import (
+    GenerationRequest,
+    Normalization,
+    RequestError,
+    RequestOutput,
+)
+from widebeam.services.decoder.server.convert import normalization_of
 from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
@@ -29,6 +35,7 @@ class RecommendSpec:
     exclude: frozenset[str]
     skip_unknown: bool
     length_penalty: float
+    normalization: Normalization
 
 
 def parse_recommend(msg: pb.RecommendRequest) -> RecommendSpec:
@@ -52,6 +59,7 @@ def parse_recommend(msg: pb.RecommendRequest) -> RecommendSpec:
         exclude=frozenset(msg.exclude_item_ids),
         skip_unknown=msg.skip_unknown_items,
         length_penalty=msg.length_penalty if msg.HasField("length_penalty") else 1.0,
+        normalization=normalization_of(msg.normalization),
     )
 
 
@@ -100,6 +108,7 @@ class RecommendCall:
             eos_token_id=(),
             constrained=True,
             catalog=spec.catalog,
+            normalization=spec.normalization,
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.errors import ApiError
+from widebeam.services.gateway.normalization import NORMALIZATION_PB
 
 # GetInfo, cached or (fresh=True) asked anew.
 InfoSource = Callable[[bool], Awaitable[pb.GetInfoResponse]]
@@ -68,6 +69,8 @@ async def recommend_row(
             catalog=row["catalog"],
             exclude_item_ids=exclude,
             skip_unknown_items=bool(row.get("skip_unknown_items", False)),
+            # Rows stored before the field existed have none: the old behaviour, "vocab".
+            normalization=NORMALIZATION_PB[row.get("normalization", "vocab")],
         )
         response = await pool.recommend(request, timeout=remaining)
         prompt_tokens += response.usage.prompt_tokens

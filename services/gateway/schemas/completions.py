@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from widebeam.services.gateway.errors import bad_request
+from widebeam.services.gateway.normalization import NORMALIZATION_DOC, Normalization
 from widebeam.services.gateway.schemas.common import Text
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
@@ -47,6 +48,7 @@ class BeamFields(BaseModel):
     min_tokens: int | None = Field(None, ge=0, lt=INT32)
     top_k: int | None = Field(None, ge=0, lt=INT32)
     ignore_eos: bool = False
+    normalization: Normalization = Field("vocab", description=NORMALIZATION_DOC)
 
 
 class CompletionRequest(BeamFields):

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from widebeam.services.gateway.normalization import NORMALIZATION_DOC, Normalization
 from widebeam.services.gateway.schemas.common import Text, Usage
 
 MAX_ITEM_ID_CHARS = 512
@@ -47,6 +48,7 @@ class RecommendRequest(BaseModel):
         description="empty history: 'none' rejects it; 'prior' decodes from the SID begin "
         "token alone (the model's unconditional next-item distribution)",
     )
+    normalization: Normalization = Field("vocab", description=NORMALIZATION_DOC)
 
 
 class RecommendedItem(BaseModel):

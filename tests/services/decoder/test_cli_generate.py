@@ -100,3 +100,34 @@ def test_generate_stdin_stdout_and_explicit_layout(sid_model: SidModel) -> None:
 def test_generate_reports_missing_model(tmp_path: Path) -> None:
     proc = _run(["generate", "--model", str(tmp_path / "nope")], "")
     assert proc.returncode == 2 and "error" in proc.stderr
+
+
+def test_generate_passes_normalization_through(sid_model: SidModel) -> None:
+    base = {"input_ids": [5, 6], "beam_width": 8, "n": 8, "max_new_tokens": 6, "constrained": True}
+    lines = [
+        base | {"id": "vocab"},
+        base | {"id": "sid", "normalization": "sid"},
+        {"id": "plain", "input_ids": [5], "normalization": "sid"},
+        base | {"id": "bogus", "normalization": "softmax"},
+    ]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines)
+    args = [
+        "generate",
+        "--model",
+        str(sid_model.model_dir),
+        "--catalog",
+        str(sid_model.catalog_path),
+    ]
+    proc = _run(args, stdin)
+    assert proc.returncode == 0, proc.stderr
+    vocab, sid, plain, bogus = (json.loads(line) for line in proc.stdout.splitlines())
+    by_path = {tuple(b["output_ids"]): b["cum_logprob"] for b in vocab["beams"]}
+    shared = [
+        (b["cum_logprob"], by_path[p])
+        for b in sid["beams"]
+        if (p := tuple(b["output_ids"])) in by_path
+    ]
+    assert shared and all(s >= v - 1e-4 for s, v in shared)
+    assert any(s > v + 1e-4 for s, v in shared)  # the field reached the engine
+    assert 'normalization "sid" needs a constrained request' in plain["error"]
+    assert 'normalization must be "vocab" or "sid", got \'softmax\'' in bogus["error"]

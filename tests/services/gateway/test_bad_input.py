@@ -131,11 +131,12 @@ BASES = {
 }
 FIELDS = {
     REC: ["history", "n", "beam_width", "catalog", "exclude", "exclude_history", "fallback",
-          "skip_unknown_items", "user_id"],
+          "skip_unknown_items", "user_id", "normalization"],
     CMPL: ["prompt", "n", "beam_width", "max_tokens", "temperature", "top_p", "top_k", "seed",
            "logprobs", "constrained", "catalog", "length_penalty", "early_stopping", "min_tokens",
-           "stop", "user", "model"],
-    CHAT: ["messages", "n", "max_completion_tokens", "logprobs", "top_logprobs", "constrained"],
+           "stop", "user", "model", "normalization"],
+    CHAT: ["messages", "n", "max_completion_tokens", "logprobs", "top_logprobs", "constrained",
+           "normalization"],
 }  # fmt: skip
 
 

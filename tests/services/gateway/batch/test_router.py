@@ -64,6 +64,7 @@ def test_inline_submission_is_queued_in_chunks(
         "exclude_history": True,
         "skip_unknown_items": False,
         "fallback": "none",
+        "normalization": "vocab",
     }
     last = store_of(settings).chunk_rows(job_id, 2)
     assert last is not None and last[1][-1]["catalog"] == "other"

@@ -136,3 +136,20 @@ def test_unreachable_decoders_retry_the_chunk_then_fail_its_rows(
     assert store.get(job.id).done == 0  # type: ignore[union-attr]
     assert run(store, dead_runner, job.id, 0, final_attempt=True)["outcome"] == "failed"
     assert {r["error"]["code"] for r in results(store, job.id, 2)} == {"decoder_unavailable"}
+
+
+def test_rows_carry_normalization_to_the_decoder(runner: DecoderRunner) -> None:
+    def scores(row: dict[str, Any]) -> dict[str, float]:
+        return {i["item_id"]: i["score"] for i in runner.recommend(row).result(10)["items"]}
+
+    vocab_row, sid_row = rows(1, beam_width=16)[0], rows(1, beam_width=16, normalization="sid")[0]
+    assert vocab_row["normalization"] == "vocab" and sid_row["normalization"] == "sid"
+    vocab, sid = scores(vocab_row), scores(sid_row)
+    shared = set(vocab) & set(sid)
+    assert shared and all(sid[i] >= vocab[i] - 1e-4 for i in shared)
+    assert any(sid[i] > vocab[i] + 1e-4 for i in shared)
+    # Rows queued before the field existed have no key: they decode as "vocab".
+    legacy = {k: v for k, v in vocab_row.items() if k != "normalization"}
+    assert scores(legacy) == pytest.approx(vocab, abs=1e-4)
+    with pytest.raises(ValueError, match="normalization: Input should be 'vocab' or 'sid'"):
+        rows(1, normalization="softmax")

@@ -27,47 +27,49 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!widebeam/decoder/v1/decoder.proto\x12\x13widebeam.decoder.v1\x1a\x1bgoogle/protobuf/empty.proto\"\xc2\x04\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\x03\x12\x17\n\nbeam_width\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x01n\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x1b\n\x0emax_new_tokens\x18\x05 \x01(\x05H\x02\x88\x01\x01\x12\x1b\n\x0emin_new_tokens\x18\x06 \x01(\x05H\x03\x88\x01\x01\x12\x1b\n\x0elength_penalty\x18\x07 \x01(\x01H\x04\x88\x01\x01\x12:\n\x0e\x65\x61rly_stopping\x18\x08 \x01(\x0e\x32\".widebeam.decoder.v1.EarlyStopping\x12\x12\n\ncustom_eos\x18\t \x01(\x08\x12\x15\n\reos_token_ids\x18\n \x03(\x03\x12\x12\n\nignore_eos\x18\x0b \x01(\x08\x12\x13\n\x0b\x63onstrained\x18\x0c \x01(\x08\x12\x0f\n\x07\x63\x61talog\x18\r \x01(\t\x12\x18\n\x0btemperature\x18\x0e \x01(\x01H\x05\x88\x01\x01\x12\x12\n\x05top_p\x18\x0f \x01(\x01H\x06\x88\x01\x01\x12\x12\n\x05top_k\x18\x10 \x01(\x05H\x07\x88\x01\x01\x12\x11\n\x04seed\x18\x11 \x01(\x03H\x08\x88\x01\x01\x12\x17\n\x0freturn_logprobs\x18\x12 \x01(\x08\x42\r\n\x0b_beam_widthB\x04\n\x02_nB\x11\n\x0f_max_new_tokensB\x11\n\x0f_min_new_tokensB\x11\n\x0f_length_penaltyB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seed\"\x9c\x01\n\x04\x42\x65\x61m\x12\x12\n\noutput_ids\x18\x01 \x03(\x03\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x13\n\x0b\x63um_logprob\x18\x03 \x01(\x01\x12\x38\n\rfinish_reason\x18\x04 \x01(\x0e\x32!.widebeam.decoder.v1.FinishReason\x12\x10\n\x08logprobs\x18\x05 \x03(\x01\x12\x10\n\x08item_ids\x18\x06 \x03(\t\"+\n\nCatalogRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xad\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x05\x62\x65\x61ms\x18\x02 \x03(\x0b\x32\x19.widebeam.decoder.v1.Beam\x12\x30\n\x07\x63\x61talog\x18\x03 \x01(\x0b\x32\x1f.widebeam.decoder.v1.CatalogRef\x12)\n\x05usage\x18\x04 \x01(\x0b\x32\x1a.widebeam.decoder.v1.Usage\"\x14\n\x03Sid\x12\r\n\x05\x63odes\x18\x01 \x03(\x05\"\xa5\x02\n\x10RecommendRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10history_item_ids\x18\x02 \x03(\t\x12.\n\x0chistory_sids\x18\x03 \x03(\x0b\x32\x18.widebeam.decoder.v1.Sid\x12\x0e\n\x01n\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nbeam_width\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x07\x63\x61talog\x18\x06 \x01(\t\x12\x18\n\x10\x65xclude_item_ids\x18\x07 \x03(\t\x12\x1a\n\x12skip_unknown_items\x18\x08 \x01(\x08\x12\x1b\n\x0elength_penalty\x18\t \x01(\x01H\x02\x88\x01\x01\x42\x04\n\x02_nB\r\n\x0b_beam_widthB\x11\n\x0f_length_penalty\"X\n\x0fRecommendedItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12%\n\x03sid\x18\x03 \x01(\x0b\x32\x18.widebeam.decoder.v1.Sid\"\x86\x02\n\x11RecommendResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x33\n\x05items\x18\x02 \x03(\x0b\x32$.widebeam.decoder.v1.RecommendedItem\x12\x30\n\x07\x63\x61talog\x18\x03 \x01(\x0b\x32\x1f.widebeam.decoder.v1.CatalogRef\x12)\n\x05usage\x18\x04 \x01(\x0b\x32\x1a.widebeam.decoder.v1.Usage\x12\x11\n\texhausted\x18\x05 \x01(\x08\x12\x16\n\x0e\x62\x65\x61ms_returned\x18\x06 \x01(\x05\x12 \n\x18skipped_history_item_ids\x18\x07 \x03(\t\"&\n\x08SidLevel\x12\x0c\n\x04\x62\x61se\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\xa4\x01\n\tSidLayout\x12\x0c\n\x04spec\x18\x01 \x01(\t\x12-\n\x06levels\x18\x02 \x03(\x0b\x32\x1d.widebeam.decoder.v1.SidLevel\x12\x1b\n\x0e\x62\x65gin_token_id\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x19\n\x0c\x65nd_token_id\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x11\n\x0f_begin_token_idB\x0f\n\r_end_token_id\"\x8f\x01\n\x06Limits\x12\x10\n\x08max_rows\x18\x01 \x01(\x05\x12\x16\n\x0emax_beam_width\x18\x02 \x01(\x05\x12\x15\n\rmax_model_len\x18\x03 \x01(\x03\x12\x14\n\x0cmax_kv_slots\x18\x04 \x01(\x03\x12\x13\n\x0bmax_waiting\x18\x05 \x01(\x05\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\x03\"Q\n\x0b\x43\x61talogInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tnum_items\x18\x03 \x01(\x03\x12\x10\n\x08num_sids\x18\x04 \x01(\x03\"f\n\x04Load\x12\x13\n\x0brows_in_use\x18\x01 \x01(\x05\x12\x18\n\x10running_requests\x18\x02 \x01(\x05\x12\x18\n\x10waiting_requests\x18\x03 \x01(\x05\x12\x15\n\rkv_slots_free\x18\x04 \x01(\x03\"\xdd\x02\n\x0fGetInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x12\n\nmodel_type\x18\x03 \x01(\t\x12\x12\n\nvocab_size\x18\x04 \x01(\x03\x12\x32\n\nsid_layout\x18\x05 \x01(\x0b\x32\x1e.widebeam.decoder.v1.SidLayout\x12+\n\x06limits\x18\x06 \x01(\x0b\x32\x1b.widebeam.decoder.v1.Limits\x12\x32\n\x08\x63\x61talogs\x18\x07 \x03(\x0b\x32 .widebeam.decoder.v1.CatalogInfo\x12\x1d\n\x15\x64\x65\x66\x61ult_eos_token_ids\x18\x08 \x03(\x03\x12\x0e\n\x06\x64\x65vice\x18\t \x01(\t\x12\r\n\x05\x64type\x18\n \x01(\t\x12\'\n\x04load\x18\x0b \x01(\x0b\x32\x19.widebeam.decoder.v1.Load*|\n\rEarlyStopping\x12\x1e\n\x1a\x45\x41RLY_STOPPING_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45\x41RLY_STOPPING_FALSE\x10\x01\x12\x17\n\x13\x45\x41RLY_STOPPING_TRUE\x10\x02\x12\x18\n\x14\x45\x41RLY_STOPPING_NEVER\x10\x03*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x32\x87\x02\n\x07\x44\x65\x63oder\x12W\n\x08Generate\x12$.widebeam.decoder.v1.GenerateRequest\x1a%.widebeam.decoder.v1.GenerateResponse\x12Z\n\tRecommend\x12%.widebeam.decoder.v1.RecommendRequest\x1a&.widebeam.decoder.v1.RecommendResponse\x12G\n\x07GetInfo\x12\x16.google.protobuf.Empty\x1a$.widebeam.decoder.v1.GetInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!widebeam/decoder/v1/decoder.proto\x12\x13widebeam.decoder.v1\x1a\x1bgoogle/protobuf/empty.proto\"\xfd\x04\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\x03\x12\x17\n\nbeam_width\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x01n\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x1b\n\x0emax_new_tokens\x18\x05 \x01(\x05H\x02\x88\x01\x01\x12\x1b\n\x0emin_new_tokens\x18\x06 \x01(\x05H\x03\x88\x01\x01\x12\x1b\n\x0elength_penalty\x18\x07 \x01(\x01H\x04\x88\x01\x01\x12:\n\x0e\x65\x61rly_stopping\x18\x08 \x01(\x0e\x32\".widebeam.decoder.v1.EarlyStopping\x12\x12\n\ncustom_eos\x18\t \x01(\x08\x12\x15\n\reos_token_ids\x18\n \x03(\x03\x12\x12\n\nignore_eos\x18\x0b \x01(\x08\x12\x13\n\x0b\x63onstrained\x18\x0c \x01(\x08\x12\x0f\n\x07\x63\x61talog\x18\r \x01(\t\x12\x18\n\x0btemperature\x18\x0e \x01(\x01H\x05\x88\x01\x01\x12\x12\n\x05top_p\x18\x0f \x01(\x01H\x06\x88\x01\x01\x12\x12\n\x05top_k\x18\x10 \x01(\x05H\x07\x88\x01\x01\x12\x11\n\x04seed\x18\x11 \x01(\x03H\x08\x88\x01\x01\x12\x17\n\x0freturn_logprobs\x18\x12 \x01(\x08\x12\x39\n\rnormalization\x18\x13 \x01(\x0e\x32\".widebeam.decoder.v1.NormalizationB\r\n\x0b_beam_widthB\x04\n\x02_nB\x11\n\x0f_max_new_tokensB\x11\n\x0f_min_new_tokensB\x11\n\x0f_length_penaltyB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seed\"\x9c\x01\n\x04\x42\x65\x61m\x12\x12\n\noutput_ids\x18\x01 \x03(\x03\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x13\n\x0b\x63um_logprob\x18\x03 \x01(\x01\x12\x38\n\rfinish_reason\x18\x04 \x01(\x0e\x32!.widebeam.decoder.v1.FinishReason\x12\x10\n\x08logprobs\x18\x05 \x03(\x01\x12\x10\n\x08item_ids\x18\x06 \x03(\t\"+\n\nCatalogRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xad\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x05\x62\x65\x61ms\x18\x02 \x03(\x0b\x32\x19.widebeam.decoder.v1.Beam\x12\x30\n\x07\x63\x61talog\x18\x03 \x01(\x0b\x32\x1f.widebeam.decoder.v1.CatalogRef\x12)\n\x05usage\x18\x04 \x01(\x0b\x32\x1a.widebeam.decoder.v1.Usage\"\x14\n\x03Sid\x12\r\n\x05\x63odes\x18\x01 \x03(\x05\"\xe0\x02\n\x10RecommendRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10history_item_ids\x18\x02 \x03(\t\x12.\n\x0chistory_sids\x18\x03 \x03(\x0b\x32\x18.widebeam.decoder.v1.Sid\x12\x0e\n\x01n\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nbeam_width\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x07\x63\x61talog\x18\x06 \x01(\t\x12\x18\n\x10\x65xclude_item_ids\x18\x07 \x03(\t\x12\x1a\n\x12skip_unknown_items\x18\x08 \x01(\x08\x12\x1b\n\x0elength_penalty\x18\t \x01(\x01H\x02\x88\x01\x01\x12\x39\n\rnormalization\x18\n \x01(\x0e\x32\".widebeam.decoder.v1.NormalizationB\x04\n\x02_nB\r\n\x0b_beam_widthB\x11\n\x0f_length_penalty\"X\n\x0fRecommendedItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12%\n\x03sid\x18\x03 \x01(\x0b\x32\x18.widebeam.decoder.v1.Sid\"\x86\x02\n\x11RecommendResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x33\n\x05items\x18\x02 \x03(\x0b\x32$.widebeam.decoder.v1.RecommendedItem\x12\x30\n\x07\x63\x61talog\x18\x03 \x01(\x0b\x32\x1f.widebeam.decoder.v1.CatalogRef\x12)\n\x05usage\x18\x04 \x01(\x0b\x32\x1a.widebeam.decoder.v1.Usage\x12\x11\n\texhausted\x18\x05 \x01(\x08\x12\x16\n\x0e\x62\x65\x61ms_returned\x18\x06 \x01(\x05\x12 \n\x18skipped_history_item_ids\x18\x07 \x03(\t\"&\n\x08SidLevel\x12\x0c\n\x04\x62\x61se\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\xa4\x01\n\tSidLayout\x12\x0c\n\x04spec\x18\x01 \x01(\t\x12-\n\x06levels\x18\x02 \x03(\x0b\x32\x1d.widebeam.decoder.v1.SidLevel\x12\x1b\n\x0e\x62\x65gin_token_id\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x19\n\x0c\x65nd_token_id\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x11\n\x0f_begin_token_idB\x0f\n\r_end_token_id\"\x8f\x01\n\x06Limits\x12\x10\n\x08max_rows\x18\x01 \x01(\x05\x12\x16\n\x0emax_beam_width\x18\x02 \x01(\x05\x12\x15\n\rmax_model_len\x18\x03 \x01(\x03\x12\x14\n\x0cmax_kv_slots\x18\x04 \x01(\x03\x12\x13\n\x0bmax_waiting\x18\x05 \x01(\x05\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\x03\"Q\n\x0b\x43\x61talogInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tnum_items\x18\x03 \x01(\x03\x12\x10\n\x08num_sids\x18\x04 \x01(\x03\"f\n\x04Load\x12\x13\n\x0brows_in_use\x18\x01 \x01(\x05\x12\x18\n\x10running_requests\x18\x02 \x01(\x05\x12\x18\n\x10waiting_requests\x18\x03 \x01(\x05\x12\x15\n\rkv_slots_free\x18\x04 \x01(\x03\"\xdd\x02\n\x0fGetInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x12\n\nmodel_type\x18\x03 \x01(\t\x12\x12\n\nvocab_size\x18\x04 \x01(\x03\x12\x32\n\nsid_layout\x18\x05 \x01(\x0b\x32\x1e.widebeam.decoder.v1.SidLayout\x12+\n\x06limits\x18\x06 \x01(\x0b\x32\x1b.widebeam.decoder.v1.Limits\x12\x32\n\x08\x63\x61talogs\x18\x07 \x03(\x0b\x32 .widebeam.decoder.v1.CatalogInfo\x12\x1d\n\x15\x64\x65\x66\x61ult_eos_token_ids\x18\x08 \x03(\x03\x12\x0e\n\x06\x64\x65vice\x18\t \x01(\t\x12\r\n\x05\x64type\x18\n \x01(\t\x12\'\n\x04load\x18\x0b \x01(\x0b\x32\x19.widebeam.decoder.v1.Load*|\n\rEarlyStopping\x12\x1e\n\x1a\x45\x41RLY_STOPPING_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45\x41RLY_STOPPING_FALSE\x10\x01\x12\x17\n\x13\x45\x41RLY_STOPPING_TRUE\x10\x02\x12\x18\n\x14\x45\x41RLY_STOPPING_NEVER\x10\x03*^\n\rNormalization\x12\x1d\n\x19NORMALIZATION_UNSPECIFIED\x10\x00\x12\x17\n\x13NORMALIZATION_VOCAB\x10\x01\x12\x15\n\x11NORMALIZATION_SID\x10\x02*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x32\x87\x02\n\x07\x44\x65\x63oder\x12W\n\x08Generate\x12$.widebeam.decoder.v1.GenerateRequest\x1a%.widebeam.decoder.v1.GenerateResponse\x12Z\n\tRecommend\x12%.widebeam.decoder.v1.RecommendRequest\x1a&.widebeam.decoder.v1.RecommendResponse\x12G\n\x07GetInfo\x12\x16.google.protobuf.Empty\x1a$.widebeam.decoder.v1.GetInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'widebeam.decoder.v1.decoder_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EARLYSTOPPING']._serialized_start=2672
-  _globals['_EARLYSTOPPING']._serialized_end=2796
-  _globals['_FINISHREASON']._serialized_start=2798
-  _globals['_FINISHREASON']._serialized_end=2893
+  _globals['_EARLYSTOPPING']._serialized_start=2790
+  _globals['_EARLYSTOPPING']._serialized_end=2914
+  _globals['_NORMALIZATION']._serialized_start=2916
+  _globals['_NORMALIZATION']._serialized_end=3010
+  _globals['_FINISHREASON']._serialized_start=3012
+  _globals['_FINISHREASON']._serialized_end=3107
   _globals['_GENERATEREQUEST']._serialized_start=88
-  _globals['_GENERATEREQUEST']._serialized_end=666
-  _globals['_BEAM']._serialized_start=669
-  _globals['_BEAM']._serialized_end=825
-  _globals['_CATALOGREF']._serialized_start=827
-  _globals['_CATALOGREF']._serialized_end=870
-  _globals['_USAGE']._serialized_start=872
-  _globals['_USAGE']._serialized_end=929
-  _globals['_GENERATERESPONSE']._serialized_start=932
-  _globals['_GENERATERESPONSE']._serialized_end=1105
-  _globals['_SID']._serialized_start=1107
-  _globals['_SID']._serialized_end=1127
-  _globals['_RECOMMENDREQUEST']._serialized_start=1130
-  _globals['_RECOMMENDREQUEST']._serialized_end=1423
-  _globals['_RECOMMENDEDITEM']._serialized_start=1425
-  _globals['_RECOMMENDEDITEM']._serialized_end=1513
-  _globals['_RECOMMENDRESPONSE']._serialized_start=1516
-  _globals['_RECOMMENDRESPONSE']._serialized_end=1778
-  _globals['_SIDLEVEL']._serialized_start=1780
-  _globals['_SIDLEVEL']._serialized_end=1818
-  _globals['_SIDLAYOUT']._serialized_start=1821
-  _globals['_SIDLAYOUT']._serialized_end=1985
-  _globals['_LIMITS']._serialized_start=1988
-  _globals['_LIMITS']._serialized_end=2131
-  _globals['_CATALOGINFO']._serialized_start=2133
-  _globals['_CATALOGINFO']._serialized_end=2214
-  _globals['_LOAD']._serialized_start=2216
-  _globals['_LOAD']._serialized_end=2318
-  _globals['_GETINFORESPONSE']._serialized_start=2321
-  _globals['_GETINFORESPONSE']._serialized_end=2670
-  _globals['_DECODER']._serialized_start=2896
-  _globals['_DECODER']._serialized_end=3159
+  _globals['_GENERATEREQUEST']._serialized_end=725
+  _globals['_BEAM']._serialized_start=728
+  _globals['_BEAM']._serialized_end=884
+  _globals['_CATALOGREF']._serialized_start=886
+  _globals['_CATALOGREF']._serialized_end=929
+  _globals['_USAGE']._serialized_start=931
+  _globals['_USAGE']._serialized_end=988
+  _globals['_GENERATERESPONSE']._serialized_start=991
+  _globals['_GENERATERESPONSE']._serialized_end=1164
+  _globals['_SID']._serialized_start=1166
+  _globals['_SID']._serialized_end=1186
+  _globals['_RECOMMENDREQUEST']._serialized_start=1189
+  _globals['_RECOMMENDREQUEST']._serialized_end=1541
+  _globals['_RECOMMENDEDITEM']._serialized_start=1543
+  _globals['_RECOMMENDEDITEM']._serialized_end=1631
+  _globals['_RECOMMENDRESPONSE']._serialized_start=1634
+  _globals['_RECOMMENDRESPONSE']._serialized_end=1896
+  _globals['_SIDLEVEL']._serialized_start=1898
+  _globals['_SIDLEVEL']._serialized_end=1936
+  _globals['_SIDLAYOUT']._serialized_start=1939
+  _globals['_SIDLAYOUT']._serialized_end=2103
+  _globals['_LIMITS']._serialized_start=2106
+  _globals['_LIMITS']._serialized_end=2249
+  _globals['_CATALOGINFO']._serialized_start=2251
+  _globals['_CATALOGINFO']._serialized_end=2332
+  _globals['_LOAD']._serialized_start=2334
+  _globals['_LOAD']._serialized_end=2436
+  _globals['_GETINFORESPONSE']._serialized_start=2439
+  _globals['_GETINFORESPONSE']._serialized_end=2788
+  _globals['_DECODER']._serialized_start=3110
+  _globals['_DECODER']._serialized_end=3373
 # @@protoc_insertion_point(module_scope)

@@ -17,6 +17,12 @@ class EarlyStopping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EARLY_STOPPING_TRUE: _ClassVar[EarlyStopping]
     EARLY_STOPPING_NEVER: _ClassVar[EarlyStopping]
 
+class Normalization(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NORMALIZATION_UNSPECIFIED: _ClassVar[Normalization]
+    NORMALIZATION_VOCAB: _ClassVar[Normalization]
+    NORMALIZATION_SID: _ClassVar[Normalization]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -26,12 +32,15 @@ EARLY_STOPPING_UNSPECIFIED: EarlyStopping
 EARLY_STOPPING_FALSE: EarlyStopping
 EARLY_STOPPING_TRUE: EarlyStopping
 EARLY_STOPPING_NEVER: EarlyStopping
+NORMALIZATION_UNSPECIFIED: Normalization
+NORMALIZATION_VOCAB: Normalization
+NORMALIZATION_SID: Normalization
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "input_ids", "beam_width", "n", "max_new_tokens", "min_new_tokens", "length_penalty", "early_stopping", "custom_eos", "eos_token_ids", "ignore_eos", "constrained", "catalog", "temperature", "top_p", "top_k", "seed", "return_logprobs")
+    __slots__ = ("request_id", "input_ids", "beam_width", "n", "max_new_tokens", "min_new_tokens", "length_penalty", "early_stopping", "custom_eos", "eos_token_ids", "ignore_eos", "constrained", "catalog", "temperature", "top_p", "top_k", "seed", "return_logprobs", "normalization")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     BEAM_WIDTH_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +59,7 @@ class GenerateRequest(_message.Message):
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     RETURN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     beam_width: int
@@ -68,7 +78,8 @@ class GenerateRequest(_message.Message):
     top_k: int
     seed: int
     return_logprobs: bool
-    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., beam_width: _Optional[int] = ..., n: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[EarlyStopping, str]] = ..., custom_eos: _Optional[bool] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., constrained: _Optional[bool] = ..., catalog: _Optional[str] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., return_logprobs: _Optional[bool] = ...) -> None: ...
+    normalization: Normalization
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., beam_width: _Optional[int] = ..., n: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[EarlyStopping, str]] = ..., custom_eos: _Optional[bool] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., constrained: _Optional[bool] = ..., catalog: _Optional[str] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., return_logprobs: _Optional[bool] = ..., normalization: _Optional[_Union[Normalization, str]] = ...) -> None: ...
 
 class Beam(_message.Message):
     __slots__ = ("output_ids", "score", "cum_logprob", "finish_reason", "logprobs", "item_ids")
@@ -121,7 +132,7 @@ class Sid(_message.Message):
     def __init__(self, codes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RecommendRequest(_message.Message):
-    __slots__ = ("request_id", "history_item_ids", "history_sids", "n", "beam_width", "catalog", "exclude_item_ids", "skip_unknown_items", "length_penalty")
+    __slots__ = ("request_id", "history_item_ids", "history_sids", "n", "beam_width", "catalog", "exclude_item_ids", "skip_unknown_items", "length_penalty", "normalization")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     HISTORY_ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
     HISTORY_SIDS_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +142,7 @@ class RecommendRequest(_message.Message):
     EXCLUDE_ITEM_IDS_FIELD_NUMBER: _ClassVar[int]
     SKIP_UNKNOWN_ITEMS_FIELD_NUMBER: _ClassVar[int]
     LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     history_item_ids: _containers.RepeatedScalarFieldContainer[str]
     history_sids: _containers.RepeatedCompositeFieldContainer[Sid]
@@ -140,7 +152,8 @@ class RecommendRequest(_message.Message):
     exclude_item_ids: _containers.RepeatedScalarFieldContainer[str]
     skip_unknown_items: bool
     length_penalty: float
-    def __init__(self, request_id: _Optional[str] = ..., history_item_ids: _Optional[_Iterable[str]] = ..., history_sids: _Optional[_Iterable[_Union[Sid, _Mapping]]] = ..., n: _Optional[int] = ..., beam_width: _Optional[int] = ..., catalog: _Optional[str] = ..., exclude_item_ids: _Optional[_Iterable[str]] = ..., skip_unknown_items: _Optional[bool] = ..., length_penalty: _Optional[float] = ...) -> None: ...
+    normalization: Normalization
+    def __init__(self, request_id: _Optional[str] = ..., history_item_ids: _Optional[_Iterable[str]] = ..., history_sids: _Optional[_Iterable[_Union[Sid, _Mapping]]] = ..., n: _Optional[int] = ..., beam_width: _Optional[int] = ..., catalog: _Optional[str] = ..., exclude_item_ids: _Optional[_Iterable[str]] = ..., skip_unknown_items: _Optional[bool] = ..., length_penalty: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ...) -> None: ...
 
 class RecommendedItem(_message.Message):
     __slots__ = ("item_id", "score", "sid")
