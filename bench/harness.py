@@ -191,10 +191,13 @@ def drive(
     check: Callable[[RequestOutput], None] | None = None,
 ) -> RunStats:
     """Open-loop arrivals every 1/qps s (all at once when qps is None), at most `concurrency`
-    in flight; latency runs from when a request is handed to the engine until it finishes."""
+    in flight; latency runs from when a request is handed to the engine until it finishes.
+    `check` sees every output after the timed loop (a client's own checking is not the
+    engine's time)."""
     waiting = deque(requests)
     started: dict[str, float] = {}
     latencies: list[float] = []
+    outputs: list[RequestOutput] = []
     captured = graph_captures(engine)
     collector = GcTimer()
     t0 = time.perf_counter()
@@ -213,10 +216,13 @@ def drive(
             if out.error is not None:
                 raise RuntimeError(f"{out.request_id}: {out.error}")
             if check is not None:
-                check(out)
+                outputs.append(out)
             latencies.append((time.perf_counter() - started.pop(out.request_id)) * 1000)
     elapsed = time.perf_counter() - t0
     collector.stop()
+    for out in outputs:
+        assert check is not None
+        check(out)
     if collector.passes[2]:
         print(f"[gc] {len(requests)} requests: {collector.summary()}")
     after = graph_captures(engine)

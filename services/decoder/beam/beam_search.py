@@ -44,11 +44,19 @@ class StepSelection(NamedTuple):
     tokens: torch.Tensor  # [k] int64, the token each new row appends
 
 
-class FinishedBeam(NamedTuple):
-    tokens: list[int]
-    token_logprobs: list[float]
-    score: float
-    cum_logprob: float
+class FinishedBeams(NamedTuple):
+    """A finished request's returned hypotheses, best first, column by column (a wide request
+    returns thousands: one Python object per hypothesis is built later, once)."""
+
+    tokens: list[list[int]]
+    token_logprobs: list[list[float]] | None  # None unless asked for
+    scores: list[float]
+    cum_logprobs: list[float]
+    paths: np.ndarray  # [m, L] int64 the same tokens, -1 after each hypothesis' end
+
+    @classmethod
+    def empty(cls) -> FinishedBeams:
+        return cls([], None, [], [], np.zeros((0, 0), dtype=np.int64))
 
 
 @dataclass
@@ -193,17 +201,17 @@ class BeamSearch:
         scores, pick = torch.topk(row_scores.reshape(-1), k=self.keep)
         return scores, flat_ids.reshape(-1)[pick]
 
-    def results(self) -> list[FinishedBeam]:
+    def results(self, with_logprobs: bool = False) -> FinishedBeams:
         """The best `num_return` finished hypotheses, best first; ghosts and unfinished or
         impossible (-inf) slots are dropped, so fewer may be returned. Reads the host copies:
         call it once the step's copies have landed (the engine waits on the step's event).
         All hypotheses are traced back through the step history at once (numpy)."""
         if self.host_finished is None:
-            return []
+            return FinishedBeams.empty()
         fin_ints, fin_floats = (t.numpy()[:, : self.num_return] for t in self.host_finished)
         slots = np.flatnonzero(fin_ints[3])
         if not slots.size:
-            return []
+            return FinishedBeams.empty()
         last = fin_ints[0, slots]  # [m] index of each hypothesis' final token
         length = int(last.max()) + 1
         tokens = np.zeros((slots.size, length), dtype=np.int64)
@@ -219,10 +227,16 @@ class BeamSearch:
             tokens[live, step] = ints[1, at]
             lps[live, step] = step_lps[at]
             row[live] = ints[0, at]
-        ends = (last + 1).tolist()
-        tok_rows, lp_rows = tokens.tolist(), lps.tolist()
+        inside = np.arange(length)[None, :] <= last[:, None]  # [m, L]
         scores, cums = fin_floats[0, slots].tolist(), fin_floats[1, slots].tolist()
-        return [
-            FinishedBeam(tok_rows[i][:end], lp_rows[i][:end], scores[i], cums[i])
-            for i, end in enumerate(ends)
-        ]
+        token_lps = _ragged_rows(lps, last) if with_logprobs else None
+        paths = np.where(inside, tokens, -1)
+        return FinishedBeams(_ragged_rows(tokens, last), token_lps, scores, cums, paths)
+
+
+def _ragged_rows(values: np.ndarray, last: np.ndarray) -> list[list]:
+    """[m, L] -> m lists, row i cut after index last[i] (no copy per row when all are full)."""
+    rows = values.tolist()
+    if int(last.min()) == values.shape[1] - 1:
+        return rows
+    return [r[: end + 1] for r, end in zip(rows, last.tolist(), strict=True)]

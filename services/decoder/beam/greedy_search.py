@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
-from widebeam.services.decoder.beam.beam_search import FinishedBeam, StepSelection
+from widebeam.services.decoder.beam.beam_search import FinishedBeams, StepSelection
 from widebeam.services.decoder.beam.sampler import SamplingParams, choose_token
 
 
@@ -47,7 +48,9 @@ class GreedySearch:
         zero = torch.zeros(1, dtype=torch.int64, device=self.device)
         return StepSelection(zero, torch.full((1,), token, dtype=torch.int64, device=self.device))
 
-    def results(self) -> list[FinishedBeam]:
+    def results(self, with_logprobs: bool = False) -> FinishedBeams:
         cum = float(self.cum_logprob)
         score = float(self.cum_logprob / (len(self.tokens) ** self.length_penalty))
-        return [FinishedBeam(list(self.tokens), list(self.token_logprobs), score, cum)]
+        lps = [list(self.token_logprobs)] if with_logprobs else None
+        paths = np.asarray([self.tokens], dtype=np.int64).reshape(1, len(self.tokens))
+        return FinishedBeams([list(self.tokens)], lps, [score], [cum], paths)

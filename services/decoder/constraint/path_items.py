@@ -34,16 +34,24 @@ class PathItems:
         found = (tokens >= 0) & (tokens < self.key_base) & (self.edge_keys[pos] == keys)
         return np.where(found, self.edge_child[pos], -1)
 
-    def items(self, start_node: int, paths: Sequence[Sequence[int]]) -> list[list[str]]:
+    def items(
+        self,
+        start_node: int,
+        paths: Sequence[Sequence[int]] | np.ndarray,  # or [m, L] int64, -1 after each end
+    ) -> list[list[str]]:
         """Per path: the items of the complete SID it spells from `start_node` (tokens after
         the SID's leaf, such as its end token or EOS, are ignored), or [] when it spells
         none."""
-        if not paths:
+        if len(paths) == 0:
             return []
-        depth = max(len(p) for p in paths)
-        tokens = np.full((len(paths), depth), -1, dtype=np.int64)  # -1: the path has ended
-        for i, path in enumerate(paths):
-            tokens[i, : len(path)] = path
+        if isinstance(paths, np.ndarray):
+            tokens = paths
+        else:
+            depth = max(len(p) for p in paths)
+            tokens = np.full((len(paths), depth), -1, dtype=np.int64)  # -1: the path has ended
+            for i, path in enumerate(paths):
+                tokens[i, : len(path)] = path
+        depth = tokens.shape[1]
         nodes = np.full(len(paths), start_node, dtype=np.int64)
         leaf_sid = self.trie.leaf_sid
         for level in range(depth):

@@ -129,7 +129,9 @@ class TrieConstraint:
         return torch.where(found, self.child_nodes[pos], OFF_TRIE)
 
     def items_for_paths(
-        self, prompt_ids: tuple[int, ...], paths: Sequence[Sequence[int]]
+        self,
+        prompt_ids: tuple[int, ...],
+        paths: Sequence[Sequence[int]] | np.ndarray,  # or [m, L] int64, -1 after each end
     ) -> list[list[str]]:
         """The items each output path names (see `PathItems.items`)."""
         return self.path_items.items(self.start_node(prompt_ids), paths)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from widebeam.kernels.kv.kv_write import write_kv
 from widebeam.services.decoder.host_copies import to_device_async
 
 
@@ -32,9 +33,8 @@ class KVCache:
         return self.k.shape[1]
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """slots: [N] int64; k, v: [N, kv_heads, head_dim]."""
-        self.k[layer].index_copy_(0, slots, k.to(self.k.dtype))
-        self.v[layer].index_copy_(0, slots, v.to(self.v.dtype))
+        """slots: [N] int64; k, v: [N, kv_heads, head_dim] (v may be a view of a fused qkv)."""
+        write_kv(self.k[layer], self.v[layer], slots, k, v)
 
 
 def slots_of_pages(pages: list[int], page_size: int, device: torch.device | str) -> torch.Tensor:
