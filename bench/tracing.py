@@ -69,7 +69,12 @@ def _union_ms(spans: list[tuple[float, float]]) -> float:
 def summarize(events: list[dict]) -> str:
     """The report of a Chrome trace's events (times in microseconds)."""
     kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
-    phases = [e for e in events if str(e.get("name", "")).startswith("phase:") and "dur" in e]
+    # The host's own ranges ("gpu_user_annotation" mirrors them on the device's timeline).
+    phases = [
+        e
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("phase:")
+    ]
     if not kernels:
         return "no kernels recorded"
     spans = [(k["ts"], k["ts"] + k["dur"]) for k in kernels]
