@@ -96,6 +96,8 @@ GENERATE_CASES: dict[str, pb.GenerateRequest] = {
     "top_p inf": gen(temperature=0.7, top_p=INF),
     "top_k <0": gen(temperature=0.7, top_k=-1),
     "early_stopping unknown enum": gen(beam_width=2, early_stopping=99),
+    "normalization unknown enum": gen(beam_width=2, normalization=99),
+    "sid normalization, unconstrained": gen(beam_width=2, normalization=pb.NORMALIZATION_SID),
     "eos ids without custom_eos": gen(eos_token_ids=[1]),
     "eos id negative": gen(custom_eos=True, eos_token_ids=[-1]),
     "eos id huge": gen(custom_eos=True, eos_token_ids=[INT64_MAX]),
@@ -123,6 +125,7 @@ RECOMMEND_CASES: dict[str, pb.RecommendRequest] = {
     ),
     "unknown catalog": recommend(catalog="nope"),
     "length_penalty nan": recommend(length_penalty=NAN),
+    "normalization unknown enum": recommend(normalization=99),
 }
 
 
