@@ -1,6 +1,6 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,prefill,logits,layers] [--reps 50] [--no-flush]
+    python kernels.py [--only attention,prefill,logits,layers,kv] [--reps 50] [--no-flush]
         [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto] [--suffix-stages auto]
         [--tag SUFFIX] [--smoke]
 
@@ -301,6 +301,54 @@ def layers(args: argparse.Namespace) -> list[Case]:
                 check=tol,
             )
         )
+        fused = rand(rows, 2 * inter)  # the engine's layout: halves of one gate_up GEMM
+        halves = fused.chunk(2, dim=1)
+        cases.append(
+            Case(
+                kernel="silu_mul (fused halves)",
+                shape=f"{rows} x 2·{inter} bf16",
+                triton=lambda h=halves: triton_layers.silu_mul_triton(*h),
+                torch=lambda h=halves: torch_ref.silu_mul_ref(*h),
+                bytes=3 * gate.numel() * 2,
+                check=tol,
+            )
+        )
+    return cases
+
+
+def kv(args: argparse.Namespace) -> list[Case]:
+    """The KV write of one layer: K and V rows (strided views of a fused qkv output) to their
+    slots, against two `index_copy_` calls."""
+    from widebeam.kernels.kv import kv_write, triton_kv_write
+
+    q_heads, kv_heads, dim = (4, 2, 32) if args.smoke else QWEN3["1.7b"]
+    cases = []
+    for rows in (7,) if args.smoke else (256, 5000, 6144):  # W2 step, W1 step, W3 n = 512
+        width = kv_heads * dim
+        qkv = torch.randn(rows, (q_heads + 2 * kv_heads) * dim, device=DEVICE).bfloat16()
+        k = qkv[:, q_heads * dim : q_heads * dim + width].view(rows, kv_heads, dim)
+        v = qkv[:, q_heads * dim + width :].view(rows, kv_heads, dim)
+        slots = torch.randperm(4 * rows, device=DEVICE)[:rows]
+        caches = [torch.zeros(2, 4 * rows, kv_heads, dim, device=DEVICE).bfloat16() for _ in "ab"]
+
+        def fused(c: torch.Tensor = caches[0], k=k, v=v, s=slots) -> torch.Tensor:
+            triton_kv_write.write_kv_triton(c[0], c[1], s, k, v)
+            return c
+
+        def ref(c: torch.Tensor = caches[1], k=k, v=v, s=slots) -> torch.Tensor:
+            kv_write.write_kv_ref(c[0], c[1], s, k, v)
+            return c
+
+        cases.append(
+            Case(
+                kernel="kv_write",
+                shape=f"{rows} rows x {kv_heads} x {dim} bf16",
+                triton=fused,
+                torch=ref,
+                bytes=2 * 2 * k.numel() * 2 + rows * 8,
+                check=close({"rtol": 0, "atol": 0}),
+            )
+        )
     return cases
 
 
@@ -309,6 +357,7 @@ GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "prefill": prefill,
     "logits": logits,
     "layers": layers,
+    "kv": kv,
 }
 
 
