@@ -23,6 +23,7 @@ from widebeam.services.decoder.beam.candidates import (
 )
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
+from widebeam.services.decoder.request import Normalization
 
 # (hidden [n, hidden], columns [C] int64 sorted, optional) -> [n, vocab] or [n, C] model dtype
 Head = Callable[..., torch.Tensor]
@@ -41,7 +42,7 @@ class ExpansionSpec:
     early_stopping: bool | str
     wide: bool  # ranks blocks (one request), not each row's top `keep`
     constraint: TrieConstraint | None
-    normalization: str = "vocab"  # "sid": over the constraint's `sid_columns` only
+    normalization: Normalization = "vocab"  # "sid": over the constraint's `sid_columns` only
 
 
 class CohortBatch(NamedTuple):
