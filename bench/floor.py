@@ -16,10 +16,14 @@ def linear_params(cfg: ModelConfig) -> int:
     return cfg.num_hidden_layers * (attn + mlp)
 
 
-def request_flops(cfg: ModelConfig, prompt: int, beams: int, new_tokens: int) -> float:
+def request_flops(
+    cfg: ModelConfig, prompt: int, beams: int, new_tokens: int, head_columns: int | None = None
+) -> float:
     """Prefill of the prompt + (new_tokens - 1) decode steps over `beams` rows, each step's LM
-    head over all rows, and attention (prompt causal; each decode row over prompt + suffix)."""
-    head = 2 * cfg.hidden_size * cfg.vocab_size
+    head over all rows, and attention (prompt causal; each decode row over prompt + suffix).
+    `head_columns`: the LM head computes that many columns (`normalization="sid"`), not the
+    vocabulary."""
+    head = 2 * cfg.hidden_size * (head_columns or cfg.vocab_size)
     lin = 2 * linear_params(cfg)
     attn_unit = 2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim  # per q·k pair
     flops = lin * prompt + head + attn_unit * prompt * prompt  # causal: P^2/2 pairs, x2 (QK, PV)
@@ -28,10 +32,13 @@ def request_flops(cfg: ModelConfig, prompt: int, beams: int, new_tokens: int) ->
     return float(flops)
 
 
-def linear_step_ms(model: torch.nn.Module, rows: int, reps: int = 10) -> float:
+def linear_step_ms(
+    model: torch.nn.Module, rows: int, columns: torch.Tensor | None = None, reps: int = 10
+) -> float:
     """One decode step's linear layers as the engine runs them (per layer the fused q,k,v, o,
     the fused gate/up, down; then the aligned LM head) at `rows` rows, captured once as a CUDA
-    graph and replayed: cuBLAS at this shape."""
+    graph and replayed: cuBLAS at this shape. `columns` [C] int64: the head computes those
+    vocabulary columns only (`normalization="sid"`)."""
     x = torch.randn(rows, model.config.hidden_size, device="cuda", dtype=model.dtype)
     weights = []
     for layer in model.model.layers:
@@ -48,7 +55,7 @@ def linear_step_ms(model: torch.nn.Module, rows: int, reps: int = 10) -> float:
             h = h + torch.nn.functional.linear(attn_out, o)
             gate, up = torch.nn.functional.linear(h, gate_up).chunk(2, dim=1)
             h = h + torch.nn.functional.linear(gate * up, down)
-        return model.head_logits(h)
+        return model.head_logits(h) if columns is None else model.column_logits(h, columns)
 
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):

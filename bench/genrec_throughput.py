@@ -61,6 +61,10 @@ def main() -> None:
         **engine_options(args),
     )
     layout = engine.sid_layout
+    # The floors count the LM head the requests run: the SID columns only with "sid" (the
+    # requests have no EOS, so the columns are the layout's tokens).
+    columns = engine.constraint.sid_columns(()) if args.normalization == "sid" else None
+    head_columns = None if columns is None else columns.numel()
     bases = [lv.base for lv in layout.levels]
     begin, end = layout.begin_token_id, layout.end_token_id
     rng = random.Random(0)
@@ -104,10 +108,13 @@ def main() -> None:
             traced(engine, f"w3_n{width}") if args.trace else contextlib.nullcontext(),
         ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
-        floor_rps = peak * 1e12 / request_flops(model.config, 301, width, 4)
+        flops = request_flops(model.config, 301, width, 4, head_columns)
+        floor_rps = peak * 1e12 / flops
         # Practical floor: `conc` requests advance together; per round, their prompts' linear
         # layers once and 3 decode steps over conc x width rows (cuBLAS at these shapes).
-        round_ms = linear_step_ms(model, conc * 301) + 3 * linear_step_ms(model, conc * width)
+        round_ms = linear_step_ms(model, conc * 301, columns) + 3 * linear_step_ms(
+            model, conc * width, columns
+        )
         graph_rps = conc / (round_ms / 1000)
         row = {
             "width": width,

@@ -220,9 +220,9 @@ def drive(
             latencies.append((time.perf_counter() - started.pop(out.request_id)) * 1000)
     elapsed = time.perf_counter() - t0
     collector.stop()
-    for out in outputs:
-        assert check is not None
-        check(out)
+    if check is not None:
+        for out in outputs:
+            check(out)
     if collector.passes[2]:
         print(f"[gc] {len(requests)} requests: {collector.summary()}")
     after = graph_captures(engine)

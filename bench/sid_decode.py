@@ -67,6 +67,10 @@ def main() -> None:
         **engine_options(args),
     )
 
+    # The floors count the LM head the requests run: the SID columns only with "sid".
+    columns = engine.constraint.sid_columns(()) if args.normalization == "sid" else None
+    head_columns = None if columns is None else columns.numel()
+
     def req(ctx: int, i: int) -> GenerationRequest:
         return GenerationRequest(
             f"w2-{ctx}-{i}",
@@ -88,8 +92,9 @@ def main() -> None:
         with traced(engine, f"w2_ctx{ctx}") if args.trace else contextlib.nullcontext():
             single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()
         online = drive(engine, [req(ctx, 100 + i) for i in range(4 * reps)], None, 4).summary()
-        floor_ms = request_flops(model.config, ctx, BEAMS, STEPS) / (peak * 1e12) * 1000
-        graph_ms = linear_step_ms(model, BEAMS) * (STEPS - 1)
+        flops = request_flops(model.config, ctx, BEAMS, STEPS, head_columns)
+        floor_ms = flops / (peak * 1e12) * 1000
+        graph_ms = linear_step_ms(model, BEAMS, columns) * (STEPS - 1)
         hf = hf_ms if ctx == 1000 else None
         row = {
             "context": ctx,
