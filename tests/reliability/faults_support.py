@@ -30,6 +30,17 @@ class Tally:
     def counts(self, since: float = 0.0) -> Counter[str]:
         return Counter(outcome for sent, outcome, _ in self.calls if sent >= since)
 
+    def wait_for_answers(self, count: int, since: float, timeout: float) -> int:
+        """Until `count` calls sent at or after `since` have ended (calls are tallied as they
+        end), or `timeout` s passed; returns how many there are. Windows bounded by counts, not
+        by seconds, keep a scenario's verdict independent of the machine's speed."""
+        deadline = time.monotonic() + timeout
+        while (seen := sum(self.counts(since).values())) < count:
+            if time.monotonic() > deadline:
+                return seen
+            time.sleep(0.05)
+        return seen
+
     def max_latency(self) -> float:
         return max((lat for _, _, lat in self.calls), default=0.0)
 
