@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import httpx
 import pytest
@@ -84,9 +83,8 @@ def test_http_requests_are_shed_while_the_decoder_is_full(
         thread.start()
         gauge = f'widebeam_gateway_decoder_in_flight{{decoder="{decoder_server.address}"}} 1.0'
         wait_until(lambda: gauge in http.get("/metrics").text, 10, "the slow call in flight")
-        started = time.monotonic()
         shed = http.post("/v1/recommend", json={"history": HISTORY, "n": 2})
-        elapsed = time.monotonic() - started
+        slow_still_running = thread.is_alive()
         chat = http.post("/v1/chat/completions", json={"model": "model", "messages": []})
         models = http.get("/v1/models")
         thread.join(60)
@@ -96,7 +94,7 @@ def test_http_requests_are_shed_while_the_decoder_is_full(
     assert shed.status_code == 429 and shed.headers["Retry-After"] == "1"
     assert shed.json()["error"]["type"] == "rate_limit_error"
     assert "max_in_flight_per_decoder" in shed.json()["error"]["message"]
-    assert elapsed < 1.0, "a shed request must not wait for the slot"
+    assert slow_still_running, "a shed request must not wait for the slot"
     assert chat.status_code == 429  # shed before its body is even validated
     assert models.status_code == 200  # no decoder call, never shed
     assert after.status_code == 200 and len(after.json()["items"]) == 2

@@ -29,7 +29,7 @@ def run(path: str, drive: Drive, timeout_s: float = 10.0) -> tuple[list[Outcome]
 
 def test_closed_loop_stops_after_max_requests() -> None:
     outcomes, elapsed, served = run("/ok", lambda s, c: closed_loop(s, c, 4, 30, 50))
-    assert len(outcomes) == served == 50 and elapsed < 10
+    assert len(outcomes) == served == 50 and elapsed < 60  # a hang guard
     assert {o.status for o in outcomes} == {200}
     # {"ok": true} is no recommendation: the check says so rather than passing it.
     assert all(o.problem == "no check for /ok" for o in outcomes)
@@ -37,8 +37,10 @@ def test_closed_loop_stops_after_max_requests() -> None:
 
 def test_open_loop_keeps_its_rate_whatever_the_answers_take() -> None:
     outcomes, elapsed, _ = run("/slow", lambda s, c: open_loop(s, c, rate=100, duration_s=1.0))
-    # Poisson arrivals: 100 expected, 3 standard deviations either side.
-    assert 70 <= len(outcomes) <= 130 and 1.0 <= elapsed < 1.5
+    # Poisson arrivals: 100 expected, 3 standard deviations either side. Sending took the
+    # schedule's second, not the ~30 s that waiting for each 0.3 s answer would (the slack is a
+    # busy machine's).
+    assert 70 <= len(outcomes) <= 130 and 1.0 <= elapsed < 10
     assert all(o.status == 200 and o.latency >= 0.3 for o in outcomes)
     assert max(o.sent for o in outcomes) < 1.0
 

@@ -70,7 +70,8 @@ def test_million_duplicate_keys_is_rejected_with_bounded_memory() -> None:
         tracemalloc.stop()
     assert "duplicate key '1,2,3'" in msg
     assert peak < 12 * len(data)  # proportional to the (capped) input, no blow-up
-    assert time.perf_counter() - start < 10
+    # A hang guard, not a speed claim: a quadratic duplicate check takes hours on this input.
+    assert time.perf_counter() - start < 120
 
 
 def test_gzip_bomb_stops_at_the_cap() -> None:

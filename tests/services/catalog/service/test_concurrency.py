@@ -74,6 +74,7 @@ def test_service_answers_while_a_large_catalog_builds(service: Service) -> None:
     uploader = threading.Thread(
         target=lambda: result.append(service.upload("big", body).status_code)
     )
+    began = time.perf_counter()
     uploader.start()
     latencies = []
     while uploader.is_alive():
@@ -82,6 +83,8 @@ def test_service_answers_while_a_large_catalog_builds(service: Service) -> None:
         latencies.append(time.perf_counter() - t0)
         time.sleep(0.01)
     uploader.join()
+    upload_s = time.perf_counter() - began
     assert result == [201]
-    # The parse/build/publish runs in worker threads: the event loop keeps answering.
-    assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
+    # The parse/build/publish runs in worker threads: the event loop keeps answering all through
+    # it. Relative to the upload's own length, so a slow or busy machine changes nothing.
+    assert len(latencies) >= 5 and max(latencies) < upload_s / 3, (upload_s, latencies)
