@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry, CatalogError
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie_build import (
     build_arrays,
@@ -32,6 +31,7 @@ from widebeam.services.catalog.trie_build import (
     step_ranges,
 )
 from widebeam.services.catalog.trie_io import content_hash, pack_arrays, unpack_arrays
+from widebeam.services.catalog.types import CatalogEntry, CatalogError
 
 DEFAULT_DENSE_CELL_BUDGET = 1 << 24
 

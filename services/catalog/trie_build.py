@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry, CatalogError
 from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.catalog.types import CatalogEntry, CatalogError
 
 
 class TrieArrays(NamedTuple):

@@ -1,4 +1,10 @@
-"""Build the decoder's trie constraint from a catalog file and the model's SID layout."""
+"""Build the decoder's trie constraint from a catalog file and the model's SID layout.
+
+The file goes through the catalog service's own pipeline (``formats.load_trie``): every format
+an upload takes (JSONL, CSV, Parquet, FlashRec, sid2pid; gzip or not, auto-detected), the same
+validation, and per SID the same item order (popularity first) as the same file published
+through Redis.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,8 @@ from pathlib import Path
 
 import torch
 
-from widebeam.services.catalog.jsonl_catalog import load_jsonl_catalog
+from widebeam.services.catalog.formats import load_trie
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.catalog.trie import SidTrie
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 
 
@@ -25,5 +30,6 @@ def resolve_layout(model_dir: str | Path, spec: str | None, vocab_size: int) -> 
 def load_catalog_constraint(
     path: str | Path, layout: SidLayout, device: torch.device | str
 ) -> TrieConstraint:
-    trie = SidTrie.build(load_jsonl_catalog(path), layout)
+    """The catalog file at ``path`` as a constraint; ``CatalogError`` names the row at fault."""
+    trie, _ = load_trie(Path(path), layout)
     return TrieConstraint(trie, version=f"file-{trie.content_hash[:12]}", device=device)

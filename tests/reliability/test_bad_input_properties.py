@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.services.catalog.test_trie import assert_matches, make_layout, reference_trie
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.catalog.formats import CatalogError, build_trie, load_catalog
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
+from widebeam.services.catalog.types import CatalogEntry
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.request import GenerationRequest, RequestError

@@ -3,7 +3,9 @@
 ``load_catalog`` auto-detects the format, parses it to a ``CatalogTable`` and validates it;
 every failure is a ``CatalogError`` whose message names the line / row / key at fault.
 Items sharing a SID are kept by popularity, highest first (ties: input order); build tries
-from ``table.sorted_for_trie()`` or with ``build_trie(table, layout)``.
+from ``table.sorted_for_trie()`` or with ``build_trie(table, layout)``; ``load_trie`` does
+load + build in one call and is what both the catalog service and the decoder's catalog file
+use.
 """
 
 from widebeam.services.catalog.formats.csv_table import parse_csv
@@ -14,9 +16,9 @@ from widebeam.services.catalog.formats.parquet_table import parse_parquet
 from widebeam.services.catalog.formats.sid2pid import infer_codebook_size, parse_sid2pid
 from widebeam.services.catalog.formats.source import DEFAULT_MAX_BYTES
 from widebeam.services.catalog.formats.table import CatalogTable
-from widebeam.services.catalog.formats.trie_from_table import build_trie
+from widebeam.services.catalog.formats.trie_from_table import build_trie, load_trie
 from widebeam.services.catalog.formats.validate import validate_table
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -26,6 +28,7 @@ __all__ = [
     "build_trie",
     "infer_codebook_size",
     "load_catalog",
+    "load_trie",
     "parse_csv",
     "parse_flashrec",
     "parse_jsonl",

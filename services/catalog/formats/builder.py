@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from widebeam.services.catalog.formats.table import CatalogTable
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 
 class TableBuilder:

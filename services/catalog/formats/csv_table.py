@@ -24,7 +24,7 @@ from widebeam.services.catalog.formats.values import (
     item_id_from_value,
     popularity_from_text,
 )
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 _LEVEL_COL = re.compile(r"sid_(0|[1-9]\d{0,5})")
 _CODE_SEP = re.compile(r"[,;\s]+")

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 PARQUET_MAGIC = b"PAR1"
 HEAD_BYTES = 1 << 20

@@ -14,7 +14,7 @@ from typing import Any
 from widebeam.services.catalog.formats.builder import TableBuilder
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.values import codes_from_texts, item_id_from_value
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 
 def parse_flashrec(obj: dict[str, Any]) -> CatalogTable:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

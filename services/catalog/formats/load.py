@@ -17,8 +17,8 @@ from widebeam.services.catalog.formats.sid2pid import parse_sid2pid
 from widebeam.services.catalog.formats.source import DEFAULT_MAX_BYTES, RawInput, open_input
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.validate import validate_table
-from widebeam.services.catalog.jsonl_catalog import CatalogError
 from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.catalog.types import CatalogError
 
 FORMATS = ("jsonl", "csv", "parquet", "flashrec", "sid2pid")
 

@@ -18,7 +18,7 @@ from typing import Any
 from widebeam.services.catalog.formats.builder import TableBuilder
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.values import item_id_from_value, popularity_from_value
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 DEPTH = 3
 _MAX_C = 1 << 21  # C^3 must stay below 2^63 so packed keys fit int64

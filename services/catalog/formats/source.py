@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_MAX_BYTES = 2 << 30  # 2 GiB uncompressed; callers serving uploads pass their own limit

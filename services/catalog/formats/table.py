@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from widebeam.services.catalog.formats.bulk import paused_gc
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
+from widebeam.services.catalog.types import CatalogEntry
 
 # How a 1-based ``source_rows`` position is named in error messages, per input format.
 _ROW_NOUN = {"jsonl": "line", "csv": "line", "parquet": "row"}

@@ -1,13 +1,21 @@
-"""``build_trie``: a validated ``CatalogTable`` -> ``SidTrie``, items per SID by popularity.
+"""A catalog's trie: ``build_trie`` from a validated ``CatalogTable``, ``load_trie`` from any input.
 
-Equivalent to ``SidTrie.build(table.sorted_for_trie().entries(), layout)`` but skips the
-per-item ``CatalogEntry`` objects, which cost more than the trie construction itself at
-catalog scale (1.5M items).
+``load_trie`` is the one path every catalog takes to a trie — uploads to the catalog service
+and the decoder's catalog file alike — so the same file gives the same items in the same order
+(per SID: popularity descending, ties in input order) however it is served.
+
+``build_trie`` is equivalent to ``SidTrie.build(table.sorted_for_trie().entries(), layout)`` but
+skips the per-item ``CatalogEntry`` objects, which cost more than the trie construction itself
+at catalog scale (1.5M items).
 """
 
 from __future__ import annotations
 
+import os
+from typing import IO
+
 from widebeam.services.catalog.formats.bulk import paused_gc
+from widebeam.services.catalog.formats.load import load_catalog
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.validate import validate_table
 from widebeam.services.catalog.sid_layout import SidLayout
@@ -24,3 +32,21 @@ def build_trie(
         # validate_table did every check entries_to_columns would (depth, ranges, duplicates).
         arrays = build_arrays(ordered.item_ids, ordered.sids, layout)
         return SidTrie(layout, *arrays, dense_cell_budget=dense_cell_budget)
+
+
+def load_trie(
+    source: bytes | str | os.PathLike[str] | IO[bytes],
+    layout: SidLayout,
+    *,
+    format: str | None = None,
+    codebook_size: int | None = None,
+    max_bytes: int | None = None,
+) -> tuple[SidTrie, str]:
+    """Parse, validate against ``layout`` and build the trie; returns it and the input's format.
+
+    Arguments as :func:`load_catalog`'s; raises ``CatalogError`` naming the row / key at fault.
+    """
+    table = load_catalog(
+        source, format=format, codebook_size=codebook_size, max_bytes=max_bytes, layout=layout
+    )
+    return build_trie(table, layout), table.format

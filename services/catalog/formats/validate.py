@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from widebeam.services.catalog.formats.table import CatalogTable
-from widebeam.services.catalog.jsonl_catalog import CatalogError
 from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.catalog.types import CatalogError
 
 
 def validate_table(table: CatalogTable, layout: SidLayout | None = None) -> CatalogTable:

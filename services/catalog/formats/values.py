@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from widebeam.services.catalog.jsonl_catalog import CatalogError
+from widebeam.services.catalog.types import CatalogError
 
 # Trie arrays store codes and token ids as int32; anything larger can never fit a layout.
 MAX_CODE = 2**31 - 1

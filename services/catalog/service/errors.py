@@ -17,12 +17,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from widebeam.services.catalog.jsonl_catalog import CatalogError
 from widebeam.services.catalog.store import (
     InvalidNameError,
     StagingLostError,
     VersionNotFoundError,
 )
+from widebeam.services.catalog.types import CatalogError
 
 log = logging.getLogger("widebeam.catalog.service")
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from widebeam.services.catalog.formats import build_trie, load_catalog
+from widebeam.services.catalog.formats import load_trie
 from widebeam.services.catalog.service.errors import ApiError
 from widebeam.services.catalog.service.options import RESERVED_METADATA, UploadOptions
 from widebeam.services.catalog.service.state import ServiceState
@@ -48,14 +48,13 @@ def build(
     source: bytes | Path, options: UploadOptions, layout: SidLayout, max_inflated: int
 ) -> tuple[SidTrie, str]:
     """Parse, validate against ``layout`` and build the trie; CatalogError names the row/key."""
-    table = load_catalog(
+    return load_trie(
         source,
+        layout,
         format=options.format,
         codebook_size=options.codebook_size,
         max_bytes=max_inflated,
-        layout=layout,
     )
-    return build_trie(table, layout), table.format
 
 
 def publish(

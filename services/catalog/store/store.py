@@ -15,7 +15,6 @@ from typing import Any
 
 import redis
 
-from widebeam.services.catalog.jsonl_catalog import CatalogError
 from widebeam.services.catalog.store import codec, lookup, retention, scripts
 from widebeam.services.catalog.store.keys import (
     CatalogKeys,
@@ -33,6 +32,7 @@ from widebeam.services.catalog.store.types import (
     VersionNotFoundError,
 )
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogError
 
 log = logging.getLogger(__name__)
 

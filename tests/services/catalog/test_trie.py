@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
 from widebeam.services.catalog.sid_layout import SidLayout, SidLevel
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry
 
 LEAF = "__items__"
 

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry, CatalogError
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry, CatalogError
 
 from .test_trie import make_layout, random_catalog
 

@@ -1,4 +1,7 @@
-"""One logical catalog written in every supported input format (test helper)."""
+"""One logical catalog written in every supported input format (test helper).
+
+Every writer takes ``rows`` (default :data:`ROWS`) so other tests can write their own catalog.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import csv
 import gzip
 import io
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +22,8 @@ LAYOUT = SidLayout((SidLevel(100, C), SidLevel(100 + C, C), SidLevel(100 + 2 * C
 
 # (item_id, sid, popularity, title). Items 11/12/13 share SID (15, 0, 7) with popularity order
 # 12 > 13 = 11, so the artifact order is 12, 11, 13 (tie keeps input order).
-ROWS: list[tuple[str, tuple[int, int, int], float, str]] = [
+Row = tuple[str, tuple[int, ...], float, str]
+ROWS: list[Row] = [
     ("11", (15, 0, 7), 3.0, "lamp"),
     ("12", (15, 0, 7), 9.0, "desk"),
     ("sku-7", (0, 1, 2), 1.0, "chair, blue"),
@@ -28,9 +33,9 @@ ROWS: list[tuple[str, tuple[int, int, int], float, str]] = [
 ]
 
 
-def jsonl(levels: bool = False) -> bytes:
+def jsonl(levels: bool = False, rows: Sequence[Row] = ROWS) -> bytes:
     lines = []
-    for item, sid, pop, title in ROWS:
+    for item, sid, pop, title in rows:
         rec: dict[str, Any] = {"item_id": item, "popularity": pop, "title": title}
         if levels:
             rec.update({f"sid_{i}": c for i, c in enumerate(sid)})
@@ -40,7 +45,7 @@ def jsonl(levels: bool = False) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def csv_bytes(style: str = "comma") -> bytes:
+def csv_bytes(style: str = "comma", rows: Sequence[Row] = ROWS) -> bytes:
     """style: 'comma' / 'semicolon' / 'space' / 'json' (one sid field) or 'levels' (sid_k)."""
     out = io.StringIO()
     w = csv.writer(out)
@@ -48,7 +53,7 @@ def csv_bytes(style: str = "comma") -> bytes:
     w.writerow(["item_id", *(["sid_0", "sid_1", "sid_2"] if levels else ["sid"]), "popularity",
                 "title"])  # fmt: skip
     sep = {"comma": ",", "semicolon": ";", "space": " "}.get(style)
-    for item, sid, pop, title in ROWS:
+    for item, sid, pop, title in rows:
         if levels:
             sid_cells = [str(c) for c in sid]
         else:
@@ -57,23 +62,23 @@ def csv_bytes(style: str = "comma") -> bytes:
     return out.getvalue().encode()
 
 
-def parquet(levels: bool = False) -> bytes:
-    cols: dict[str, Any] = {"item_id": [r[0] for r in ROWS]}
+def parquet(levels: bool = False, rows: Sequence[Row] = ROWS) -> bytes:
+    cols: dict[str, Any] = {"item_id": [r[0] for r in rows]}
     if levels:
         for i in range(3):
-            cols[f"sid_{i}"] = pa.array([r[1][i] for r in ROWS], pa.int32())
+            cols[f"sid_{i}"] = pa.array([r[1][i] for r in rows], pa.int32())
     else:
-        cols["sid"] = pa.array([list(r[1]) for r in ROWS], pa.list_(pa.int64()))
-    cols["popularity"] = [r[2] for r in ROWS]
-    cols["title"] = [r[3] for r in ROWS]
+        cols["sid"] = pa.array([list(r[1]) for r in rows], pa.list_(pa.int64()))
+    cols["popularity"] = [r[2] for r in rows]
+    cols["title"] = [r[3] for r in rows]
     buf = io.BytesIO()
     pq.write_table(pa.table(cols), buf, row_group_size=2)  # several row groups / batches
     return buf.getvalue()
 
 
-def _by_sid() -> dict[tuple[int, ...], list[str]]:
+def _by_sid(rows: Sequence[Row]) -> dict[tuple[int, ...], list[str]]:
     groups: dict[tuple[int, ...], list[str]] = {}
-    for item, sid, _, _ in ROWS:
+    for item, sid, _, _ in rows:
         groups.setdefault(sid, []).append(item)
     return groups
 
@@ -82,9 +87,9 @@ def _id(item: str) -> int | str:
     return int(item) if item.isdigit() else item
 
 
-def flashrec() -> bytes:
+def flashrec(rows: Sequence[Row] = ROWS) -> bytes:
     obj = {}
-    for sid, items in _by_sid().items():
+    for sid, items in _by_sid(rows).items():
         ids = [_id(i) for i in items]
         obj[",".join(map(str, sid))] = ids if len(ids) > 1 else ids[0]
     return json.dumps(obj).encode()
@@ -94,9 +99,9 @@ def pack(sid: tuple[int, ...], c: int = C) -> int:
     return (sid[0] * c + sid[1]) * c + sid[2]
 
 
-def sid2pid(indent: int | None = None) -> bytes:
+def sid2pid(indent: int | None = None, rows: Sequence[Row] = ROWS) -> bytes:
     obj: dict[str, list[dict[str, Any]]] = {}
-    for item, sid, pop, title in ROWS:
+    for item, sid, pop, title in rows:
         obj.setdefault(str(pack(sid)), []).append({"pid": _id(item), "count": pop, "title": title})
     return json.dumps(obj, indent=indent).encode()
 

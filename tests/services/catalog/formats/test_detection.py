@@ -48,6 +48,26 @@ def test_tsv_and_metadata_text() -> None:
     assert table.source_rows is not None and table.source_rows.tolist() == [2, 4]
 
 
+def test_jsonl_blank_lines_extra_keys_and_file_order() -> None:
+    text = (
+        '{"item_id": "a", "sid": [1, 2, 3], "title": "extra keys are metadata"}\n'
+        "\n   \n"
+        '{"item_id": "b", "sid": [1, 2, 4]}\n{"item_id": "c", "sid": [1, 2, 3]}\n'
+    )
+    table = load_catalog(text.encode())
+    assert table.item_ids == ["a", "b", "c"] and table.sids.tolist()[2] == [1, 2, 3]
+    assert table.metadata == [{"title": "extra keys are metadata"}, {}, {}]
+    assert table.items_by_popularity()[(1, 2, 3)] == ["a", "c"]  # no popularity: file order
+    # Line numbers in errors count the blank lines.
+    with pytest.raises(CatalogError, match="line 6: malformed JSON"):
+        load_catalog(text.encode() + b"oops\n")
+
+
+def test_unicode_item_ids() -> None:
+    table = load_catalog(json.dumps({"item_id": "ß\n☃", "sid": [0]}, ensure_ascii=False).encode())
+    assert table.item_ids == ["ß\n☃"]
+
+
 def test_integer_item_ids_become_strings() -> None:
     table = load_catalog(b'{"item_id": 7, "sid": [1, 2]}\n')
     assert table.item_ids == ["7"]

@@ -15,8 +15,8 @@ from widebeam.services.catalog.formats import (
     load_catalog,
     validate_table,
 )
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry
 
 REFERENCE_HASH = SidTrie.build([CatalogEntry(r[0], r[1]) for r in cw.ROWS], cw.LAYOUT).content_hash
 WITH_POPULARITY = [k for k in cw.ALL_FORMATS if not k.startswith("flashrec")]

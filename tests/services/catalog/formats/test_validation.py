@@ -56,6 +56,8 @@ OK = '{"item_id": "a", "sid": [1, 2, 3]}'
         ('{"item_id": "", "sid": [1, 2, 3]}', ["line 2", "item_id"]),
         ('{"sid": [1, 2, 3]}', ["line 2", "missing key 'item_id'"]),
         ('{"item_id": "b"}', ["line 2", "missing key 'sid'"]),
+        ('{"item_id": "b", "sid": "1,2,3"}', ["line 2", "'sid' must be a non-empty list"]),
+        ('{"item_id": "b", "sid": []}', ["line 2", "'sid' must be a non-empty list"]),
         ('{"item_id": "b", "sid_0": 1, "sid_2": 3}', ["line 2", "'sid_1'"]),
         ('{"item_id": "b", "sid": [1, 2, 3], "sid_0": 1}', ["line 2", "not both"]),
         ('{"item_id": "b", "sid": [1, 2, 3], "x": 1, "x": 2}', ["line 2", "duplicate key 'x'"]),

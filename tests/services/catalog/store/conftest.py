@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.store import CatalogStore
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry
 
 LAYOUT = SidLayout.parse("0:16,16:16,32:16")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry
 from widebeam.services.decoder.constraint.path_items import PathItems
 
 

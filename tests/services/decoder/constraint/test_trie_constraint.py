@@ -6,9 +6,9 @@ import random
 
 import torch
 
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry
 from widebeam.services.decoder.constraint.trie_constraint import OFF_TRIE, TrieConstraint
 
 VOCAB = 60

@@ -10,10 +10,10 @@ from google.protobuf import empty_pb2
 
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings, wait_until
-from widebeam.services.catalog.jsonl_catalog import CatalogEntry
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.store import CatalogStore
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.types import CatalogEntry
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.server.background import BackgroundServer
