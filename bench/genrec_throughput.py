@@ -33,7 +33,7 @@ from hf_baseline import hf_beam_ms, load_hf
 from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+from widebeam.services.decoder.request import GenerationRequest, Normalization, RequestOutput
 
 LEVELS = (512, 512, 512)
 HISTORY_ITEMS = 60  # x 5 tokens ([begin] a b c [end]) + the final begin = 301 tokens
@@ -63,7 +63,7 @@ def main() -> None:
     layout = engine.sid_layout
     # The floors count the LM head the requests run: the SID columns only with "sid" (the
     # requests have no EOS, so the columns are the layout's tokens).
-    columns = engine.constraint.sid_columns(()) if args.normalization == "sid" else None
+    columns = engine.constraint.sid_columns(()) if args.normalization == Normalization.SID else None
     head_columns = None if columns is None else columns.numel()
     bases = [lv.base for lv in layout.levels]
     begin, end = layout.begin_token_id, layout.end_token_id

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.config import BeamExpansion, EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.model.tiny import write_tiny_model
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+from widebeam.services.decoder.request import GenerationRequest, Normalization, RequestOutput
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 QWEN_VOCAB = 151936
@@ -74,7 +74,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attention", default="auto", choices=["auto", "torch", "triton", "flashinfer"]
     )
-    parser.add_argument("--expansion", default="streamed", choices=["streamed", "dense"])
+    parser.add_argument(
+        "--expansion", default=BeamExpansion.STREAMED, choices=[e.value for e in BeamExpansion]
+    )
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
     parser.add_argument(
@@ -82,8 +84,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--normalization",
-        default="vocab",
-        choices=["vocab", "sid"],
+        default=Normalization.VOCAB,
+        choices=[n.value for n in Normalization],
         help="constrained requests' log-prob normalisation (sid: the SID tokens only)",
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")

@@ -29,7 +29,7 @@ from hf_baseline import hf_beam_ms, load_hf
 from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.request import GenerationRequest, Normalization
 
 BEAMS, STEPS, CODEBOOK = 256, 3, 1024
 BASES = [140000, 140000 + CODEBOOK, 140000 + 2 * CODEBOOK]
@@ -68,7 +68,7 @@ def main() -> None:
     )
 
     # The floors count the LM head the requests run: the SID columns only with "sid".
-    columns = engine.constraint.sid_columns(()) if args.normalization == "sid" else None
+    columns = engine.constraint.sid_columns(()) if args.normalization == Normalization.SID else None
     head_columns = None if columns is None else columns.numel()
 
     def req(ctx: int, i: int) -> GenerationRequest:

@@ -7,21 +7,26 @@ import json
 import sys
 from typing import IO, Any
 
-from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, DType, EngineConfig
 from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
 from widebeam.services.decoder.request_parsing import request_from_dict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF model directory")
-    parser.add_argument("--catalog", help="JSONL catalog {item_id, sid} for constrained requests")
+    parser.add_argument(
+        "--catalog",
+        help="catalog file for constrained requests (any format `widebeam catalog upload` takes)",
+    )
     parser.add_argument("--sid-layout", help="BASE:SIZE,... (default: from the tokenizer)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default=DType.FLOAT32, choices=[d.value for d in DType])
     parser.add_argument("--input", default="-", help="JSONL file of requests, or - for stdin")
     parser.add_argument("--output", default="-", help="JSONL output file, or - for stdout")
     parser.add_argument("--max-rows", type=int, default=EngineConfig.max_rows)
-    parser.add_argument("--max-kv-slots", type=int, default=EngineConfig.max_kv_slots)
+    parser.add_argument(
+        "--max-kv-slots", type=int, help=f"KV cache size in tokens (default {DEFAULT_KV_SLOTS})"
+    )
 
 
 def output_to_dict(out: RequestOutput) -> dict[str, Any]:

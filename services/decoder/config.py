@@ -1,56 +1,170 @@
-"""Engine configuration (frozen: built once, never mutated)."""
+"""Engine configuration (frozen: built once, never mutated).
+
+Every field is also a decoder service setting (`WIDEBEAM_DECODER_*`, a `widebeam decoder serve`
+flag): `server/settings.py` derives them from `dataclasses.fields(EngineConfig)`, with each
+field's `help` metadata as their description. A field added here is settable in production
+without touching the server.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 
-DTYPES = ("float32", "bfloat16", "float16")
-BEAM_EXPANSIONS = ("streamed", "dense")
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
+
+
+class DType(StrEnum):
+    """Weights, activations and KV cache dtype (a torch dtype's name)."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
+class BeamExpansion(StrEnum):
+    """How a beam step finds its candidates."""
+
+    # beam candidates from hidden states in row chunks (never [rows, vocab] fp32)
+    STREAMED = "streamed"
+    # full log-prob rows for every beam (transformers' way; the reference)
+    DENSE = "dense"
+
+
+# The KV cache size when neither max_kv_slots nor kv_memory_fraction is given.
+DEFAULT_KV_SLOTS = 1 << 18
+
+
+def _help(text: str) -> dict[str, str]:
+    """A field's metadata: the help text its setting and flag show."""
+    return {"help": text}
+
+
+def _values(enum: type[StrEnum]) -> str:
+    return ", ".join(member.value for member in enum)
+
+
+def is_cuda_device(device: str) -> bool:
+    """`cuda` or `cuda:N` (the only devices whose free memory can size the KV cache)."""
+    return device.split(":", 1)[0] == "cuda"
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    model_dir: str
-    device: str = "cpu"
-    dtype: str = "float32"
-    max_rows: int = 1024  # rows (beams) decoding at once, summed over requests
-    max_kv_slots: int = 1 << 18  # KV slots (tokens) in the cache, all requests together
-    page_size: int = 16
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    max_prefill_tokens: int = 8192  # prompt tokens prefilled in one step (one request may exceed)
-    attention_backend: str = "auto"  # auto: Triton kernels on CUDA, torch reference elsewhere
-    # streamed: beam candidates from hidden states in row chunks (never [rows, vocab] fp32);
-    # dense: full log-prob rows for every beam (transformers' way; the reference)
-    beam_expansion: str = "streamed"
-    # Up to this many beam scores (k * vocab) a request ranks them densely either way, which
-    # keeps transformers' exact tie order for small requests.
-    dense_expansion_limit: int = 1 << 22
-    # streamed beam requests in lockstep (same width, step, parameters) advance as one batch
-    batch_beam_steps: bool = True
-    # CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes (False: the same
-    # bucketed shapes, eagerly)
-    cuda_graphs: bool = True
-    # CUDA + Triton: prefill batches of up to 2048 tokens (where launches, not kernels, bound
-    # them) at bucketed token counts too, replayed from CUDA graphs when cuda_graphs (else
-    # eagerly at the same shapes); larger batches run eagerly
-    prefill_graphs: bool = True
-    # prepare each decode step on the host while the device finishes the previous one
-    overlap_scheduling: bool = True
-    catalog_path: str | None = None  # JSONL catalog for constrained decoding
-    sid_layout: str | None = None  # "BASE:SIZE,..."; default: inferred from the tokenizer
+    model_dir: str = field(
+        metadata=_help("HF model directory (config.json + safetensors + tokenizer)")
+    )
+    device: str = field(default="cpu", metadata=_help("cpu | cuda | cuda:N"))
+    dtype: DType = field(
+        default=DType.FLOAT32, metadata=_help("weights, activations and KV cache dtype")
+    )
+    max_rows: int = field(
+        default=1024, metadata=_help("rows (beams) decoding at once, summed over requests")
+    )
+    max_kv_slots: int | None = field(
+        default=None,
+        metadata=_help(
+            f"KV cache size in tokens, all requests together (default {DEFAULT_KV_SLOTS}, or from "
+            "kv_memory_fraction when that is given; this wins over it)"
+        ),
+    )
+    kv_memory_fraction: float | None = field(
+        default=None,
+        metadata=_help(
+            "CUDA only: size the KV cache to this fraction (0-1] of the GPU memory free after the "
+            "weights load; leave room for activations, CUDA graphs and catalogs"
+        ),
+    )
+    page_size: int = field(default=16, metadata=_help("KV slots per page (the allocation unit)"))
+    max_model_len: int | None = field(
+        default=None, metadata=_help("context length limit (default: the model's)")
+    )
+    max_prefill_tokens: int = field(
+        default=8192,
+        metadata=_help("prompt tokens prefilled in one step (one request may exceed it)"),
+    )
+    attention_backend: str = field(
+        default="auto",
+        metadata=_help(
+            "auto | torch | triton | flashinfer (auto: Triton on CUDA, torch elsewhere)"
+        ),
+    )
+    beam_expansion: BeamExpansion = field(
+        default=BeamExpansion.STREAMED,
+        metadata=_help(
+            "streamed: beam candidates from hidden states in row chunks; dense: full log-prob "
+            "rows for every beam (transformers' way, the reference)"
+        ),
+    )
+    # Dense ranking keeps transformers' exact tie order for small requests.
+    dense_expansion_limit: int = field(
+        default=1 << 22,
+        metadata=_help("requests with up to this many beam scores (k x vocab) rank them densely"),
+    )
+    batch_beam_steps: bool = field(
+        default=True,
+        metadata=_help(
+            "streamed beam requests in lockstep (same width, step, parameters) advance as one"
+        ),
+    )
+    # False is the kill switch for a graph bug: the same bucketed shapes run eagerly.
+    cuda_graphs: bool = field(
+        default=True,
+        metadata=_help(
+            "CUDA + Triton: replay decode steps from CUDA graphs of bucketed shapes "
+            "(false: the same shapes, eagerly)"
+        ),
+    )
+    # Prefill batches up to 2048 tokens are bound by launches, not kernels; larger batches
+    # run eagerly.
+    prefill_graphs: bool = field(
+        default=True,
+        metadata=_help(
+            "CUDA + Triton: prefill batches of up to 2048 tokens at bucketed token counts, "
+            "replayed from CUDA graphs when cuda_graphs (false: eagerly, unbucketed)"
+        ),
+    )
+    overlap_scheduling: bool = field(
+        default=True,
+        metadata=_help(
+            "prepare each decode step on the host while the device finishes the previous one"
+        ),
+    )
+    catalog_path: str | None = field(
+        default=None,
+        metadata=_help(
+            f"catalog file for constrained decoding, served as {DEFAULT_CATALOG!r}: any format "
+            "the catalog service takes (JSONL, CSV, Parquet, FlashRec, sid2pid; gzip ok)"
+        ),
+    )
+    sid_layout: str | None = field(
+        default=None,
+        metadata=_help("BASE:SIZE,...[;begin=ID;end=ID] (default: from the tokenizer)"),
+    )
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.beam_expansion not in BEAM_EXPANSIONS:
-            raise ValueError(
-                f"beam_expansion must be one of {', '.join(BEAM_EXPANSIONS)}, "
-                f"got {self.beam_expansion!r}"
-            )
+        # Plain strings (callers, settings) become the enums, so the values are always members.
+        for name, enum in (("dtype", DType), ("beam_expansion", BeamExpansion)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, enum(value))
+            except ValueError:
+                raise ValueError(f"{name} must be one of {_values(enum)}, got {value!r}") from None
         if self.dense_expansion_limit < 0:
             raise ValueError("dense_expansion_limit must be >= 0")
         for name in ("max_rows", "max_kv_slots", "page_size", "max_prefill_tokens"):
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.max_kv_slots < self.page_size:
+        if self.max_kv_slots is not None and self.max_kv_slots < self.page_size:
             raise ValueError("max_kv_slots must hold at least one page")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError("max_model_len must be >= 2")
+        if self.kv_memory_fraction is not None:
+            if not 0 < self.kv_memory_fraction <= 1:
+                raise ValueError("kv_memory_fraction must be in (0, 1]")
+            if not is_cuda_device(self.device):
+                raise ValueError(
+                    f"kv_memory_fraction sizes the KV cache from free CUDA memory; device "
+                    f"{self.device!r} has none to measure: give max_kv_slots instead"
+                )

@@ -15,13 +15,15 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.beam.beam_search import BeamSearch
 from widebeam.services.decoder.beam.cohort import advance_cohorts
 from widebeam.services.decoder.beam.request_step import StepPolicy, apply_selection
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
-from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.config import BeamExpansion, EngineConfig
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 from widebeam.services.decoder.kv.kv_cache import KVCache
+from widebeam.services.decoder.kv.kv_capacity import kv_capacity_slots, kv_slot_bytes
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
 from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.transformer import CausalLM
@@ -38,7 +40,6 @@ from widebeam.services.decoder.scheduler.scheduler import Scheduler
 from widebeam.services.decoder.scheduler.stop_flags import StagedFlags, resolve_flags, stage_flags
 from widebeam.services.decoder.validation import EngineLimits, validate_request
 
-DEFAULT_CATALOG = "default"
 log = logging.getLogger(__name__)
 
 
@@ -69,7 +70,9 @@ class Engine:
         mc = self.model.config
         self.vocab_size = mc.vocab_size
         defaults = GenerationDefaults.from_pretrained(config.model_dir)
-        pages = PageAllocator(config.max_kv_slots // config.page_size, config.page_size)
+        slot_bytes = kv_slot_bytes(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, dtype)
+        kv_slots = kv_capacity_slots(config, slot_bytes, self.device)
+        pages = PageAllocator(kv_slots // config.page_size, config.page_size)
         self.limits = EngineLimits(
             vocab_size=mc.vocab_size,
             max_model_len=config.max_model_len or mc.max_position_embeddings,
@@ -103,7 +106,7 @@ class Engine:
             mc.vocab_size,
             self.runner.logits,
             self.runner.expander,
-            config.beam_expansion == "streamed",
+            config.beam_expansion == BeamExpansion.STREAMED,
             config.dense_expansion_limit,
         )
         self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)

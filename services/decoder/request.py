@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal, NamedTuple
 
 EarlyStopping = bool | Literal["never"]
 FinishReason = Literal["stop", "length"]
-# What log-probs (scores, returned logprobs) are normalised over: the whole vocabulary, as
-# transformers does ("vocab"), or only the catalog's SID tokens plus the request's first EOS,
-# as if every other logit were -inf ("sid": constrained requests only; the LM head then
-# computes those columns alone).
-Normalization = Literal["vocab", "sid"]
-NORMALIZATIONS = ("vocab", "sid")
+
+
+class Normalization(StrEnum):
+    """What log-probs (scores, returned logprobs) are normalised over."""
+
+    VOCAB = "vocab"  # the whole vocabulary, as transformers does
+    # Only the SID layout's tokens plus the request's first EOS, as if every other logit were
+    # -inf (constrained requests only; the LM head then computes those columns alone).
+    SID = "sid"
 
 
 class RequestError(ValueError):
     """A request the engine cannot run; the message says what is wrong with it."""
+
+
+def normalization_from(value: object) -> Normalization:
+    """`value` (a member or its string) as a Normalization; RequestError naming the choices."""
+    if isinstance(value, str) and value in tuple(Normalization):
+        return Normalization(value)
+    choices = " or ".join(f'"{member.value}"' for member in Normalization)
+    raise RequestError(f"normalization must be {choices}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -38,8 +50,8 @@ class GenerationRequest:
     top_k: int | None = None
     seed: int | None = None
     return_logprobs: bool = False
-    catalog: str | None = None  # constrained requests: catalog name (None: "default")
-    normalization: Normalization = "vocab"
+    catalog: str | None = None  # constrained requests: catalog name (None: DEFAULT_CATALOG)
+    normalization: Normalization = Normalization.VOCAB
 
 
 class BeamResult(NamedTuple):

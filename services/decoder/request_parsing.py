@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from widebeam.services.decoder.request import NORMALIZATIONS, GenerationRequest, RequestError
+from widebeam.services.decoder.request import (
+    GenerationRequest,
+    RequestError,
+    normalization_from,
+)
 
 _INT_FIELDS = ("beam_width", "n", "max_new_tokens", "min_new_tokens", "top_k", "seed")
 _FLOAT_FIELDS = ("length_penalty", "temperature", "top_p")
@@ -62,12 +66,7 @@ def request_from_dict(data: Any) -> GenerationRequest:
             raise RequestError('early_stopping must be true, false or "never"')
         kwargs["early_stopping"] = data["early_stopping"]
     if data.get("normalization") is not None:
-        # As early_stopping: a parsed GenerationRequest only ever holds the Literal's values.
-        if data["normalization"] not in NORMALIZATIONS:
-            raise RequestError(
-                f'normalization must be "vocab" or "sid", got {data["normalization"]!r}'
-            )
-        kwargs["normalization"] = data["normalization"]
+        kwargs["normalization"] = normalization_from(data["normalization"])
     catalog = data.get("catalog")
     if catalog is not None:
         if not isinstance(catalog, str) or not catalog:

@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from widebeam.services.decoder.request import NORMALIZATIONS, GenerationRequest, RequestError
+from widebeam.services.decoder.request import (
+    GenerationRequest,
+    Normalization,
+    RequestError,
+    normalization_from,
+)
 
 # len ** length_penalty must stay a finite float for any length the engine can reach.
 MAX_LENGTH_PENALTY = 20.0
@@ -83,12 +88,9 @@ def validate_request(
     bad_eos = [t for t in eos if not isinstance(t, int) or not 0 <= t < limits.vocab_size]
     _check(not bad_eos, f"eos_token_id outside the vocabulary: {bad_eos}")
     eos = () if req.ignore_eos else tuple(dict.fromkeys(eos))
+    normalization_from(req.normalization)
     _check(
-        req.normalization in NORMALIZATIONS,
-        f'normalization must be "vocab" or "sid", got {req.normalization!r}',
-    )
-    _check(
-        req.normalization == "vocab" or req.constrained,
+        req.normalization == Normalization.VOCAB or req.constrained,
         'normalization "sid" needs a constrained request (the SID tokens come from its catalog)',
     )
     if req.constrained:

@@ -1,13 +1,11 @@
-"""The `normalization` request field: its JSON values, what they mean, and the gRPC enum each
-becomes. Shared by the OpenAI routes, `/v1/recommend` and the batch rows."""
+"""The `normalization` request field (the engine's `Normalization`): what its values mean, and
+the gRPC enum each becomes. Shared by the OpenAI routes, `/v1/recommend` and the batch rows."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.request import Normalization
 
-Normalization = Literal["vocab", "sid"]
 NORMALIZATION_DOC = (
     "what log-probs (scores, cum_logprob, logprobs) are normalised over: 'vocab' = the whole "
     "vocabulary, as transformers does; 'sid' = only the SID tokens (every code token of the "
@@ -15,7 +13,8 @@ NORMALIZATION_DOC = (
     "were -inf (constrained requests only; each log-prob is then >= the 'vocab' one, a "
     "documented difference from transformers' scores; a cheaper LM head)"
 )
-NORMALIZATION_PB: dict[str, pb.Normalization] = {
-    "vocab": pb.NORMALIZATION_VOCAB,
-    "sid": pb.NORMALIZATION_SID,
+NORMALIZATION_PB: dict[Normalization, pb.Normalization] = {
+    Normalization.VOCAB: pb.NORMALIZATION_VOCAB,
+    Normalization.SID: pb.NORMALIZATION_SID,
 }
+__all__ = ["NORMALIZATION_DOC", "NORMALIZATION_PB", "Normalization"]

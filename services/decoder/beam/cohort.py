@@ -21,6 +21,7 @@ from widebeam.services.decoder.beam.expansion import CohortBatch, ExpansionSpec
 from widebeam.services.decoder.beam.host_step import stage_on_host
 from widebeam.services.decoder.beam.request_step import StepPolicy
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
+from widebeam.services.decoder.request import Normalization
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
 CohortKey = tuple[object, ...]
@@ -79,8 +80,8 @@ def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
     search, constraint = _beam(state), state.constraint
     width = policy.vocab_size if constraint is None else max(constraint.max_fanout, 1)
     normalization = state.resolved.spec.normalization
-    if normalization == "sid":
-        assert constraint is not None  # validation: "sid" needs a constrained request
+    if normalization == Normalization.SID:
+        assert constraint is not None  # validation: SID needs a constrained request
         constraint.sid_columns(state.resolved.eos_ids)  # built now, outside any graph capture
     return ExpansionSpec(
         num_beams=search.num_beams,

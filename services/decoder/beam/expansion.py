@@ -42,7 +42,7 @@ class ExpansionSpec:
     early_stopping: bool | str
     wide: bool  # ranks blocks (one request), not each row's top `keep`
     constraint: TrieConstraint | None
-    normalization: Normalization = "vocab"  # "sid": over the constraint's `sid_columns` only
+    normalization: Normalization = Normalization.VOCAB  # SID: the constraint's `sid_columns`
 
 
 class CohortBatch(NamedTuple):
@@ -77,7 +77,7 @@ def expand(
     if constraint is not None:
         assert inputs.nodes is not None
         allowed = constraint.allowed_tokens(inputs.nodes, eos_ids)
-        if spec.normalization == "sid":
+        if spec.normalization == Normalization.SID:
             columns = constraint.sid_columns(spec.eos_ids)  # cached: no copy inside a capture
     source = RowLogprobs(
         inputs.hidden, lm_head, vocab_size, eos_ids, spec.block_eos, allowed, columns=columns

@@ -12,6 +12,7 @@ from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
 from widebeam.services.decoder.beam.candidates import ONE_PASS_LIMIT
 from widebeam.services.decoder.beam.expansion import Expander, Head
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
+from widebeam.services.decoder.request import Normalization
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
 
@@ -20,7 +21,7 @@ class StepPolicy:
     vocab_size: int
     logits: Head  # fp32 logits (the dense path)
     expander: Expander  # the streamed path (model-dtype logits inside)
-    streamed: bool  # beam_expansion == "streamed"
+    streamed: bool  # beam_expansion == BeamExpansion.STREAMED
     dense_limit: int  # k * vocab up to which beams are ranked densely anyway
     one_pass_limit: int = ONE_PASS_LIMIT  # k * min(keep, width) beyond which blocks are ranked
 
@@ -35,7 +36,7 @@ class StepPolicy:
         mask = None
         if constraint is not None:
             mask = constraint.mask(state.nodes, search.eos_ids, self.vocab_size)
-            if state.resolved.spec.normalization == "sid":
+            if state.resolved.spec.normalization == Normalization.SID:
                 # Every other logit -inf before normalising: the streamed path's columns.
                 logits = logits + constraint.sid_mask(state.resolved.eos_ids, self.vocab_size)
         if isinstance(search, BeamSearch):

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from widebeam.services.decoder.config import DType
 from widebeam.services.decoder.model.config import ModelConfig
 from widebeam.services.decoder.model.tiny_tokenizer import tiny_vocab, write_tokenizer
 from widebeam.services.decoder.model.weights import INDEX_FILE, SINGLE_FILE
@@ -23,7 +24,6 @@ _ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "llama": "LlamaForCausalLM",
 }
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def write_tiny_model(
@@ -38,7 +38,7 @@ def write_tiny_model(
     head_dim: int = 16,
     tie_word_embeddings: bool = True,
     model_type: str = "qwen3",
-    dtype: str = "float32",
+    dtype: str = DType.FLOAT32,
     seed: int = 0,
     init_std: float | None = None,
     shards: int = 1,
@@ -67,8 +67,8 @@ def write_tiny_model(
     """
     if model_type not in _ARCHITECTURES:
         raise ValueError(f"model_type must be one of {sorted(_ARCHITECTURES)}, got {model_type!r}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    if dtype not in tuple(DType):
+        raise ValueError(f"dtype must be one of {', '.join(DType)}, got {dtype!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokens = tiny_vocab(base_vocab, sid_levels, sid_begin_end)
@@ -108,7 +108,7 @@ def write_tiny_model(
     )
     shapes = _param_shapes(ModelConfig.from_dict(config))
     state = _random_state(shapes, seed=seed, init_std=init_std, hidden_size=hidden_size)
-    state = {k: v.to(_DTYPES[dtype]).contiguous() for k, v in state.items()}
+    state = {k: v.to(getattr(torch, dtype)).contiguous() for k, v in state.items()}
     _save_weights(out, state, shards)
     write_tokenizer(out, tokens)
     return out

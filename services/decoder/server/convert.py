@@ -3,8 +3,8 @@ the engine's own validation covers the rest (ranges, limits, catalog)."""
 
 from __future__ import annotations
 
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.decoder.engine import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.request import (
     EarlyStopping,
@@ -22,9 +22,9 @@ _EARLY_STOPPING: dict[int, EarlyStopping] = {
     pb.EARLY_STOPPING_NEVER: "never",
 }
 _NORMALIZATION: dict[int, Normalization] = {
-    pb.NORMALIZATION_UNSPECIFIED: "vocab",
-    pb.NORMALIZATION_VOCAB: "vocab",
-    pb.NORMALIZATION_SID: "sid",
+    pb.NORMALIZATION_UNSPECIFIED: Normalization.VOCAB,
+    pb.NORMALIZATION_VOCAB: Normalization.VOCAB,
+    pb.NORMALIZATION_SID: Normalization.SID,
 }
 _FINISH = {"stop": pb.FINISH_REASON_STOP, "length": pb.FINISH_REASON_LENGTH}
 # proto field -> GenerationRequest field, for `optional` fields copied only when present.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from widebeam.services.decoder.engine import DEFAULT_CATALOG
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.request import (
     GenerationRequest,
