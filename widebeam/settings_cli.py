@@ -3,13 +3,58 @@
 from __future__ import annotations
 
 import argparse
+import types
 from collections.abc import Mapping
-from typing import TypeVar
+from enum import Enum
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 S = TypeVar("S", bound=BaseSettings)
+
+
+def add_settings_flags(
+    parser: argparse.ArgumentParser, cls: type[BaseSettings], flags: Mapping[str, str]
+) -> dict[str, str]:
+    """One flag per field of `cls`: `--field-name` (or `flags[field]`), typed from the field's
+    annotation (booleans get `--x` / `--no-x`), its help the field's description, default and
+    environment variable. Every flag's dest is its field; returns that dest -> field mapping
+    for `settings_from_flags`."""
+    prefix = str(cls.model_config.get("env_prefix", "")).upper()
+    for name, info in cls.model_fields.items():
+        flag = flags.get(name, "--" + name.replace("_", "-"))
+        parser.add_argument(
+            flag, dest=name, default=None, help=_help(info, prefix + name.upper()),
+            **_value_options(info.annotation),
+        )  # fmt: skip
+    return {name: name for name in cls.model_fields}
+
+
+def _help(info: FieldInfo, variable: str) -> str:
+    text = info.description or ""
+    default = info.get_default()
+    if not info.is_required() and default is not None:
+        shown = default.value if isinstance(default, Enum) else default
+        text += f" (default {str(shown).lower() if isinstance(shown, bool) else shown})"
+    return f"{text} [{variable}]".strip().replace("%", "%%")
+
+
+def _value_options(annotation: Any) -> dict[str, Any]:
+    """argparse options for a value of this type (lists stay text: the settings split them)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        present = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = present[0] if len(present) == 1 else str
+    if annotation is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return {"choices": [member.value for member in annotation]}
+    if get_origin(annotation) is Literal:
+        return {"choices": list(get_args(annotation))}
+    if annotation in (int, float):
+        return {"type": annotation}
+    return {}
 
 
 def settings_from_flags(

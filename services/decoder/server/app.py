@@ -19,7 +19,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
@@ -50,18 +49,7 @@ def model_layout(model_dir: str, spec: str | None, vocab_size: int) -> SidLayout
 
 
 def build_engine(settings: DecoderSettings) -> tuple[Engine, SidLayout | None]:
-    engine = Engine(
-        EngineConfig(
-            model_dir=settings.model,
-            device=settings.device,
-            dtype=settings.dtype,
-            max_rows=settings.max_rows,
-            max_kv_slots=settings.max_kv_slots,
-            max_model_len=settings.max_model_len,
-            catalog_path=settings.catalog_file,
-            sid_layout=settings.sid_layout,
-        )
-    )
+    engine = Engine(settings.engine_config())
     layout = engine.sid_layout or model_layout(
         settings.model, settings.sid_layout, engine.vocab_size
     )
