@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.gateway.normalization import NORMALIZATION_DOC, Normalization
 from widebeam.services.gateway.schemas.common import Text, Usage
 
@@ -37,7 +38,7 @@ class RecommendRequest(BaseModel):
     beam_width: int | None = Field(
         None, ge=1, description="beams searched (>= n); default max(n, the gateway's default)"
     )
-    catalog: Text = Field("default", min_length=1, max_length=256)
+    catalog: Text = Field(DEFAULT_CATALOG, min_length=1, max_length=256)
     exclude: list[ItemId] = Field(default_factory=list, description="items never returned")
     exclude_history: bool = Field(True, description="also never return the history's items")
     skip_unknown_items: bool = Field(
