@@ -2,42 +2,49 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+# Start-up imports torch in five processes: minutes on a busy 2-core machine, so the limit is
+# only a hang guard.
+STARTUP_LIMIT_S = 600
 
 
 def start_stack(
     model_dir: Path, catalog: Path, port: int, tmp_path: Path, *extra: str
 ) -> tuple[subprocess.Popen, Path]:
     """Run `widebeam up` until it prints its gateway line; returns the process and its log."""
+    proc, log = launch(model_dir, catalog, port, tmp_path, *extra)
+    gateway_url(proc, log)
+    return proc, log
+
+
+def launch(
+    model_dir: Path, catalog: Path | None, port: int, tmp_path: Path, *extra: str
+) -> tuple[subprocess.Popen, Path]:
+    """Start `widebeam up` (in a process group of its own) without waiting for it."""
     log = tmp_path / "up.log"
+    argv = [sys.executable, "-m", "widebeam", "up", "--model", str(model_dir), "--port", str(port)]
+    if catalog is not None:
+        argv += ["--catalog", str(catalog)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "widebeam",
-            "up",
-            "--model",
-            str(model_dir),
-            "--catalog",
-            str(catalog),
-            "--port",
-            str(port),
-            *extra,
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        [*argv, *extra], stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        text = log.read_text()
-        if f"gateway: http://127.0.0.1:{port}" in text:
-            return proc, log
+    return proc, log
+
+
+def gateway_url(proc: subprocess.Popen, log: Path) -> str:
+    """The URL of the `gateway: URL` line `widebeam up` prints once the stack is ready."""
+    deadline = time.monotonic() + STARTUP_LIMIT_S
+    while time.monotonic() < deadline:
+        found = re.search(r"^gateway: (http://\S+)$", log.read_text(), re.MULTILINE)
+        if found:
+            return found.group(1)
         if proc.poll() is not None:
-            raise AssertionError("widebeam up exited:\n" + text[-3000:])
+            raise AssertionError("widebeam up exited:\n" + log.read_text()[-3000:])
         time.sleep(0.5)
     proc.kill()
     raise AssertionError("widebeam up did not become ready:\n" + log.read_text()[-3000:])

@@ -1,0 +1,203 @@
+"""`widebeam up` end to end: real child processes, a recommendation over HTTP, clean stops, a
+supervisor that restarts what dies, children that never outlive the launcher, a Redis that
+requires the password only the children get."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.services.decoder.conftest import SidModel
+from tests.support.redis_server import find_redis_server, free_port
+from tests.widebeam.stack import gateway_url, launch, start_stack
+
+pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server")
+
+SERVICES = ("redis", "catalog", "decoder", "gateway", "worker")
+LIMIT_S = 300  # hang guards: the verdicts wait for events, not for a number of seconds
+
+
+def _start(sid_model: SidModel, port: int, tmp_path: Path, *extra: str):
+    return start_stack(sid_model.model_dir, sid_model.catalog_path, port, tmp_path, *extra)
+
+
+def _children_of(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _child(parent: int, needle: bytes) -> int:
+    found = [pid for pid in _children_of(parent) if needle in _cmdline(pid)]
+    assert len(found) == 1, (needle, found)
+    return found[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead: only its parent has not reaped it yet.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait(condition: Callable[[], bool], what: str, limit_s: float = LIMIT_S) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _recommend(url: str, sid_model: SidModel) -> httpx.Response:
+    items = [item for item, _ in sid_model.catalog[:3]]
+    body = {"history": items, "n": 4, "beam_width": 8}
+    return httpx.post(f"{url}/v1/recommend", timeout=60, json=body)
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_path: Path) -> None:
+    port = free_port()
+    proc, log = _start(sid_model, port, tmp_path)
+    children = _children_of(proc.pid)
+    try:
+        assert len(children) == len(SERVICES)
+        reply = _recommend(f"http://127.0.0.1:{port}", sid_model)
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert len(body["items"]) == 4 and body["catalog"]["name"] == "default"
+        text = log.read_text()
+        assert "upload | catalog 'default' version 1" in text
+        assert "catalog service: http://127.0.0.1:" in text and "decoder (gRPC): " in text
+    finally:
+        code = _stop(proc)
+    assert code == 0, log.read_text()[-3000:]
+    assert not any(_alive(pid) for pid in children)
+
+
+def test_up_redis_requires_a_password_no_command_line_shows(
+    sid_model: SidModel, tmp_path: Path
+) -> None:
+    proc, log = _start(sid_model, free_port(), tmp_path)
+    try:
+        gateway = _child(proc.pid, b"widebeam\0gateway\0serve")
+        environ = dict(
+            entry.split(b"=", 1)
+            for entry in Path(f"/proc/{gateway}/environ").read_bytes().split(b"\0")
+            if b"=" in entry
+        )
+        url = environ[b"WIDEBEAM_GATEWAY_REDIS_URL"].decode()
+        password = redis.Redis.from_url(url).connection_pool.connection_kwargs["password"]
+        assert password and len(password) >= 24
+        port = redis.Redis.from_url(url).connection_pool.connection_kwargs["port"]
+        anonymous = redis.Redis(port=port, socket_timeout=10)
+        with anonymous, pytest.raises(redis.AuthenticationError):
+            anonymous.set("widebeam:catalog:default:current", "forged")
+        with redis.Redis.from_url(url, socket_timeout=10) as member:
+            assert member.ping()
+        every = [proc.pid, *_children_of(proc.pid)]
+        assert len(every) == 1 + len(SERVICES)
+        for pid in every:
+            assert password.encode() not in _cmdline(pid), _cmdline(pid)
+        assert password not in log.read_text()
+    finally:
+        _stop(proc)
+
+
+def test_up_restarts_a_child_that_dies(sid_model: SidModel, tmp_path: Path) -> None:
+    port = free_port()
+    proc, log = _start(sid_model, port, tmp_path)
+    try:
+        decoder = _child(proc.pid, b"widebeam\0decoder\0serve")
+        os.kill(decoder, signal.SIGKILL)
+        _wait(lambda: "restarting decoder" in log.read_text(), "the decoder's restart")
+        replacement = _child(proc.pid, b"widebeam\0decoder\0serve")
+        assert replacement != decoder
+        # The restarted decoder loads the catalog from Redis and serves again on its old port.
+        _wait(
+            lambda: _recommend(f"http://127.0.0.1:{port}", sid_model).status_code == 200,
+            "a recommendation from the restarted decoder",
+        )
+        assert proc.poll() is None, "the launcher must keep the stack running"
+        assert "decoder exited with code -9; restarting it in 1 s" in log.read_text()
+    finally:
+        code = _stop(proc)
+    assert code == 0, log.read_text()[-3000:]
+
+
+def test_up_stops_everything_when_a_child_dies_and_restarts_are_off(
+    sid_model: SidModel, tmp_path: Path
+) -> None:
+    proc, log = _start(sid_model, free_port(), tmp_path, "--max-restarts", "0")
+    children = _children_of(proc.pid)
+    try:
+        os.kill(_child(proc.pid, b"widebeam\0decoder\0serve"), signal.SIGKILL)
+        code = proc.wait(LIMIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 1
+    assert "decoder exited with code -9 after 0 restarts in a row" in log.read_text()
+    assert not any(_alive(pid) for pid in children)
+
+
+def test_up_port_zero_prints_the_real_port_and_children_die_with_a_killed_launcher(
+    sid_model: SidModel, tmp_path: Path
+) -> None:
+    proc, log = launch(sid_model.model_dir, sid_model.catalog_path, 0, tmp_path)
+    try:
+        url = gateway_url(proc, log)
+        assert not url.endswith(":0") and _recommend(url, sid_model).status_code == 200
+        children = _children_of(proc.pid)
+        assert len(children) == len(SERVICES)
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its process group, no goodbye
+        proc.wait(60)
+        _wait(lambda: not any(_alive(pid) for pid in children), "the orphans' death", 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_up_sigterm_during_startup_stops_at_once(sid_model: SidModel, tmp_path: Path) -> None:
+    # A Redis that accepts connections and never answers: start-up waits on it for minutes.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)
+        hung_url = f"redis://127.0.0.1:{hung.getsockname()[1]}/0"
+        proc, log = launch(sid_model.model_dir, None, free_port(), tmp_path,
+                           "--redis-url", hung_url, "--startup-timeout", "3600")  # fmt: skip
+        try:
+            _wait(lambda: len(_children_of(proc.pid)) >= 2, "the first children")
+            children = _children_of(proc.pid)
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(LIMIT_S)
+            stopped_s = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0, log.read_text()[-3000:]
+    assert "gateway: " not in log.read_text()
+    # At once: the children's SIGTERM grace at most, nowhere near the hour of the timeout.
+    assert stopped_s < 120, stopped_s
+    assert not any(_alive(pid) for pid in children)
