@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.normalization import NORMALIZATION_PB
@@ -20,7 +21,6 @@ from widebeam.services.gateway.state import GatewayState
 from widebeam.services.gateway.text_codec import TextCodec
 
 DEFAULT_MAX_TOKENS = 16
-DEFAULT_CATALOG = "default"
 _EARLY_STOPPING = {
     None: pb.EARLY_STOPPING_UNSPECIFIED,
     False: pb.EARLY_STOPPING_FALSE,
