@@ -35,6 +35,8 @@ from widebeam.launcher.readiness import (
     wait_until,
 )
 from widebeam.launcher.restart_policy import RestartPolicy, RestartState
+from widebeam.services.catalog.default_name import DEFAULT_CATALOG
+from widebeam.services.decoder.config import DType
 
 PY = [sys.executable, "-m", "widebeam"]
 GRACE_S = 15.0
@@ -52,11 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--model", required=True, help="HF model directory (with SID tokens)")
     add("--catalog", help="catalog file to upload (any format `widebeam catalog upload` takes)")
-    add("--catalog-name", default="default")
+    add("--catalog-name", default=DEFAULT_CATALOG)
     add("--host", default="127.0.0.1", help="bind address of the gateway")
     add("--port", type=int, default=8000, help="gateway port (0: a free one, printed)")
     add("--device", default="cpu", choices=["cpu", "cuda"])
-    add("--dtype", default=None, help="decoder dtype (default: float32 on cpu, bfloat16 on cuda)")
+    add(
+        "--dtype",
+        choices=[d.value for d in DType],
+        help="decoder dtype (default: float32 on cpu, bfloat16 on cuda)",
+    )
     add("--catalog-port", type=int, help="catalog service port (default: a free one)")
     add("--decoder-port", type=int, help="decoder gRPC port (default: a free one)")
     add(
@@ -111,7 +117,7 @@ class Stack:
         catalog_port = args.catalog_port or free_port()
         decoder = f"127.0.0.1:{args.decoder_port or free_port()}"
         catalog_url = f"http://127.0.0.1:{catalog_port}"
-        dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+        dtype = args.dtype or (DType.BFLOAT16 if args.device == "cuda" else DType.FLOAT32)
         self.spawn("catalog", [*PY, "catalog", "serve", "--port", str(catalog_port),
                                "--model", args.model], env)  # fmt: skip
         self.spawn("decoder", [*PY, "decoder", "serve", "--model", args.model, "--device",
