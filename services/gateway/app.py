@@ -15,9 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from widebeam.services.gateway.auth import ApiKeyCheck, make_api_key_dependency
 from widebeam.services.gateway.decoder_pool import DecoderPool
-from widebeam.services.gateway.handlers import install_handlers
 from widebeam.services.gateway.info_poller import InfoPoller
 from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.middleware import BodyLimitMiddleware, MetricsMiddleware
@@ -25,8 +23,12 @@ from widebeam.services.gateway.routes import chat, completions, health, models, 
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.shedding import LoadShedMiddleware
 from widebeam.services.gateway.state import GatewayState
+from widebeam.services.http.api_keys import ApiKeyCheck
+from widebeam.services.http.handlers import install_error_handlers
 
 log = logging.getLogger("widebeam.gateway")
+
+API_KEY_REALM = "widebeam"
 
 BATCH_ROUTER_MODULE = "widebeam.services.gateway.batch.router"
 
@@ -58,8 +60,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         docs_url="/docs",
     )
     app.state.gateway = state
-    install_handlers(app)
-    require_api_key = make_api_key_dependency(settings)
+    install_error_handlers(app, "gateway")
+    api_keys = ApiKeyCheck(settings.key_values(), API_KEY_REALM, "invalid_api_key")
+    require_api_key = api_keys.dependency()
     v1 = APIRouter(dependencies=[Depends(require_api_key)])
     for module in (recommend, completions, chat, models):
         v1.include_router(module.create_router())
@@ -69,7 +72,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.include_router(v1)
     app.include_router(health.create_router())
     # After the body is read: keep-alive. A bad API key is a 401 there too, never a 429.
-    app.add_middleware(LoadShedMiddleware, pool=pool, api_keys=ApiKeyCheck(settings.key_values()))
+    app.add_middleware(LoadShedMiddleware, pool=pool, api_keys=api_keys)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
     return app

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from widebeam.services.gateway.errors import bad_request
+from widebeam.services.http.errors import bad_request
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from google.protobuf import empty_pb2
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
-from widebeam.services.gateway.errors import ApiError, retry_later
 from widebeam.services.gateway.grpc_status import RETRYABLE, to_api_error
 from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.http.errors import ApiError, retry_later
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.normalization import NORMALIZATION_PB
 from widebeam.services.gateway.schemas.completions import BeamFields, unsupported
 from widebeam.services.gateway.state import GatewayState
 from widebeam.services.gateway.text_codec import TextCodec
+from widebeam.services.http.errors import bad_request
 
 DEFAULT_MAX_TOKENS = 16
 _EARLY_STOPPING = {

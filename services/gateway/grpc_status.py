@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import grpc
 
-from widebeam.services.gateway.errors import ApiError, retry_later
+from widebeam.services.http.errors import ApiError, retry_later
 
 # Worth another replica: the call never ran (UNAVAILABLE) or was refused at once for load.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})

@@ -11,8 +11,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.metrics import GatewayMetrics
+from widebeam.services.http.errors import ApiError
 
 # Scope key: the route template of a request answered before routing (load shedding).
 ROUTE_LABEL = "widebeam.route"

@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.gateway.errors import bad_request, retry_later
 from widebeam.services.gateway.normalization import NORMALIZATION_PB
 from widebeam.services.gateway.schemas.recommend import RecommendRequest
 from widebeam.services.gateway.state import GatewayState
+from widebeam.services.http.errors import bad_request, retry_later
 
 ROUTE = "/v1/recommend"
 

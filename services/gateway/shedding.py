@@ -16,9 +16,9 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from widebeam.services.gateway.auth import ApiKeyCheck, invalid_api_key
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.middleware import ROUTE_LABEL
+from widebeam.services.http.api_keys import ApiKeyCheck
 
 MODEL_ROUTES = frozenset({"/v1/recommend", "/v1/completions", "/v1/chat/completions"})
 
@@ -40,7 +40,7 @@ class LoadShedMiddleware:
             if self.api_keys.header_ok(Headers(scope=scope).get("authorization")):
                 error = self.pool.saturated_error()
             else:
-                error = invalid_api_key()
+                error = self.api_keys.rejection()
             await error.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)

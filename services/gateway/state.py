@@ -13,10 +13,10 @@ from fastapi import Depends, Request
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.decoder_pool import DecoderPool
-from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.text_codec import TextCodec
+from widebeam.services.http.errors import ApiError
 
 FALLBACK_MODEL_NAME = "widebeam"
 

@@ -18,7 +18,7 @@ SOURCES = sorted(
     for p in (ROOT / folder).rglob("*.py")
     if "/proto/widebeam/" not in str(p)  # generated protobuf stubs
 )
-AUTH_MODULES = [ROOT / "services/gateway/auth.py", ROOT / "services/catalog/service/auth.py"]
+AUTH_MODULES = [ROOT / "services/http/api_keys.py"]
 
 
 def _code(path: Path) -> str:

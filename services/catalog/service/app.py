@@ -1,7 +1,9 @@
 """``create_app(settings)``: the catalog service's FastAPI app (no module-level state).
 
 Routes: ``upload.py`` (POST versions), ``catalogs.py`` (reads, activate), ``ops.py``
-(healthz, readyz, metrics). Errors: ``errors.py``. API reference: docs/catalog.md and /docs.
+(healthz, readyz, metrics), each built by its ``create_router``; the write routes behind the
+API-key dependency. Errors: the shared body and handlers of ``widebeam.services.http``, this
+service's exceptions translated by ``errors.py``. API reference: docs/catalog.md and /docs.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from widebeam.services.catalog.service import catalogs, ops, upload
-from widebeam.services.catalog.service.errors import install_error_handlers
+from widebeam.services.catalog.service.errors import TRANSLATED, to_api_error
 from widebeam.services.catalog.service.settings import CatalogSettings, redact_url
 from widebeam.services.catalog.service.state import ServiceState
+from widebeam.services.http.api_keys import ApiKeyCheck
+from widebeam.services.http.handlers import install_error_handlers
 
 log = logging.getLogger("widebeam.catalog.service")
+
+API_KEY_REALM = "widebeam-catalog"
 
 
 def create_app(settings: CatalogSettings | None = None) -> FastAPI:
@@ -55,8 +61,15 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.catalog = state
-    install_error_handlers(app)
-    app.include_router(upload.router, tags=["catalogs"])
-    app.include_router(catalogs.router, tags=["catalogs"])
-    app.include_router(ops.router, tags=["operations"])
+    install_error_handlers(app, "catalog service", to_api_error, TRANSLATED)
+    require_write_key = _api_keys(settings).dependency()
+    app.include_router(upload.create_router(require_write_key))
+    app.include_router(catalogs.create_router(require_write_key))
+    app.include_router(ops.create_router())
     return app
+
+
+def _api_keys(settings: CatalogSettings) -> ApiKeyCheck:
+    """The write key; reads are open (catalogs hold no secrets)."""
+    keys = [] if settings.api_key is None else [settings.api_key.get_secret_value().encode()]
+    return ApiKeyCheck(keys, API_KEY_REALM, "unauthorized")

@@ -15,8 +15,8 @@ from fastapi import Request
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from widebeam.services.catalog.service.errors import ApiError
 from widebeam.services.catalog.service.spool import SpooledUpload, UploadTooLarge
+from widebeam.services.http.errors import ApiError
 
 FILE_FIELD = "file"
 _MAX_FIELD_BYTES = 64 << 10  # an option field (metadata JSON included)
@@ -40,9 +40,9 @@ async def read_body(request: Request, spool: SpooledUpload) -> UploadBody:
     elif content_type == b"application/x-www-form-urlencoded":
         raise ApiError(
             400,
-            "unsupported_body",
             "url-encoded forms are not supported: send multipart/form-data with a 'file' part, "
             "or the catalog itself as the body",
+            "unsupported_body",
         )
     else:
         # A raw body may name its file like a download does: Content-Disposition: ...; filename=
@@ -90,7 +90,7 @@ async def _read_multipart(
     request: Request, spool: SpooledUpload, boundary: bytes | None
 ) -> UploadBody:
     if not boundary:
-        raise ApiError(400, "invalid_request", "multipart body without a boundary parameter")
+        raise ApiError(400, "multipart body without a boundary parameter", "invalid_request")
     collector = _PartCollector()
     parser = MultipartParser(boundary, collector.callbacks())  # type: ignore[arg-type]
     reader = _PartReader(spool)
@@ -107,10 +107,13 @@ async def _read_multipart(
             collector.events.clear()
         parser.finalize()
     except MultipartParseError as exc:
-        raise ApiError(400, "invalid_request", f"malformed multipart body: {exc}") from None
+        raise ApiError(400, f"malformed multipart body: {exc}", "invalid_request") from None
     if not reader.seen_file:
         raise ApiError(
-            400, "invalid_request", f"multipart upload has no '{FILE_FIELD}' part with the catalog"
+            400,
+            f"multipart upload has no '{FILE_FIELD}' part with the catalog",
+            "invalid_request",
+            param=FILE_FIELD,
         )
     return reader.body
 
@@ -130,13 +133,18 @@ class _PartReader:
         if kind == "begin":
             self._parts += 1
             if self._parts > _MAX_PARTS:
-                raise ApiError(400, "invalid_request", f"more than {_MAX_PARTS} form parts")
+                raise ApiError(400, f"more than {_MAX_PARTS} form parts", "invalid_request")
             self._name, self._value = None, bytearray()
         elif kind == "disposition":
             _, opts = parse_options_header(data)
             self._name = opts.get(b"name", b"").decode("utf-8", "replace")
             if self._name in self.body.fields or (self._name == FILE_FIELD and self.seen_file):
-                raise ApiError(400, "invalid_request", f"form field {self._name!r} given twice")
+                raise ApiError(
+                    400,
+                    f"form field {self._name!r} given twice",
+                    "invalid_request",
+                    param=self._name,
+                )
             if self._name == FILE_FIELD:
                 self.seen_file = True
                 if b"filename" in opts:
@@ -146,6 +154,11 @@ class _PartReader:
         elif kind == "data":
             self._value += data
             if len(self._value) > _MAX_FIELD_BYTES:
-                raise ApiError(400, "invalid_request", f"form field {self._name!r} is too large")
+                raise ApiError(
+                    400,
+                    f"form field {self._name!r} is too large",
+                    "invalid_request",
+                    param=self._name,
+                )
         elif kind == "end" and self._name is not None and self._name != FILE_FIELD:
             self.body.fields[self._name] = self._value.decode("utf-8", "replace")

@@ -1,19 +1,12 @@
-"""Pydantic models of the HTTP API (the boundary only: inside, the store's dicts and types)."""
+"""Pydantic models of the HTTP API (the boundary only: inside, the store's dicts and types).
+
+The error body is the shared one, `widebeam.services.http.error_schema.ErrorResponse`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel, Field
-
-
-class ErrorDetail(BaseModel):
-    code: str = Field(examples=["invalid_catalog"])
-    message: str = Field(examples=["line 7: item 'b': SID code 9000 at level 2 is out of 0..8191"])
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
 
 
 class TrieStats(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from widebeam.services.catalog.formats import FORMATS
-from widebeam.services.catalog.service.errors import ApiError
+from widebeam.services.http.errors import ApiError
 
 RESERVED_METADATA = "source"  # the service records the upload's format/size/filename there
 
@@ -64,16 +64,19 @@ def parse_options(query: Mapping[str, str], fields: Mapping[str, str]) -> Upload
         if unknown:
             raise ApiError(
                 400,
-                "invalid_request",
                 f"unknown {where}(s) {unknown}; expected {sorted(OPTION_NAMES)}",
+                "invalid_request",
+                param=unknown[0],
             )
     both = sorted(set(query) & set(fields))
     if both:
-        raise ApiError(400, "invalid_request", f"option(s) {both} given as query and form field")
+        message = f"option(s) {both} given as query and form field"
+        raise ApiError(400, message, "invalid_request", param=both[0])
     try:
         return UploadOptions.model_validate({**query, **fields})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ApiError(400, "invalid_request", problems) from None
+        errors = exc.errors()
+        where = [".".join(str(p) for p in e["loc"]) for e in errors]
+        pairs = zip(where, errors, strict=True)
+        problems = "; ".join(f"{w or 'options'}: {e['msg']}" for w, e in pairs)
+        raise ApiError(400, problems, "invalid_request", param=where[0] or None) from None

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from widebeam.services.catalog.formats import load_trie
-from widebeam.services.catalog.service.errors import ApiError
 from widebeam.services.catalog.service.options import RESERVED_METADATA, UploadOptions
 from widebeam.services.catalog.service.state import ServiceState
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.store import PublishedVersion, VersionNotFoundError
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.http.errors import ApiError
 
 NO_LAYOUT = (
     "no SID layout for catalog {name!r}: pass sid_layout=BASE:SIZE,...[;begin=ID;end=ID] "
@@ -29,7 +29,7 @@ def resolve_layout(state: ServiceState, name: str, spec: str | None) -> SidLayou
         try:
             return SidLayout.parse(spec)
         except ValueError as exc:
-            raise ApiError(400, "invalid_layout", str(exc)) from None
+            raise ApiError(400, str(exc), "invalid_layout", param="sid_layout") from None
     for _ in range(3):  # `current` may move (and retention drop its old target) meanwhile
         current = state.store.current_version(name)
         if current is None:
@@ -40,7 +40,7 @@ def resolve_layout(state: ServiceState, name: str, spec: str | None) -> SidLayou
             continue
     layout = state.default_layout()
     if layout is None:
-        raise ApiError(400, "no_layout", NO_LAYOUT.format(name=name))
+        raise ApiError(400, NO_LAYOUT.format(name=name), "no_layout", param="sid_layout")
     return layout
 
 

@@ -26,8 +26,8 @@ from widebeam.services.gateway.batch.schemas import (
 )
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.uploads import BadSubmission, read_submission
-from widebeam.services.gateway.errors import ApiError, retry_later
-from widebeam.services.gateway.schemas.common import ErrorResponse
+from widebeam.services.http.error_schema import error_responses
+from widebeam.services.http.errors import ApiError, retry_later
 
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -52,19 +52,16 @@ _SUBMIT_BODY: dict[str, Any] = {
 }
 
 
-def _errors(**extra: str) -> dict[int | str, dict[str, Any]]:
+def _errors(extra: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` of a route: the errors every batch route can answer, plus `extra`
     (status -> description) for the route's own."""
     common = {
-        "400": "malformed parameter (the message names it)",
-        "401": "missing or invalid API key",
-        "404": "unknown or expired job",
-        "503": "the job store or broker is unavailable (see Retry-After)",
+        400: "malformed parameter (the message names it)",
+        401: "missing or invalid API key",
+        404: "unknown or expired job",
+        503: "the job store or broker is unavailable (see Retry-After)",
     }
-    return {
-        int(status): {"model": ErrorResponse, "description": what}
-        for status, what in {**common, **extra}.items()
-    }
+    return error_responses(common | (extra or {}))
 
 
 class _Backend:
@@ -140,9 +137,7 @@ def create_batch_router(
         status_code=202,
         response_model=BatchJobCreated,
         openapi_extra=_SUBMIT_BODY,
-        responses=_errors(
-            **{"400": "invalid row, body or parameter", "413": "too many rows or bytes"}
-        ),
+        responses=_errors({400: "invalid row, body or parameter", 413: "too many rows or bytes"}),
     )
     async def submit(request: Request) -> Any:
         """JSON `{"requests": [...], "catalog"?}`, a multipart JSONL `file` (+ `catalog`), or
@@ -169,7 +164,7 @@ def create_batch_router(
         response_class=StreamingResponse,
         responses={
             200: {"content": {"application/x-ndjson": {}}, "description": "JSONL, input order"},
-            **_errors(**{"409": "the job is still queued or running (see ?partial=true)"}),
+            **_errors({409: "the job is still queued or running (see ?partial=true)"}),
         },
     )
     async def results(

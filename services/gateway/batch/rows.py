@@ -14,8 +14,8 @@ from typing import Any
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.decoder_pool import DecoderPool
-from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.normalization import NORMALIZATION_PB
+from widebeam.services.http.errors import ApiError
 
 # GetInfo, cached or (fresh=True) asked anew.
 InfoSource = Callable[[bool], Awaitable[pb.GetInfoResponse]]

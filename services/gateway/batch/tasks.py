@@ -25,7 +25,7 @@ from widebeam.services.gateway.batch.decoder_runner import DecoderRunner, runner
 from widebeam.services.gateway.batch.job_store import ACTIVE, JobStore
 from widebeam.services.gateway.batch.rows import error_result
 from widebeam.services.gateway.batch.settings import BatchSettings
-from widebeam.services.gateway.errors import ApiError
+from widebeam.services.http.errors import ApiError
 
 log = logging.getLogger(__name__)
 

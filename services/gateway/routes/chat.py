@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import APIRouter
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.generation import (
     Generated,
     generate,
@@ -17,6 +16,7 @@ from widebeam.services.gateway.generation import (
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import ChatCompletionRequest
 from widebeam.services.gateway.state import State
+from widebeam.services.http.errors import bad_request
 
 ROUTE = "/v1/chat/completions"
 

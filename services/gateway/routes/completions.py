@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.generation import (
     Generated,
     generate,
@@ -16,6 +15,7 @@ from widebeam.services.gateway.generation import (
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import CompletionRequest
 from widebeam.services.gateway.state import GatewayState, State
+from widebeam.services.http.errors import bad_request
 
 ROUTE = "/v1/completions"
 

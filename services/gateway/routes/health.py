@@ -9,8 +9,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.state import GatewayState, State
+from widebeam.services.http.errors import ApiError
 
 READY_TIMEOUT_S = 2.0
 

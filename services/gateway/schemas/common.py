@@ -6,6 +6,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel
 
+from widebeam.services.http.error_schema import error_responses
+
 
 def _encodable(value: str) -> str:
     # JSON may carry lone surrogates ("\\ud800"); they cannot reach protobuf or the tokenizer.
@@ -25,23 +27,14 @@ class Usage(BaseModel):
     total_tokens: int
 
 
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    code: str
-    param: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail
-
-
 # Documented on every /v1 route (the OpenAPI page at /docs shows them).
-ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorResponse, "description": "invalid request (the message names the field)"},
-    401: {"model": ErrorResponse, "description": "missing or invalid API key"},
-    404: {"model": ErrorResponse, "description": "unknown catalog or model"},
-    413: {"model": ErrorResponse, "description": "request body too large"},
-    429: {"model": ErrorResponse, "description": "decoders overloaded (see Retry-After)"},
-    503: {"model": ErrorResponse, "description": "no decoder available (see Retry-After)"},
-}
+ERROR_RESPONSES = error_responses(
+    {
+        400: "invalid request (the message names the field)",
+        401: "missing or invalid API key",
+        404: "unknown catalog or model",
+        413: "request body too large",
+        429: "decoders overloaded (see Retry-After)",
+        503: "no decoder available (see Retry-After)",
+    }
+)

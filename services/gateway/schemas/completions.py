@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from widebeam.services.gateway.errors import bad_request
 from widebeam.services.gateway.normalization import NORMALIZATION_DOC, Normalization
 from widebeam.services.gateway.schemas.common import Text
+from widebeam.services.http.errors import bad_request
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 INT32 = 2**31  # proto int32 fields: larger values must be a 400 here, not a ValueError later

@@ -13,8 +13,8 @@ from tests.support.redis_server import free_port
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.decoder_pool import DecoderPool
-from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.grpc_status import to_api_error
+from widebeam.services.http.errors import ApiError
 
 
 def test_pool_outside_the_app(decoder_server: BackgroundServer) -> None:

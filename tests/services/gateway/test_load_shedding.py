@@ -18,7 +18,7 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.cli import settings_from_args
 from widebeam.services.gateway.decoder_pool import DecoderPool
-from widebeam.services.gateway.errors import ApiError
+from widebeam.services.http.errors import ApiError
 
 REQUEST = pb.RecommendRequest(history_item_ids=HISTORY, n=3, beam_width=16)
 

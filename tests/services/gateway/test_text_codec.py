@@ -10,8 +10,8 @@ import pytest
 
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.gateway.chat_template import chatml
-from widebeam.services.gateway.errors import ApiError
 from widebeam.services.gateway.text_codec import TextCodec
+from widebeam.services.http.errors import ApiError
 
 MESSAGES = [{"role": "system", "content": "<t_5>"}, {"role": "user", "content": "<t_1><t_2>"}]
 TEMPLATE = (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.services.catalog.formats import catalog_writers as cw
-from tests.services.catalog.service.conftest import Service
+from tests.services.catalog.service.conftest import LAYOUT_SPEC, Service, StartService
 
 V2 = b'{"item_id": "new", "sid": [1, 1, 1]}\n{"item_id": "12", "sid": [2, 2, 2]}\n'
 
@@ -102,3 +102,32 @@ def test_openapi_documents_the_api(service: Service) -> None:
     assert {"201", "400", "401", "413", "422", "503"} <= set(upload["responses"])
     assert "UploadResult" in spec["components"]["schemas"]
     assert service.http.get("/docs").status_code == 200
+
+
+def test_errors_have_the_gateways_body(start_service: StartService) -> None:
+    """Every error is `{"error": {"message", "type", "code", "param"}}`, as the gateway's:
+    the same type per status, the field named where there is one."""
+    service = start_service(sid_layout=LAYOUT_SPEC, api_key="k3y")
+    assert service.upload("shop", cw.jsonl(), key="k3y").status_code == 201
+    cases = [
+        ("GET", "/v1/catalogs/nope", 404, "not_found_error", "not_found", None),
+        ("GET", "/v1/catalogs/bad:name", 400, "invalid_request_error", "invalid_name", "name"),
+        ("GET", "/v1/catalogs/shop/sids/1,x", 400, "invalid_request_error", "invalid_request",
+         "codes"),
+        ("GET", "/v1/catalogs/shop/items/12?version=0", 400, "invalid_request_error",
+         "invalid_request", "query.version"),
+        ("POST", "/v1/catalogs/shop/activate", 401, "authentication_error", "unauthorized", None),
+        ("DELETE", "/v1/catalogs", 405, "invalid_request_error", "method_not_allowed", None),
+    ]  # fmt: skip
+    for method, path, status, type_, code, param in cases:
+        response = service.http.request(method, path)
+        assert response.status_code == status, (path, response.text)
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "code", "param"} and error["message"], error
+        assert (error["type"], error["code"], error["param"]) == (type_, code, param), path
+    rejected = service.upload("shop", b'{"item_id": "a", "sid": [99, 0, 0]}', key="k3y")
+    error = rejected.json()["error"]
+    assert rejected.status_code == 422 and error["code"] == "invalid_catalog"
+    assert error["type"] == "invalid_request_error"
+    schema = service.http.get("/openapi.json").json()["components"]["schemas"]["ErrorDetail"]
+    assert set(schema["properties"]) == {"message", "type", "code", "param"}

@@ -1,7 +1,8 @@
-"""The one error type of the gateway and its OpenAI-compatible body.
+"""`ApiError`: every failure a client can cause or observe, with an explicit HTTP status, a
+stable machine-readable `code`, a message saying what to fix, and the field it names (`param`).
 
-Every failure a client can cause or observe is an `ApiError` with an explicit status, so the
-exception handlers never have to guess; anything else reaching them is a gateway bug."""
+The body is OpenAI's, `{"error": {"message", "type", "code", "param"}}`, so OpenAI clients
+raise their usual exceptions; `type` follows from the status."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ _TYPES = {
     502: "upstream_error",
     503: "service_unavailable_error",
 }
+
+
+def error_type(status: int) -> str:
+    return _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
 
 
 class ApiError(Exception):
@@ -41,9 +46,7 @@ class ApiError(Exception):
 
     @property
     def type(self) -> str:
-        return _TYPES.get(
-            self.status, "invalid_request_error" if self.status < 500 else "api_error"
-        )
+        return error_type(self.status)
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.code, self.param)
@@ -60,5 +63,8 @@ def bad_request(message: str, code: str = "invalid_value", param: str | None = N
     return ApiError(400, message, code, param=param)
 
 
-def retry_later(status: int, message: str, code: str, retry_after_s: int) -> ApiError:
-    return ApiError(status, message, code, headers={"Retry-After": str(retry_after_s)})
+def retry_later(
+    status: int, message: str, code: str, retry_after_s: int, param: str | None = None
+) -> ApiError:
+    """An error the client should retry after `retry_after_s` seconds (`Retry-After`)."""
+    return ApiError(status, message, code, param=param, headers={"Retry-After": str(retry_after_s)})

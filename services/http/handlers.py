@@ -1,10 +1,11 @@
-"""Exception handlers: every error leaves in the OpenAI shape `{"error": {message, type, code,
-param}}`. Invalid requests are 400 with the field named; only a gateway bug is a 500."""
+"""Exception handlers: every error leaves as the `ApiError` body. Invalid requests are 400 with
+the field named; a service's own exception types are translated by the function it passes;
+only a bug in the service is a 500 (logged, its details never sent)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,19 +13,48 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from widebeam.services.gateway.errors import ApiError, error_body
+from widebeam.services.http.errors import ApiError, error_body
 
 log = logging.getLogger(__name__)
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+# Errors Starlette raises itself (unknown route, wrong method, ...).
+_HTTP_CODES = {
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+}
 _MAX_LISTED = 5
 
+# A service's exception -> its ApiError; None for a genuine bug (answered 500).
+Translate = Callable[[BaseException], ApiError | None]
 
-def install_handlers(app: FastAPI) -> None:
+
+def install_error_handlers(
+    app: FastAPI,
+    service: str,
+    translate: Translate | None = None,
+    translated: Sequence[type[BaseException]] = (),
+) -> None:
+    """`service` names the 500 message; `translated` exception types go through `translate`."""
+
+    async def known(request: Request, exc: Exception) -> JSONResponse:
+        error = translate(exc) if translate is not None else None
+        if error is None:
+            return await unexpected(request, exc)
+        return error.response()
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        message = f"internal error in the {service}; its log has the details"
+        return JSONResponse(error_body(message, "api_error", "internal_error"), status_code=500)
+
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
+    for exc_type in translated:
+        app.add_exception_handler(exc_type, known)
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(Exception, unexpected)
 
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -32,14 +62,9 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    error = ApiError(exc.status_code, str(exc.detail), _HTTP_CODES.get(exc.status_code, "error"))
-    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
-
-
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    body = error_body("internal error in the gateway", "api_error", "internal_error")
-    return JSONResponse(body, status_code=500)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    error = ApiError(exc.status_code, str(exc.detail), code, headers=exc.headers)
+    return error.response()
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -54,7 +79,8 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     if len(errors) > _MAX_LISTED:
         messages.append(f"(+{len(errors) - _MAX_LISTED} more)")
     param = _field(first) or None
-    return ApiError(400, "; ".join(messages), "invalid_request", param=param).response()
+    message = "; ".join(messages) or "invalid request"
+    return ApiError(400, message, "invalid_request", param=param).response()
 
 
 def _field(error: dict[str, Any]) -> str:
