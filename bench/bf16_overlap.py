@@ -13,6 +13,7 @@ import random
 import torch
 from harness import environment, make_engine, markdown_table, model_dir, write_json
 
+from widebeam.services.decoder.config import DType
 from widebeam.services.decoder.request import GenerationRequest
 
 K = 10
@@ -35,7 +36,7 @@ def main() -> None:
             for i, p in enumerate(prompts)
         ]
         outs = {}
-        for dtype in ("float32", "bfloat16"):
+        for dtype in (DType.FLOAT32, DType.BFLOAT16):
             engine = make_engine(path, max_rows=K * len(prompts), max_kv_slots=200_000, dtype=dtype)
             outs[dtype] = engine.generate(reqs)
             del engine
@@ -43,7 +44,7 @@ def main() -> None:
             gc.collect()
             torch.cuda.empty_cache()
         overlaps = []
-        for a, b in zip(outs["float32"], outs["bfloat16"], strict=True):
+        for a, b in zip(outs[DType.FLOAT32], outs[DType.BFLOAT16], strict=True):
             seqs_a = {tuple(x.output_ids) for x in a.beams}
             seqs_b = {tuple(x.output_ids) for x in b.beams}
             overlaps.append(len(seqs_a & seqs_b))

@@ -16,6 +16,7 @@ import grpc
 from google.protobuf import empty_pb2
 from harness import DEVICE, RunStats
 
+from widebeam.services.decoder.config import DType
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2, decoder_pb2_grpc
 
 
@@ -47,7 +48,7 @@ class DecoderProcess:
             "--device",
             DEVICE,
             "--dtype",
-            "bfloat16",
+            DType.BFLOAT16,
             "--port",
             str(self.port),
             "--max-rows",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from widebeam.services.decoder.config import BeamExpansion, EngineConfig
+from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.model.tiny import write_tiny_model
 from widebeam.services.decoder.model.transformer import CausalLM
@@ -60,7 +60,7 @@ def model_dir(shape: str, sid_levels: tuple[int, ...] | None = None) -> Path:
         write_tiny_model(
             root,
             base_vocab=QWEN_VOCAB - 3,
-            dtype="bfloat16",
+            dtype=DType.BFLOAT16,
             seed=0,
             sid_levels=sid_levels,
             max_position_embeddings=40960,
@@ -149,7 +149,7 @@ def make_engine(
     max_rows: int,
     max_kv_slots: int,
     model: CausalLM | None = None,
-    dtype: str = "bfloat16",
+    dtype: str = DType.BFLOAT16,
     **kwargs: object,
 ) -> Engine:
     config = EngineConfig(
