@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from widebeam.cli import build_parser
+from widebeam.services.decoder import server
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.server.cli import FLAG_NAMES, settings_from_args
 from widebeam.services.decoder.server.settings import ENGINE_SETTING_NAMES, DecoderSettings
@@ -125,3 +127,9 @@ def test_engine_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
         settings_from_args(args)
     with pytest.raises(SystemExit):  # argparse: invalid choice, exit 2
         build_parser().parse_args(["decoder", "serve", "--beam-expansion", "fast"])
+
+
+def test_readme_lists_every_setting() -> None:
+    readme = (Path(server.__file__).parent / "README.md").read_text()
+    missing = [n for n in DecoderSettings.model_fields if f"| `{n.upper()}` |" not in readme]
+    assert not missing, f"settings missing from the README's settings table: {missing}"
