@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import redis
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
@@ -19,6 +20,7 @@ from widebeam.services.catalog.service import catalogs, ops, upload
 from widebeam.services.catalog.service.errors import TRANSLATED, to_api_error
 from widebeam.services.catalog.service.settings import CatalogSettings, redact_url
 from widebeam.services.catalog.service.state import ServiceState
+from widebeam.services.catalog.store import EvictingRedisError, require_no_eviction
 from widebeam.services.http.api_keys import ApiKeyCheck
 from widebeam.services.http.handlers import install_error_handlers
 
@@ -49,6 +51,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
             "need an API key" if settings.api_key is not None else "are open (no API key)",
             settings.max_upload_bytes,
         )
+        await run_in_threadpool(_refuse_evicting_redis, state)
         try:
             yield
         finally:
@@ -67,6 +70,21 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app.include_router(catalogs.create_router(require_write_key))
     app.include_router(ops.create_router())
     return app
+
+
+def _refuse_evicting_redis(state: ServiceState) -> None:
+    """Start-up fails on a Redis that may evict catalog keys (`store/eviction.py`); a Redis that
+    does not answer yet is checked again by every publish."""
+    try:
+        require_no_eviction(state.client)
+    except EvictingRedisError as exc:
+        state.client.close()
+        raise RuntimeError(f"catalog service: refusing to start: {exc}") from None
+    except (redis.ConnectionError, redis.TimeoutError):
+        log.warning(
+            "catalog service: Redis does not answer yet; its eviction policy is checked "
+            "at the first publish"
+        )
 
 
 def _api_keys(settings: CatalogSettings) -> ApiKeyCheck:

@@ -4,7 +4,9 @@ Status codes (docs/catalog.md): 400 a malformed request (bad name, parameter, la
 metadata, no layout at all); 401 missing/wrong API key; 404 unknown catalog/version/item/SID;
 413 upload over the size limit; 422 an invalid catalog (every ``CatalogError``, whose message
 names the row/key); 503 Redis unreachable, or Redis lost a publish's state before its commit
-(both with ``Retry-After``). Nothing a client sends may produce a 500.
+(both with ``Retry-After``), or Redis is configured to evict keys (``redis_evicting``: no
+``Retry-After``, an operator must change the policy first). Nothing a client sends may produce
+a 500.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import redis
 
 from widebeam.services.catalog.store import (
+    EvictingRedisError,
     InvalidNameError,
     StagingLostError,
     VersionNotFoundError,
@@ -35,6 +38,7 @@ TRANSLATED = (
     InvalidNameError,
     VersionNotFoundError,
     StagingLostError,
+    EvictingRedisError,
     redis.RedisError,
 )
 
@@ -59,6 +63,9 @@ def to_api_error(exc: BaseException) -> ApiError | None:
         return ApiError(400, str(exc), "invalid_name", param="name")
     if isinstance(exc, VersionNotFoundError):
         return ApiError(404, str(exc), "not_found", param="version")
+    if isinstance(exc, EvictingRedisError):
+        log.error("%s", exc)
+        return ApiError(503, str(exc), "redis_evicting")
     if isinstance(exc, StagingLostError):
         log.warning("%s", exc)
         return retry_later(503, str(exc), "catalog_state_lost", RETRY_LOST_PUBLISH_S)

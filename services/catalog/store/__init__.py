@@ -4,6 +4,7 @@ follower (:class:`CatalogSubscriber`).
 Key layout: ``keys.py``; manifest fields: ``manifest.py``; artifact encoding: ``codec.py``.
 """
 
+from widebeam.services.catalog.store.eviction import EvictingRedisError, require_no_eviction
 from widebeam.services.catalog.store.keys import validate_name
 from widebeam.services.catalog.store.store import DEFAULT_CHUNK_BYTES, CatalogStore
 from widebeam.services.catalog.store.subscriber import CatalogSubscriber
@@ -23,10 +24,12 @@ __all__ = [
     "CatalogStore",
     "CatalogStoreError",
     "CatalogSubscriber",
+    "EvictingRedisError",
     "InvalidNameError",
     "LoadedCatalog",
     "PublishedVersion",
     "StagingLostError",
     "VersionNotFoundError",
+    "require_no_eviction",
     "validate_name",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from widebeam.services.catalog.store import codec, lookup, retention, scripts
+from widebeam.services.catalog.store.eviction import require_no_eviction
 from widebeam.services.catalog.store.keys import (
     CatalogKeys,
     NamespaceKeys,
@@ -93,6 +94,7 @@ class CatalogStore:
         or ``activate`` is false: then it is kept, complete, for a later ``activate``)."""
         ckeys = self.keys.catalog(name)
         meta = check_metadata(metadata)
+        require_no_eviction(self.client)  # per publish: the policy can change at run time
         chunks, artifact = codec.encode_chunks(
             trie.to_arrays(), self.chunk_bytes, self.compress_level
         )
