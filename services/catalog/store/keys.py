@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 from widebeam.services.catalog.store.types import InvalidNameError
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# Starting with a letter or digit: no ".", "..", ".hidden" or "-flag" names, which paths, URLs
+# and command lines would read as something else.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # ':' is allowed in a namespace (a common Redis convention) but never in a catalog name, so
 # one catalog's key prefix can never be a prefix of another's.
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -41,7 +43,8 @@ _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 def validate_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidNameError(
-            f"invalid catalog name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
+            f"invalid catalog name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -, "
+            "starting with a letter or digit"
         )
     return name
 

@@ -83,7 +83,9 @@ def test_unknown_names_and_versions(store: CatalogStore, make_trie: MakeTrie) ->
         store.item_sid("c", 7, "x")
 
 
-@pytest.mark.parametrize("bad", ["", "a" * 65, "has space", "a:b", "*", "ü"])
+@pytest.mark.parametrize(
+    "bad", ["", "a" * 65, "has space", "a:b", "*", "ü", ".", "..", ".hidden", "-x", "_x", "a/b"]
+)
 def test_name_validation(store: CatalogStore, make_trie: MakeTrie, bad: str) -> None:
     with pytest.raises(InvalidNameError, match="invalid catalog name"):
         store.publish(bad, make_trie(5))
