@@ -1,0 +1,5 @@
+"""The gateway: the public REST API in front of the decoder replicas. `app.create_app` builds
+it; `routes/` holds one router factory per API (`schemas/` their bodies); `recommender.py` is
+the one recommend implementation, used by `/v1/recommend` and the batch worker alike;
+`decoder_pool.py` / `decoder_info.py` call the decoders and read their GetInfo; `batch/` runs
+recommend jobs in bulk on Celery. Errors, API keys and handlers follow `widebeam.services.http`."""

@@ -2,19 +2,17 @@
 
 Lifespan: open the decoder pool, poll the decoders' GetInfo (metrics, cached limits/catalogs),
 close both at shutdown. Layers, outermost first: metrics, body limit, load shedding, exception
-handlers, routes (the `/v1` ones behind the API-key dependency). The batch-jobs router is mounted
-when its module (`widebeam.services.gateway.batch.router`) is installed."""
+handlers, routes (the `/v1` ones, batch jobs included, behind the API-key dependency)."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
+from widebeam.services.gateway.batch.router import batch_settings_for, create_batch_router
+from widebeam.services.gateway.batch.schemas import RowLimits
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.info_poller import InfoPoller
 from widebeam.services.gateway.metrics import GatewayMetrics
@@ -26,11 +24,7 @@ from widebeam.services.gateway.state import GatewayState
 from widebeam.services.http.api_keys import ApiKeyCheck
 from widebeam.services.http.handlers import install_error_handlers
 
-log = logging.getLogger("widebeam.gateway")
-
 API_KEY_REALM = "widebeam"
-
-BATCH_ROUTER_MODULE = "widebeam.services.gateway.batch.router"
 
 
 def create_app(settings: GatewaySettings | None = None) -> FastAPI:
@@ -66,9 +60,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     v1 = APIRouter(dependencies=[Depends(require_api_key)])
     for module in (recommend, completions, chat, models):
         v1.include_router(module.create_router())
-    batch = _batch_router(settings, pool, require_api_key)
-    if batch is not None:
-        v1.include_router(batch)
+    batch = batch_settings_for(settings)
+    v1.include_router(create_batch_router(batch, RowLimits.from_settings(settings, batch)))
     app.include_router(v1)
     app.include_router(health.create_router())
     # After the body is read: keep-alive. A bad API key is a 401 there too, never a 429.
@@ -76,20 +69,3 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
     return app
-
-
-def _batch_router(
-    settings: GatewaySettings, pool: DecoderPool, require_api_key: object
-) -> APIRouter | None:
-    """The batch engineer's router, if that module exists (a missing module is not an error;
-    a broken one is, so it fails loudly here rather than as missing routes)."""
-    try:
-        present = importlib.util.find_spec(BATCH_ROUTER_MODULE) is not None
-    except ModuleNotFoundError:  # the `batch` package itself is absent
-        present = False
-    if not present:
-        return None
-    module = importlib.import_module(BATCH_ROUTER_MODULE)
-    router: APIRouter = module.create_batch_router(settings, pool, require_api_key)
-    log.info("batch-job routes mounted")
-    return router

@@ -12,13 +12,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.gateway.decoder_info import beam_cap, find_catalog, reported_model_name
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.metrics import GatewayMetrics
+from widebeam.services.gateway.recommender import Recommender
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.text_codec import TextCodec
 from widebeam.services.http.errors import ApiError
-
-FALLBACK_MODEL_NAME = "widebeam"
 
 
 @dataclass
@@ -26,9 +26,20 @@ class GatewayState:
     settings: GatewaySettings
     pool: DecoderPool
     metrics: GatewayMetrics
+    recommender: Recommender = field(init=False)
     _codec: TextCodec | None = None
     _codec_settled: bool = False
     _codec_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.recommender = Recommender(
+            self.pool, self.info_of, settings.max_beam_width, settings.model_name, self.metrics
+        )
+
+    async def info_of(self, fresh: bool) -> pb.GetInfoResponse | None:
+        """The latest polled GetInfo, or (`fresh`) one asked now."""
+        return await self.pool.info() if fresh else self.pool.latest_info()
 
     # ----- model ---------------------------------------------------------------------------
     async def refresh_info(self, timeout: float = 2.0) -> None:
@@ -39,8 +50,7 @@ class GatewayState:
                 await self.pool.info(timeout=timeout)
 
     def model_name(self) -> str:
-        info = self.pool.latest_info()
-        return self.settings.model_name or (info.model_name if info else "") or FALLBACK_MODEL_NAME
+        return reported_model_name(self.settings.model_name, self.pool.latest_info())
 
     def check_model(self, name: str) -> None:
         """Unknown model names are refused, as OpenAI does, so a typo is not silently served."""
@@ -74,29 +84,12 @@ class GatewayState:
     # ----- limits and catalogs -------------------------------------------------------------
     def beam_cap(self) -> tuple[int, str]:
         """The widest beam allowed and who sets it (the gateway's limit or the decoders')."""
-        info = self.pool.latest_info()
-        decoder_max = info.limits.max_beam_width if info and info.limits.max_beam_width else 0
-        if decoder_max and decoder_max < self.settings.max_beam_width:
-            return decoder_max, "the decoders' limit"
-        return self.settings.max_beam_width, "the gateway's limit"
+        return beam_cap(self.pool.latest_info(), self.settings.max_beam_width)
 
     async def require_catalog(self, name: str) -> pb.CatalogInfo:
         """The catalog's info; 404 when no decoder serves it (after one fresh GetInfo, so a
         catalog published since the last poll is found)."""
-        for fresh in (False, True):
-            info = await self.pool.info() if fresh else self.pool.latest_info()
-            if info is None:
-                continue
-            for catalog in info.catalogs:
-                if catalog.name == name:
-                    return catalog
-        loaded = ", ".join(sorted(c.name for c in info.catalogs)) if info else ""
-        raise ApiError(
-            404,
-            f"unknown catalog {name!r}; loaded: {loaded or 'none'}",
-            "catalog_not_found",
-            param="catalog",
-        )
+        return await find_catalog(self.info_of, name)
 
 
 def get_state(request: Request) -> GatewayState:

@@ -18,6 +18,7 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.gateway.batch.rows import recommend_row
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.decoder_pool import DecoderPool
+from widebeam.services.gateway.recommender import Recommender
 
 T = TypeVar("T")
 
@@ -43,6 +44,7 @@ class DecoderRunner:
         self._info_lock: asyncio.Lock | None = None
         self._info: pb.GetInfoResponse | None = None
         self._info_at = 0.0
+        self.recommender = Recommender(self.pool, self.info, settings.max_beam_width)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -64,13 +66,7 @@ class DecoderRunner:
     def recommend(self, row: dict[str, Any]) -> Future[dict[str, Any]]:
         """The row's result object, or an `ApiError`, as a future (decoded on the loop)."""
         return self.submit(
-            recommend_row(
-                self.pool,
-                row,
-                info_of=self.info,
-                max_beam_width=self.settings.max_beam_width,
-                budget_s=self.settings.row_budget_s,
-            )
+            recommend_row(self.recommender, row, budget_s=self.settings.row_budget_s)
         )
 
 

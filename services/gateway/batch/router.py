@@ -1,18 +1,19 @@
 """`/v1/batch-jobs`: submit recommend requests in bulk, follow progress, stream results, cancel.
 
-Mounted by the gateway's `create_app` via `create_batch_router(settings, pool, require_api_key)`.
-The routes only talk to Redis (job store + Celery broker); `widebeam worker` does the decoding."""
+Mounted by the gateway's `create_app` under its `/v1` router (API-key dependency included) via
+`create_batch_router(batch_settings, row_limits)`. The routes only talk to Redis (job store +
+Celery broker); `widebeam worker` does the decoding."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
 import redis
 from celery import Celery
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -26,6 +27,7 @@ from widebeam.services.gateway.batch.schemas import (
 )
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.uploads import BadSubmission, read_submission
+from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.http.error_schema import error_responses
 from widebeam.services.http.errors import ApiError, retry_later
 
@@ -90,9 +92,9 @@ class _Backend:
         return job
 
 
-def batch_settings_for(gateway: object) -> BatchSettings:
+def batch_settings_for(gateway: GatewaySettings) -> BatchSettings:
     """`WIDEBEAM_BATCH_*` settings; the gateway's redis_url, when it has one, wins."""
-    redis_url = getattr(gateway, "redis_url", None)
+    redis_url = gateway.redis_url
     return BatchSettings(redis_url=redis_url) if redis_url else BatchSettings()
 
 
@@ -109,19 +111,11 @@ def _store_down() -> JSONResponse:
     return retry_later(503, "the batch job store is unavailable", "batch_unavailable", 1).response()
 
 
-def create_batch_router(
-    settings: object,
-    pool: object = None,
-    require_api_key: Callable[..., Any] | None = None,
-    batch_settings: BatchSettings | None = None,
-) -> APIRouter:
-    """`pool` is unused: workers reach the decoders themselves."""
-    del pool
-    batch = batch_settings or batch_settings_for(settings)
-    limits = RowLimits.from_settings(settings, batch)
+def create_batch_router(batch: BatchSettings, limits: RowLimits) -> APIRouter:
+    """The routes; rows are held to `limits` at submission (workers reach the decoders
+    themselves). The includer adds the API-key dependency, as for every `/v1` router."""
     backend = _Backend(batch)
-    deps = [Depends(require_api_key)] if require_api_key is not None else []
-    router = APIRouter(prefix="/v1/batch-jobs", tags=["batch jobs"], dependencies=deps)
+    router = APIRouter(prefix="/v1/batch-jobs", tags=["batch jobs"])
 
     async def load(job_id: str) -> JobRecord | JSONResponse:
         if not _JOB_ID.match(job_id):

@@ -8,67 +8,48 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from widebeam.services.gateway.batch.settings import BatchSettings
+from widebeam.services.gateway.recommender import RecommendLimits, check_limits
 from widebeam.services.gateway.schemas.recommend import RecommendRequest
+from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.http.errors import ApiError
 
 
 @dataclass(frozen=True)
 class RowLimits:
-    max_n: int
-    max_beam_width: int
-    max_history_len: int
+    """What a row may ask for: `/v1/recommend`'s limits, plus the batch's cap on exclusions."""
+
+    recommend: RecommendLimits
     max_exclude: int
-    default_beam_width: int
 
     @classmethod
-    def from_settings(cls, gateway: object, batch: BatchSettings) -> RowLimits:
-        """The gateway's limits where its settings define them, else the batch defaults."""
+    def from_settings(cls, gateway: GatewaySettings, batch: BatchSettings) -> RowLimits:
+        return cls(RecommendLimits.from_settings(gateway), batch.max_exclude)
 
-        def pick(names: tuple[str, ...], default: int) -> int:
-            for name in names:
-                value = getattr(gateway, name, None)
-                if isinstance(value, int) and value > 0:
-                    return value
-            return default
 
-        return cls(
-            max_n=pick(("max_n",), batch.max_n),
-            max_beam_width=pick(("max_beam_width",), batch.max_beam_width),
-            max_history_len=pick(("max_history_len", "max_history"), batch.max_history_len),
-            max_exclude=pick(("max_exclude",), batch.max_exclude),
-            default_beam_width=pick(("default_beam_width",), batch.default_beam_width),
-        )
+def validation_problems(exc: ValidationError) -> str:
+    """`field: problem; ...` of a row that `RecommendRequest` refuses."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 def validate_row(data: Any, limits: RowLimits, job_catalog: str | None) -> dict[str, Any]:
     """The row as a plain dict (defaults and beam width filled in), or ValueError.
 
-    Parsed by the gateway's own `RecommendRequest` and held to the limits `/v1/recommend`
-    checks (`recommender.check_limits`), so a row fails here exactly when the live route
-    would refuse it; only the decoders' narrower beam limit is left to the worker."""
+    Parsed by the gateway's own `RecommendRequest` and held to `/v1/recommend`'s limits by the
+    same `check_limits`, so a row fails here exactly when the live route would refuse it; only
+    the decoders' narrower beam limit is left to the worker."""
     if not isinstance(data, dict):
         raise ValueError("a recommend request must be a JSON object")
     try:
         row = RecommendRequest.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ValueError(problems) from None
-    if row.n > limits.max_n:
-        raise ValueError(f"n must be <= {limits.max_n} (the gateway's limit)")
-    if row.beam_width is not None and row.beam_width > limits.max_beam_width:
-        raise ValueError(f"beam_width must be <= {limits.max_beam_width} (the gateway's limit)")
-    beam = row.beam_width or min(max(row.n, limits.default_beam_width), limits.max_beam_width)
-    if row.n > beam:
-        raise ValueError(f"n ({row.n}) must be <= beam_width ({beam})")
-    if len(row.history) > limits.max_history_len:
-        limit = limits.max_history_len
-        raise ValueError(f"history has {len(row.history)} items; the limit is {limit}")
-    if not row.history and row.fallback == "none":
-        raise ValueError(
-            "history is empty; give at least one item id, or set fallback='prior' to get the "
-            "model's unconditional recommendations"
-        )
+        raise ValueError(validation_problems(exc)) from None
+    cap = limits.recommend.max_beam_width
+    try:
+        beam = check_limits(row, limits.recommend, cap, "the gateway's limit")
+    except ApiError as exc:
+        raise ValueError(exc.message) from None
     if len(row.exclude) > limits.max_exclude:
         raise ValueError(f"exclude has {len(row.exclude)} items; the limit is {limits.max_exclude}")
     if job_catalog is not None and "catalog" not in row.model_fields_set:

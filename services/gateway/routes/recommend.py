@@ -1,4 +1,4 @@
-"""`POST /v1/recommend`."""
+"""`POST /v1/recommend`: the gateway's limits, then the shared `Recommender`."""
 
 from __future__ import annotations
 
@@ -6,22 +6,32 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from widebeam.services.gateway import recommender
+from widebeam.services.gateway.recommender import ROUTE, RecommendLimits, check_limits
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.recommend import RecommendRequest, RecommendResponse
 from widebeam.services.gateway.state import State
+from widebeam.services.http.errors import retry_later
 
 
 def create_router() -> APIRouter:
     router = APIRouter(tags=["recommend"])
 
     @router.post(
-        "/v1/recommend",
+        ROUTE,
         response_model=RecommendResponse,
         responses=ERROR_RESPONSES,
         summary="Next items for a user's history (SID-constrained beam search)",
     )
     async def recommend(body: RecommendRequest, state: State) -> dict[str, Any]:
-        return await recommender.recommend(state, body)
+        settings = state.settings
+        cap, who = await state.recommender.beam_cap()
+        beam = check_limits(body, RecommendLimits.from_settings(settings), cap, who)
+        late = retry_later(
+            503, "no answer within the request deadline", "deadline_exceeded",
+            settings.retry_after_s,
+        )  # fmt: skip
+        return await state.recommender.recommend(
+            body, beam, timeout_s=settings.request_timeout_s, late=late
+        )
 
     return router

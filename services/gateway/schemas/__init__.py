@@ -1,0 +1,1 @@
+"""The request and response bodies of the gateway's routes (pydantic), one module per API."""

@@ -13,7 +13,7 @@ from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.support import GatewayServer, gateway_settings
 from tests.support.redis_server import free_port
 from widebeam.services.decoder.server.background import BackgroundServer
-from widebeam.services.gateway.state import FALLBACK_MODEL_NAME
+from widebeam.services.gateway.decoder_info import FALLBACK_MODEL_NAME
 
 
 def test_models_before_the_first_successful_poll(sid_model: SidModel) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import Depends, FastAPI, Header, HTTPException
 from fastapi.testclient import TestClient
 
 from tests.services.decoder.conftest import SidModel, sid_model  # noqa: F401 (fixture)
@@ -21,6 +21,7 @@ from tests.services.decoder.server.conftest import make_settings
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.batch.job_store import JobStore
 from widebeam.services.gateway.batch.router import create_batch_router
+from widebeam.services.gateway.batch.schemas import RowLimits
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.settings import GatewaySettings
 
@@ -68,7 +69,8 @@ def require_api_key(authorization: str | None = Header(None)) -> None:
 
 def make_client(settings: BatchSettings) -> TestClient:
     app = FastAPI()
-    app.include_router(create_batch_router(gateway_settings(), None, require_api_key, settings))
+    router = create_batch_router(settings, RowLimits.from_settings(gateway_settings(), settings))
+    app.include_router(router, dependencies=[Depends(require_api_key)])
     return TestClient(app)
 
 

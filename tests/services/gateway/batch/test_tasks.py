@@ -1,6 +1,6 @@
-"""The chunk task's logic in-process, against a real decoder: results in the recommend shape,
-idempotent re-runs, row errors, widening, cancellation between rows, retries while decoders
-are down."""
+"""The chunk task's logic in-process, against a real decoder: results in the recommend shape
+(the very answers of `/v1/recommend`), idempotent re-runs, row errors, widening, cancellation
+between rows, retries while decoders are down."""
 
 from __future__ import annotations
 
@@ -8,18 +8,21 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.services.decoder.conftest import SidModel
 from tests.services.gateway.batch.conftest import batch_settings, store_of
+from tests.services.gateway.support import GatewayServer, gateway_settings
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.batch.decoder_runner import DecoderRunner
 from widebeam.services.gateway.batch.job_store import JobStore
 from widebeam.services.gateway.batch.schemas import RowLimits, validate_row
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.tasks import DecodersUnavailable, process_chunk
+from widebeam.services.gateway.recommender import RecommendLimits
 
-LIMITS = RowLimits(32, 64, 50, 100, 16)
+LIMITS = RowLimits(RecommendLimits(32, 64, 50, 16), max_exclude=100)
 
 
 def rows(count: int, **fields: Any) -> list[dict[str, Any]]:
@@ -153,3 +156,25 @@ def test_rows_carry_normalization_to_the_decoder(runner: DecoderRunner) -> None:
     assert scores(legacy) == pytest.approx(vocab, abs=1e-4)
     with pytest.raises(ValueError, match="normalization: Input should be 'vocab' or 'sid'"):
         rows(1, normalization="softmax")
+
+
+def test_a_row_gets_the_answer_the_route_gives(
+    decoder: BackgroundServer, runner: DecoderRunner
+) -> None:
+    """One implementation: a row and the same `/v1/recommend` body decode alike, widening
+    included (the row's usage, beam and items are the route's)."""
+    narrow = rows(1, beam_width=4, n=4)[0]
+    taken = [i["item_id"] for i in runner.recommend(narrow).result(10)["items"]]
+    cases = [rows(1)[0], rows(1, normalization="sid")[0], narrow | {"exclude": taken}]
+    with (
+        GatewayServer(gateway_settings([decoder.address], max_beam_width=512)) as gateway,
+        httpx.Client(base_url=gateway.url, timeout=30) as http,
+    ):
+        for row in cases:
+            body = {k: v for k, v in row.items() if k != "user_id"}
+            answer = http.post("/v1/recommend", json=body)
+            assert answer.status_code == 200, answer.text
+            route, worker = answer.json(), runner.recommend(row).result(10)
+            assert route.pop("latency_ms") > 0 and worker.pop("latency_ms") > 0
+            assert worker == route, row
+    assert route["beam_width"] > 4  # the last case widened, in both
