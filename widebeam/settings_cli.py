@@ -1,4 +1,5 @@
-"""Building a service's pydantic settings from its CLI flags (flags win over environment)."""
+"""A service's CLI flags and its pydantic settings: flags derived from the settings' fields, and
+the settings built from the flags (flags win over environment)."""
 
 from __future__ import annotations
 
