@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_SID_TOKEN_RE = re.compile(r"^<s_([a-z])_(\d+)>$")
+_SID_TOKEN_RE = re.compile(r"^<s_([a-z])_([0-9]+)>$")
 _BEGIN_TOKEN = "<|sid_begin|>"
 _END_TOKEN = "<|sid_end|>"
 

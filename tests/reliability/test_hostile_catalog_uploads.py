@@ -26,3 +26,96 @@ def test_dot_and_dash_names_are_400(service: Service, raw: str) -> None:
     error = response.json()["error"]
     assert error["code"] == "invalid_name" and "starting with a letter or digit" in error["message"]
     assert service.http.get("/v1/catalogs").json() == {"catalogs": []}
+
+
+def _nothing_published(service: Service, name: str = "shop") -> None:
+    assert service.current(name) is None
+    assert service.http.get("/v1/catalogs").json() == {"catalogs": []}
+
+
+def _rows(n: int) -> list[cw.Row]:
+    return [(f"item-{i}", (i % 16, i // 16 % 16, i // 256 % 16), 1.0, "t") for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "metadata, problem",
+    [
+        ('{"score": NaN}', "NaN is not a JSON number"),
+        ('{"score": Infinity}', "Infinity is not a JSON number"),
+        ('{"score": -Infinity}', "-Infinity is not a JSON number"),
+        ('{"a": ' + "[" * 1100 + "]" * 1100 + "}", "nested too deeply"),
+        ('{"a": ' + "[" * 40 + "]" * 40 + "}", "more than 32 levels deep"),
+        ('{"a": 1, "a": 2}', "duplicate key 'a'"),
+    ],
+)
+def test_hostile_metadata_is_400_before_the_body_is_read(
+    service: Service, metadata: str, problem: str
+) -> None:
+    response = service.upload("shop", cw.jsonl(), metadata=metadata)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "metadata" and problem in error["message"], error
+    multipart = service.upload("shop", cw.jsonl(), multipart=True, metadata=metadata)
+    assert multipart.status_code == 400 and problem in multipart.json()["error"]["message"]
+    _nothing_published(service)
+
+
+def test_a_lone_surrogate_item_id_is_422_naming_the_line(service: Service) -> None:
+    body = cw.jsonl(rows=_rows(5)) + b'{"item_id": "bad-\\ud800", "sid": [1, 2, 3]}\n'
+    response = service.upload("shop", body)
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]["message"]
+    assert message.startswith("line 6: 'item_id'") and "not valid Unicode" in message, message
+    _nothing_published(service)
+
+
+def _multipart(data: bytes, boundary: str = "widebeam-test-boundary") -> tuple[bytes, str]:
+    body = (
+        f"--{boundary}\r\n"
+        'Content-Disposition: form-data; name="file"; filename="catalog.jsonl"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+@pytest.mark.parametrize("cut", ["mid-file", "before-closing-boundary", "mid-closing-boundary"])
+def test_a_multipart_upload_cut_off_is_400_and_publishes_nothing(
+    service: Service, cut: str
+) -> None:
+    data = cw.jsonl(rows=_rows(3000))
+    body, content_type = _multipart(data)
+    closing = body.rindex(b"\r\n--")
+    end = {
+        "mid-file": len(body) * 2 // 5,  # whole lines of some 1,200 items before the cut
+        "before-closing-boundary": closing,
+        "mid-closing-boundary": closing + 8,
+    }[cut]
+    response = service.http.post(
+        "/v1/catalogs/shop/versions", content=body[:end], headers={"Content-Type": content_type}
+    )
+    assert response.status_code == 400, response.text
+    assert "before its closing boundary" in response.json()["error"]["message"]
+    _nothing_published(service)
+    whole = service.http.post(
+        "/v1/catalogs/shop/versions", content=body, headers={"Content-Type": content_type}
+    )
+    assert whole.status_code == 201 and whole.json()["stats"]["num_items"] == 3000
+
+
+@pytest.mark.parametrize(
+    "csv_text, problem",
+    [
+        ('item_id,sid\na,"1,2,3\nb,4 5 6\nc,7 8 9\n', "line 4: malformed CSV: unexpected end"),
+        ('item_id,sid\na,"1,2,3\nb,"4,5,6"\nc,7 8 9\n', "line 3: malformed CSV"),
+        ("item_id,sid_0,sid_1,sid_2\na,1,2,\u0663\n", "line 2: item 'a': SID code at level 2"),
+        ("item_id,sid\na,1 \uff12 3\n", "line 2: item 'a': SID code at level 1"),
+        ('item_id,sid\na,"1,2,3"x\n', "line 2: malformed CSV"),
+    ],
+)
+def test_malformed_csv_is_422_naming_the_line(
+    service: Service, csv_text: str, problem: str
+) -> None:
+    response = service.upload("shop", csv_text.encode(), format="csv")
+    assert response.status_code == 422, response.text
+    assert problem in response.json()["error"]["message"], response.json()
+    _nothing_published(service)

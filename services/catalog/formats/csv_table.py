@@ -9,6 +9,7 @@ comma. Line numbers in errors are the physical line on which the record ends.
 
 from __future__ import annotations
 
+import _csv
 import csv
 import io
 import itertools
@@ -26,7 +27,7 @@ from widebeam.services.catalog.formats.values import (
 )
 from widebeam.services.catalog.types import CatalogError
 
-_LEVEL_COL = re.compile(r"sid_(0|[1-9]\d{0,5})")
+_LEVEL_COL = re.compile(r"sid_(0|[1-9][0-9]{0,5})")
 _CODE_SEP = re.compile(r"[,;\s]+")
 
 
@@ -35,8 +36,6 @@ def parse_csv(stream: IO[bytes]) -> CatalogTable:
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
     try:
         return _parse(text)
-    except csv.Error as exc:  # NUL bytes, oversized fields, bad quoting
-        raise CatalogError(f"malformed CSV: {exc}") from None
     except UnicodeDecodeError as exc:
         raise CatalogError(f"CSV is not UTF-8 text: {exc.reason}") from None
     finally:
@@ -47,7 +46,17 @@ def _parse(text: io.TextIOWrapper) -> CatalogTable:
     first = text.readline()
     delimiter = "\t" if "\t" in first and "," not in first else ","
     # chain, not a generator: closing a generator would close the (detached) wrapper.
-    reader = csv.reader(itertools.chain([first], text), delimiter=delimiter)
+    # strict: a quote left open would otherwise swallow every later line into one field.
+    reader = csv.reader(itertools.chain([first], text), delimiter=delimiter, strict=True)
+    try:
+        return _parse_records(reader)
+    except csv.Error as exc:  # NUL bytes, oversized fields, bad quoting
+        # line_num is the line the reader had reached: where the bad record ends, or the end
+        # of the input for a quote never closed.
+        raise CatalogError(f"line {reader.line_num}: malformed CSV: {exc}") from None
+
+
+def _parse_records(reader: _csv.Reader) -> CatalogTable:
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
         raise CatalogError("line 1: CSV needs a header row naming 'item_id' and the SID columns")

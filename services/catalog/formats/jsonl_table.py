@@ -22,7 +22,7 @@ from widebeam.services.catalog.formats.values import (
 )
 from widebeam.services.catalog.types import CatalogError
 
-_LEVEL_KEY = re.compile(r"sid_(0|[1-9]\d{0,5})")  # no leading zeros: one key per level
+_LEVEL_KEY = re.compile(r"sid_(0|[1-9][0-9]{0,5})")  # no leading zeros: one key per level
 
 
 def parse_jsonl(stream: IO[bytes]) -> CatalogTable:

@@ -21,7 +21,7 @@ from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.values import MAX_CODE
 from widebeam.services.catalog.types import CatalogError
 
-_LEVEL_COL = re.compile(r"sid_(0|[1-9]\d{0,5})")
+_LEVEL_COL = re.compile(r"sid_(0|[1-9][0-9]{0,5})")
 DEFAULT_BATCH_ROWS = 1 << 16
 
 

@@ -14,18 +14,31 @@ from widebeam.services.catalog.types import CatalogError
 
 # Trie arrays store codes and token ids as int32; anything larger can never fit a layout.
 MAX_CODE = 2**31 - 1
-_INT_TEXT = re.compile(r"[+-]?\d+")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")  # ASCII digits: int() also reads '٣' and '３' as 3
 
 
 def item_id_from_value(value: Any, where: str) -> str:
     """A non-empty string, or an integer (bool excluded) written in decimal."""
     if isinstance(value, str) and value.strip():
+        if not value.isascii():
+            _check_encodable(value, where)
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise CatalogError(
         f"{where}: 'item_id' must be a non-empty string or an integer, got {value!r}"
     )
+
+
+def _check_encodable(item_id: str, where: str) -> None:
+    """JSON's \\ud800-style escapes decode to lone surrogates, which no UTF-8 key can hold."""
+    try:
+        item_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CatalogError(
+            f"{where}: 'item_id' {item_id!r} is not valid Unicode ({exc.reason} at character "
+            f"{exc.start})"
+        ) from None
 
 
 def codes_from_list(values: list[Any], where: str, item_id: str) -> list[int]:

@@ -72,6 +72,7 @@ class _PartCollector:
             "on_header_field": self._on_field,
             "on_header_value": self._on_value,
             "on_header_end": self._on_header_end,
+            "on_end": lambda: self.events.append(("closed", b"")),
         }
 
     def _on_field(self, data: bytes, start: int, end: int) -> None:
@@ -108,6 +109,15 @@ async def _read_multipart(
         parser.finalize()
     except MultipartParseError as exc:
         raise ApiError(400, f"malformed multipart body: {exc}", "invalid_request") from None
+    if not reader.closed:
+        # The parser takes a body cut short as well-formed so far; only the closing boundary
+        # proves the file part is whole.
+        raise ApiError(
+            400,
+            "multipart body ends before its closing boundary: the upload was cut off; "
+            "nothing was published",
+            "invalid_request",
+        )
     if not reader.seen_file:
         raise ApiError(
             400,
@@ -125,6 +135,7 @@ class _PartReader:
         self.spool = spool
         self.body = UploadBody(multipart=True)
         self.seen_file = False
+        self.closed = False  # the closing boundary was read
         self._parts = 0
         self._name: str | None = None
         self._value = bytearray()
@@ -162,3 +173,5 @@ class _PartReader:
                 )
         elif kind == "end" and self._name is not None and self._name != FILE_FIELD:
             self.body.fields[self._name] = self._value.decode("utf-8", "replace")
+        elif kind == "closed":
+            self.closed = True

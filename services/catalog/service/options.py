@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from widebeam.services.catalog.formats import FORMATS
+from widebeam.services.http import strict_json
 from widebeam.services.http.errors import ApiError
 
 RESERVED_METADATA = "source"  # the service records the upload's format/size/filename there
+MAX_METADATA_DEPTH = 32  # nesting of the metadata object (the object itself is level 1)
 
 
 class UploadOptions(BaseModel):
@@ -39,8 +40,8 @@ class UploadOptions(BaseModel):
     def _json_object(cls, value: object) -> object:
         if isinstance(value, str):
             try:
-                value = json.loads(value)
-            except ValueError as exc:
+                value = strict_json.loads(value, max_depth=MAX_METADATA_DEPTH)
+            except strict_json.StrictJsonError as exc:
                 raise ValueError(f"not valid JSON ({exc})") from None
         if value is not None and not isinstance(value, dict):
             raise ValueError("must be a JSON object")

@@ -19,7 +19,7 @@ from typing import IO
 
 import numpy as np
 
-_EMB_COL = re.compile(r"emb_(0|[1-9]\d*)")
+_EMB_COL = re.compile(r"emb_(0|[1-9][0-9]*)")
 
 
 def load_embeddings(

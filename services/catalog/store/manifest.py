@@ -37,7 +37,7 @@ def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
         raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
     try:
         return json.loads(json.dumps(metadata, allow_nan=False))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"metadata is not JSON-serialisable: {exc}") from None
 
 
