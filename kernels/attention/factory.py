@@ -19,15 +19,19 @@ def triton_available() -> bool:
 
 def resolve_backend_name(name: str, device_type: str) -> str:
     """ "auto": the Triton kernels on CUDA when Triton is importable, else the torch reference.
-    FlashInfer is never picked automatically: it runs eagerly (the engine captures CUDA graphs
-    for Triton only), and eager it measured level with eager Triton (docs/benchmarks.md)."""
+    FlashInfer is never picked automatically: it is an optional package, and its eager steps
+    measured level with eager Triton (docs/benchmarks.md)."""
     if name != "auto":
         return name
     return "triton" if device_type == "cuda" and triton_available() else "torch"
 
 
-def make_attention_backend(name: str = "torch", **options: object) -> AttentionBackend:
-    """`options` go to the backend's constructor (triton: page_size, num_splits)."""
+def make_attention_backend(
+    name: str = "torch", *, page_size: int = 1, **options: object
+) -> AttentionBackend:
+    """`page_size`: the KV cache's slots per page; the triton backend addresses prompts by page
+    with it (torch reads slot lists, flashinfer views the cache as one-slot pages). `options`
+    go to the backend's constructor (triton: num_splits; flashinfer: workspace_bytes)."""
     if name == "torch":
         return TorchAttention()
     if name == "triton":
@@ -35,7 +39,7 @@ def make_attention_backend(name: str = "torch", **options: object) -> AttentionB
         # happen after TRITON_INTERPRET is set when tests run them on the CPU.
         from widebeam.kernels.attention.triton_backend import TritonAttention
 
-        return TritonAttention(**options)  # type: ignore[arg-type]
+        return TritonAttention(page_size=page_size, **options)  # type: ignore[arg-type]
     if name == "flashinfer":  # optional package; its absence is a clear ValueError
         from widebeam.kernels.attention.flashinfer_backend import FlashInferAttention
 

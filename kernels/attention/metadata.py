@@ -8,6 +8,20 @@ import torch
 
 
 @dataclass(frozen=True)
+class AttentionLayout:
+    """The model's attention shapes and the cache's dtype, fixed for a runner's life: what a
+    backend needs to build a batch's metadata before any layer runs (tile choices, plans)."""
+
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    q_dtype: torch.dtype  # of the queries (the model's activations)
+    kv_dtype: torch.dtype  # of the KV cache
+    scale: float  # softmax scale
+    device: torch.device  # of the KV cache
+
+
+@dataclass(frozen=True)
 class PrefillBatch:
     """Ragged prompts packed back to back; segment i is tokens cu_seqlens[i]:cu_seqlens[i+1]."""
 

@@ -101,19 +101,31 @@ def cascade_decode(
 
 
 class TorchAttention(AttentionBackend):
+    """The reference backend: eager steps only (it loops over groups on the host), its
+    metadata the batches themselves."""
+
     name = "torch"
 
     def prefill(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PrefillBatch, scale: float
-    ) -> torch.Tensor:
-        return causal_prefill(q, k, v, batch.cu_seqlens, scale)
+        self,
+        q: torch.Tensor,  # [N, Hq, D]
+        k: torch.Tensor,  # [N, Hkv, D]
+        v: torch.Tensor,  # [N, Hkv, D]
+        metadata: object,  # a PrefillBatch
+        scale: float,
+    ) -> torch.Tensor:  # [N, Hq, D] dtype of q
+        if not isinstance(metadata, PrefillBatch):
+            raise TypeError(f"the torch backend takes a PrefillBatch, got {type(metadata)}")
+        return causal_prefill(q, k, v, metadata.cu_seqlens, scale)
 
     def decode(
         self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        batch: DecodeBatch,
+        q: torch.Tensor,  # [R, Hq, D]
+        k_cache: torch.Tensor,  # [slots, Hkv, D]
+        v_cache: torch.Tensor,  # [slots, Hkv, D]
+        metadata: object,  # a DecodeBatch
         scale: float,
-    ) -> torch.Tensor:
-        return cascade_decode(q, k_cache, v_cache, batch, scale)
+    ) -> torch.Tensor:  # [R, Hq, D] dtype of q
+        if not isinstance(metadata, DecodeBatch):
+            raise TypeError(f"the torch backend takes a DecodeBatch, got {type(metadata)}")
+        return cascade_decode(q, k_cache, v_cache, metadata, scale)

@@ -1,16 +1,32 @@
 """`TritonAttention`: the GPU backend (Triton cascade decode + ragged causal prefill).
 
 `decode` accepts the engine's `DecodeBatch` (packed once per batch object and reused by every
-layer) or a `PackedDecode` the caller built itself (static buffers for CUDA graphs); `prefill`
-likewise a `PrefillBatch` or a `PackedPrefill`.
+layer) or a `PackedDecode` (what `prepare_decode` returns, or a CUDA-graph bucket's static
+buffers); `prefill` likewise a `PrefillBatch` or a `PackedPrefill`.
+
+CUDA-graph hooks: a decode bucket fixes the packed metadata's capacities (requests, prefix work
+items, suffix and prompt-table lengths) and its tile choices (`block_rows`, `num_splits`); a
+prefill bucket fixes the length of the query-block work list. The static buffers are tensors of
+those sizes, and a replay's metadata is copied into them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import fields
+from typing import NamedTuple
+
+import numpy as np
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
+from widebeam.kernels.attention.buckets import decode_capacity, pow2
+from widebeam.kernels.attention.metadata import (
+    AttentionLayout,
+    DecodeBatch,
+    PackedPrefill,
+    PrefillBatch,
+)
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
 from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 from widebeam.kernels.attention.triton_common import (
@@ -24,12 +40,28 @@ from widebeam.kernels.attention.triton_prefill import (
 )
 
 
+class TritonDecodeBucket(NamedTuple):
+    """The packed metadata's capacities and tiles for one decode bucket (`pack_decode`)."""
+
+    groups: int  # request (group) capacity
+    work: int  # prefix work-item capacity
+    suffix: int  # per-row generated-slot capacity
+    prompt: int  # prompt table entries per group
+    block_rows: int
+    splits: int
+
+
+class TritonPrefillBucket(NamedTuple):
+    work: int  # query-block capacity of the work list
+
+
 class TritonAttention(AttentionBackend):
     name = "triton"
 
     def __init__(self, page_size: int = 1, num_splits: int | None = None) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
-        num_splits None = choose per batch from the grid size and the longest prompt."""
+        num_splits None = choose per batch (or bucket) from the grid size and the longest
+        prompt."""
         self.page_size = page_size
         self.num_splits = num_splits
         # One batch object serves every layer of a step: pack once, keyed by identity (the
@@ -61,33 +93,146 @@ class TritonAttention(AttentionBackend):
 
     def prefill(
         self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        batch: PrefillBatch | PackedPrefill,
+        q: torch.Tensor,  # [N, Hq, D]
+        k: torch.Tensor,  # [N, Hkv, D]
+        v: torch.Tensor,  # [N, Hkv, D]
+        metadata: object,  # a PrefillBatch, or a PackedPrefill on q's device
         scale: float,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         block_q = prefill_block_q(q.shape[1], k.shape[1])
-        if isinstance(batch, PackedPrefill):  # a CUDA-graph bucket's static work list
+        if isinstance(metadata, PackedPrefill):  # a CUDA-graph bucket's static work list
             whole = (0, q.shape[0])
-            return ragged_causal_prefill(q, k, v, whole, scale, work=batch.work, block_q=block_q)
-        key = (batch.cu_seqlens, block_q, str(q.device))
+            return ragged_causal_prefill(q, k, v, whole, scale, work=metadata.work, block_q=block_q)
+        if not isinstance(metadata, PrefillBatch):
+            raise TypeError(
+                f"the triton backend takes a PrefillBatch or a PackedPrefill, got {type(metadata)}"
+            )
+        key = (metadata.cu_seqlens, block_q, str(q.device))
         if self._prefill_key != key:  # every layer of one prefill shares the work list
             self._prefill_key = key
-            self._prefill_work = prefill_work(batch.cu_seqlens, block_q, q.device)
+            self._prefill_work = prefill_work(metadata.cu_seqlens, block_q, q.device)
         assert self._prefill_work is not None
         return ragged_causal_prefill(
-            q, k, v, batch.cu_seqlens, scale, work=self._prefill_work, block_q=block_q
+            q, k, v, metadata.cu_seqlens, scale, work=self._prefill_work, block_q=block_q
         )
 
     def decode(
         self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        batch: DecodeBatch | PackedDecode,
+        q: torch.Tensor,  # [R, Hq, D]
+        k_cache: torch.Tensor,  # [slots, Hkv, D]
+        v_cache: torch.Tensor,  # [slots, Hkv, D]
+        metadata: object,  # a DecodeBatch, or a PackedDecode of R rows
         scale: float,
-    ) -> torch.Tensor:
-        if isinstance(batch, DecodeBatch):
-            batch = self.pack(batch, q.shape[0], q.shape[1], k_cache.shape[1])
-        return cascade_decode_packed(q, k_cache, v_cache, batch, scale)
+    ) -> torch.Tensor:  # [R, Hq, D] dtype of q
+        if isinstance(metadata, DecodeBatch):
+            metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1])
+        if not isinstance(metadata, PackedDecode):
+            raise TypeError(
+                f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
+            )
+        return cascade_decode_packed(q, k_cache, v_cache, metadata, scale)
+
+    # ----- metadata ---------------------------------------------------------------------------
+    def prepare_prefill(
+        self, batch: PrefillBatch, layout: AttentionLayout, bucket: Hashable | None = None
+    ) -> PrefillBatch | PackedPrefill:
+        """Eager: the batch (prefill builds its work list once per batch). With a bucket: the
+        work list padded to the bucket's capacity, on the host (pinned on CUDA) until
+        prepare_prefill_replay queues its copy."""
+        if bucket is None:
+            return batch
+        if not isinstance(bucket, TritonPrefillBucket):
+            raise TypeError(f"not a triton prefill bucket: {bucket!r}")
+        block_q = prefill_block_q(layout.q_heads, layout.kv_heads)
+        work = np.zeros((3, bucket.work), dtype=np.int32)
+        items = prefill_work(batch.cu_seqlens, block_q, torch.device("cpu")).numpy()
+        work[:, : items.shape[1]] = items
+        host = torch.from_numpy(work)  # [3, W] int32
+        return PackedPrefill(host.pin_memory() if layout.device.type == "cuda" else host)
+
+    def prepare_decode(
+        self,
+        batch: DecodeBatch,
+        rows: int,
+        layout: AttentionLayout,
+        bucket: Hashable | None = None,
+    ) -> PackedDecode:
+        """The batch packed on the cache's device: at its own sizes (as `decode` packs a
+        DecodeBatch), or padded to a bucket's capacities."""
+        if bucket is None:
+            return self.pack(batch, rows, layout.q_heads, layout.kv_heads)
+        if not isinstance(bucket, TritonDecodeBucket):
+            raise TypeError(f"not a triton decode bucket: {bucket!r}")
+        return pack_decode(
+            batch,
+            rows,
+            block_rows=bucket.block_rows,
+            num_splits=bucket.splits,
+            page_size=self.page_size,
+            device=layout.device,
+            num_groups=bucket.groups,
+            num_work=bucket.work,
+            suffix_capacity=bucket.suffix,
+            prompt_capacity=bucket.prompt,
+        )
+
+    # ----- CUDA-graph hooks -------------------------------------------------------------------
+    def supports_graphs(self, device: torch.device) -> bool:
+        return device.type == "cuda"
+
+    def prefill_bucket(
+        self, tokens: int, prompts: int, layout: AttentionLayout
+    ) -> TritonPrefillBucket:
+        # Each segment wastes at most one partial block.
+        return TritonPrefillBucket(
+            tokens // prefill_block_q(layout.q_heads, layout.kv_heads) + prompts
+        )
+
+    def decode_bucket(
+        self, batch: DecodeBatch, rows: int, layout: AttentionLayout
+    ) -> TritonDecodeBucket:
+        capacity = decode_capacity(batch)
+        block_rows = default_block_rows(layout.q_heads, layout.kv_heads, capacity.widest)
+        work = rows // block_rows + capacity.groups  # each group wastes at most one partial block
+        prompt = pow2(-(-capacity.prompt_tokens // self.page_size))
+        splits = self.num_splits
+        if splits is None:
+            splits = default_num_splits(
+                work * layout.kv_heads, capacity.prompt_tokens, layout.device
+            )
+        return TritonDecodeBucket(
+            capacity.groups, work, capacity.suffix, prompt, block_rows, splits
+        )
+
+    def init_prefill_capture(self, metadata: object, layout: AttentionLayout) -> PackedPrefill:
+        """An all-padding work list (a warm-up run computes nothing)."""
+        if not isinstance(metadata, PackedPrefill):
+            raise TypeError(f"not triton prefill metadata: {type(metadata)}")
+        work = torch.zeros(metadata.work.shape, dtype=torch.int32, device=layout.device)
+        return PackedPrefill(work)
+
+    def init_decode_capture(self, metadata: object, layout: AttentionLayout) -> PackedDecode:
+        """A copy of the first step's packed metadata."""
+        if not isinstance(metadata, PackedDecode):
+            raise TypeError(f"not triton decode metadata: {type(metadata)}")
+        return PackedDecode(
+            **{
+                f.name: getattr(metadata, f.name).clone()
+                if isinstance(getattr(metadata, f.name), torch.Tensor)
+                else getattr(metadata, f.name)
+                for f in fields(PackedDecode)
+            }
+        )
+
+    def prepare_prefill_replay(self, static: object, metadata: object) -> None:
+        if not isinstance(static, PackedPrefill) or not isinstance(metadata, PackedPrefill):
+            raise TypeError("prepare_prefill_replay takes two PackedPrefill")
+        static.work.copy_(metadata.work, non_blocking=True)
+
+    def prepare_decode_replay(self, static: object, metadata: object) -> None:
+        if not isinstance(static, PackedDecode) or not isinstance(metadata, PackedDecode):
+            raise TypeError("prepare_decode_replay takes two PackedDecode")
+        for field in fields(PackedDecode):
+            value = getattr(metadata, field.name)
+            if isinstance(value, torch.Tensor):
+                getattr(static, field.name).copy_(value)

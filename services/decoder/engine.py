@@ -29,10 +29,9 @@ from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
 from widebeam.services.decoder.results import build_output
-from widebeam.services.decoder.runner.decode_graphs import PreparedStep
 from widebeam.services.decoder.runner.model_runner import ModelRunner
 from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS
-from widebeam.services.decoder.runner.step_inputs import DecodeInputs
+from widebeam.services.decoder.runner.step_inputs import PreparedStep
 from widebeam.services.decoder.scheduler.decode_inputs import at_token_limit, decode_inputs
 from widebeam.services.decoder.scheduler.request_start import start_request
 from widebeam.services.decoder.scheduler.request_state import RequestState
@@ -90,14 +89,12 @@ class Engine:
             self.device,
         )
         backend_name = resolve_backend_name(config.attention_backend, self.device.type)
-        options = {"page_size": config.page_size} if backend_name == "triton" else {}
         self.runner = ModelRunner(
             self.model,
             cache,
-            make_attention_backend(backend_name, **options),
+            make_attention_backend(backend_name, page_size=config.page_size),
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,
-            page_size=config.page_size,
             prefill_graph_tokens=(
                 min(config.max_prefill_tokens, MAX_GRAPH_TOKENS) if config.prefill_graphs else 0
             ),
@@ -227,7 +224,7 @@ class Engine:
         )
         return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 
-    def _prepare_decode(self, states: list[RequestState]) -> DecodeInputs | PreparedStep:
+    def _prepare_decode(self, states: list[RequestState]) -> PreparedStep:
         return self.runner.prepare_decode(decode_inputs(states, self.device))
 
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:

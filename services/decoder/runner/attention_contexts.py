@@ -7,8 +7,6 @@ from dataclasses import dataclass
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
-from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.services.decoder.kv.kv_cache import KVCache
 
 
@@ -16,7 +14,8 @@ from widebeam.services.decoder.kv.kv_cache import KVCache
 class PrefillContext:
     cache: KVCache
     write_slots: torch.Tensor  # [N] int64, prompt slots of the packed tokens
-    batch: PrefillBatch | PackedPrefill  # packed: static work list of a CUDA-graph bucket
+    # the backend's prepare_prefill result, or a CUDA-graph bucket's static buffers
+    metadata: object
     backend: AttentionBackend
     scale: float
 
@@ -24,14 +23,15 @@ class PrefillContext:
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:  # q [N, Hq, D]; k, v [N, Hkv, D] -> [N, Hq, D]
         self.cache.write(layer_idx, self.write_slots, k, v)
-        return self.backend.prefill(q, k, v, self.batch, self.scale)
+        return self.backend.prefill(q, k, v, self.metadata, self.scale)
 
 
 @dataclass(frozen=True)
 class DecodeContext:
     cache: KVCache
     write_slots: torch.Tensor  # [R] int64, one new slot per row
-    batch: DecodeBatch | PackedDecode  # packed: static buffers of a CUDA-graph bucket
+    # the backend's prepare_decode result, or a CUDA-graph bucket's static buffers
+    metadata: object
     backend: AttentionBackend
     scale: float
 
@@ -40,4 +40,4 @@ class DecodeContext:
     ) -> torch.Tensor:  # q [R, Hq, D]; k, v [R, Hkv, D] -> [R, Hq, D]
         self.cache.write(layer_idx, self.write_slots, k, v)
         k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
-        return self.backend.decode(q, k_cache, v_cache, self.batch, self.scale)
+        return self.backend.decode(q, k_cache, v_cache, self.metadata, self.scale)

@@ -8,22 +8,16 @@ import math
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PackedPrefill, PrefillBatch
-from widebeam.kernels.attention.packed import PackedDecode
+from widebeam.kernels.attention.metadata import AttentionLayout, PrefillBatch
 from widebeam.services.decoder.beam.expansion import Expander
 from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
-from widebeam.services.decoder.runner.decode_graphs import (
-    DecodeGraphs,
-    DecodeShape,
-    PreparedStep,
-    decode_shape,
-)
+from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs, prefill_host_inputs
-from widebeam.services.decoder.runner.step_inputs import DecodeInputs
+from widebeam.services.decoder.runner.step_inputs import DecodeInputs, PreparedStep
 
 
 class ModelRunner:
@@ -34,77 +28,64 @@ class ModelRunner:
         backend: AttentionBackend,
         trash_slot: int | None = None,  # a cache slot no request owns (padding rows write it)
         cuda_graphs: bool = False,
-        page_size: int = 1,
         prefill_graph_tokens: int = 0,
     ) -> None:
-        """On CUDA with the Triton backend and a trash slot, decode steps and streamed beam
-        expansions run at bucketed shapes, replayed from CUDA graphs when `cuda_graphs` (else
-        eagerly at the same shapes); so do prefill batches of up to `prefill_graph_tokens`
-        prompt tokens (0: eager)."""
+        """When the attention backend supports graphs on the cache's device and a trash slot is
+        given, decode steps and streamed beam expansions run at bucketed shapes, replayed from
+        CUDA graphs when `cuda_graphs` and the device is CUDA (else eagerly at the same
+        shapes); so do prefill batches of up to `prefill_graph_tokens` prompt tokens (0:
+        eager). Otherwise every step runs eagerly at its own size."""
         self.model = model
         self.cache = cache
         self.backend = backend
         self.device = cache.k.device
-        self.scale = 1.0 / math.sqrt(model.config.head_dim)
+        mc = model.config
+        self.layout = AttentionLayout(
+            q_heads=mc.num_attention_heads,
+            kv_heads=mc.num_key_value_heads,
+            head_dim=mc.head_dim,
+            q_dtype=model.lm_head_weight.dtype,
+            kv_dtype=cache.k.dtype,
+            scale=1.0 / math.sqrt(mc.head_dim),
+            device=self.device,
+        )
+        self.scale = self.layout.scale
+        use_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: DecodeGraphs | None = None
-        if self.device.type == "cuda" and backend.name == "triton" and trash_slot is not None:
+        if trash_slot is not None and backend.supports_graphs(self.device):
             self.graphs = DecodeGraphs(
-                self._forward,
-                self._shape_of,
-                page_size,
-                trash_slot,
-                self.device,
-                use_graphs=cuda_graphs,
+                self._forward, backend, self.layout, trash_slot, self.device, use_graphs
             )
-            self._page_size = page_size
-        self.expander = Expander(self.raw_logits, model.config.vocab_size)
+        self.expander = Expander(self.raw_logits, mc.vocab_size)
         if self.graphs is not None:
             self.expander = ExpansionGraphs(
                 self.raw_logits,
-                model.config.vocab_size,
-                model.config.hidden_size,
+                mc.vocab_size,
+                mc.hidden_size,
                 model.lm_head_weight.dtype,
                 self.device,
-                use_graphs=cuda_graphs,
+                use_graphs=use_graphs,
             )
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_tokens = prefill_graph_tokens
         if self.graphs is not None and prefill_graph_tokens > 0:
-            from widebeam.kernels.attention.triton_prefill import prefill_block_q
-
-            mc = model.config
             self.prefill_graphs = PrefillGraphs(
                 self._prefill_forward,
-                prefill_block_q(mc.num_attention_heads, mc.num_key_value_heads),
-                trash_slot,  # type: ignore[arg-type]
+                backend,
+                self.layout,
+                self.graphs.trash_slot,
                 self.device,
-                use_graphs=cuda_graphs,
+                use_graphs=use_graphs,
             )
-
-    def _shape_of(self, batch: DecodeBatch, rows: int) -> DecodeShape:
-        from widebeam.kernels.attention.triton_common import (
-            default_block_rows,
-            default_num_splits,
-        )
-
-        mc = self.model.config
-        q_heads, kv_heads = mc.num_attention_heads, mc.num_key_value_heads
-        return decode_shape(
-            batch,
-            rows,
-            self._page_size,
-            lambda widest: default_block_rows(q_heads, kv_heads, widest),
-            lambda work, longest: default_num_splits(work * kv_heads, longest, self.device),
-        )
 
     def _forward(
         self,
         tokens: torch.Tensor,  # [R] int64
         positions: torch.Tensor,  # [R] int64
         write_slots: torch.Tensor,  # [R] int64
-        batch: DecodeBatch | PackedDecode,
+        metadata: object,  # the backend's decode metadata for R rows
     ) -> torch.Tensor:  # [R, hidden]
-        ctx = DecodeContext(self.cache, write_slots, batch, self.backend, self.scale)
+        ctx = DecodeContext(self.cache, write_slots, metadata, self.backend, self.scale)
         return self.model(tokens, positions, ctx)
 
     def _prefill_forward(
@@ -112,10 +93,10 @@ class ModelRunner:
         ids: torch.Tensor,  # [T] int64
         positions: torch.Tensor,  # [T] int64
         write_slots: torch.Tensor,  # [T] int64
-        packed: PackedPrefill,
+        metadata: object,  # the backend's prefill metadata for T tokens
         last: torch.Tensor,  # [P] int64
     ) -> torch.Tensor:  # [P, hidden]
-        ctx = PrefillContext(self.cache, write_slots, packed, self.backend, self.scale)
+        ctx = PrefillContext(self.cache, write_slots, metadata, self.backend, self.scale)
         return self.model(ids, positions, ctx)[last]
 
     @torch.inference_mode()
@@ -134,23 +115,30 @@ class ModelRunner:
         ids, positions, last = to_device_async(host, self.device).split(
             [cu[-1], cu[-1], len(prompts)]
         )
+        metadata = self.backend.prepare_prefill(PrefillBatch(tuple(cu)), self.layout)
         ctx = PrefillContext(
-            self.cache, torch.cat(prompt_slots), PrefillBatch(tuple(cu)), self.backend, self.scale
+            self.cache, torch.cat(prompt_slots), metadata, self.backend, self.scale
         )
         hidden = self.model(ids, positions, ctx)
         return hidden[last]
 
-    def prepare_decode(self, inputs: DecodeInputs) -> DecodeInputs | PreparedStep:
+    def prepare_decode(self, inputs: DecodeInputs) -> PreparedStep:
         """Host-side preparation of a decode step; nothing here waits for the device."""
-        return self.graphs.prepare(inputs) if self.graphs is not None else inputs
+        if self.graphs is not None:
+            return self.graphs.prepare(inputs)
+        rows = inputs.tokens.shape[0]
+        return PreparedStep(
+            inputs, self.backend.prepare_decode(inputs.batch, rows, self.layout), None
+        )
 
     @torch.inference_mode()
-    def launch_decode(self, step: DecodeInputs | PreparedStep) -> torch.Tensor:
+    def launch_decode(self, step: PreparedStep) -> torch.Tensor:
         """Queue the prepared step's forward: [R, hidden] final hidden states."""
-        if isinstance(step, PreparedStep):
+        if step.shape is not None:
             assert self.graphs is not None
             return self.graphs.launch(step)
-        return self._forward(step.tokens, step.positions, step.write_slots, step.batch)
+        inputs = step.inputs
+        return self._forward(inputs.tokens, inputs.positions, inputs.write_slots, step.metadata)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32

@@ -2,22 +2,24 @@
 
 An eager prefill launches ~15 kernels per layer from Python: at 1000 prompt tokens the host
 needs longer to queue them than the device to run them. Here a batch's token count is rounded
-up to a multiple of TOKEN_STEP and its prompt count to a power of two; padding tokens form one
-extra segment that attends only to itself and writes its KV to the trash slot, so the real
-tokens see exactly what they would see eagerly. Eager mode (`use_graphs=False`) runs the same
-padded shapes without capture (graph and eager give identical hidden states).
+up to a multiple of TOKEN_STEP and its prompt count to a power of two (the attention backend
+sizes its metadata for that: `prefill_bucket`); padding tokens form one extra segment that
+attends only to itself and writes its KV to the trash slot, so the real tokens see exactly what
+they would see eagerly. Eager mode (`use_graphs=False`) runs the same padded shapes from the
+same static buffers without capture (graph and eager give identical hidden states).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from widebeam.kernels.attention.metadata import PackedPrefill
+from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.attention.metadata import AttentionLayout, PrefillBatch
 from widebeam.services.decoder.runner.graph_capture import GraphCache
 
 TOKEN_STEP = 256
@@ -27,9 +29,10 @@ TOKEN_STEP = 256
 # saturated W3 (8k-token batches) lost 1-3% (docs/benchmarks.md).
 MAX_GRAPH_TOKENS = 2048
 
-# (ids [T], positions [T], write_slots [T], packed, last [P]) -> [P, hidden] last tokens' states
+# (ids [T], positions [T], write_slots [T], attention metadata, last [P]) -> [P, hidden]
+# last tokens' states
 PrefillForward = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, PackedPrefill, torch.Tensor], torch.Tensor
+    [torch.Tensor, torch.Tensor, torch.Tensor, object, torch.Tensor], torch.Tensor
 ]
 
 
@@ -50,21 +53,32 @@ def prefill_host_inputs(
 class PrefillShape(NamedTuple):
     tokens: int  # padded token count
     prompts: int  # prompt capacity, the padding segment included
-    work: int  # query-block capacity
+    attention: Hashable  # the backend's metadata capacities (its prefill_bucket)
 
 
-def prefill_shape(lengths: list[int], block_q: int) -> PrefillShape:
+def prefill_shape(
+    lengths: list[int],
+    attention_bucket: Callable[[int, int], Hashable],  # (tokens, prompts) -> backend's bucket
+) -> PrefillShape:
     total = sum(lengths)
     tokens = max(TOKEN_STEP, math.ceil(total / TOKEN_STEP) * TOKEN_STEP)
     prompts = 1 << len(lengths).bit_length()  # > len(lengths): room for the padding segment
-    return PrefillShape(tokens, prompts, tokens // block_q + prompts)
+    return PrefillShape(tokens, prompts, attention_bucket(tokens, prompts))
+
+
+def padded_segments(lengths: list[int], tokens: int) -> tuple[int, ...]:
+    """cu_seqlens of the prompts, plus the padding segment up to `tokens` when there is one."""
+    cu = [0, *np.cumsum(lengths).tolist()]
+    if tokens > cu[-1]:
+        cu.append(tokens)
+    return tuple(int(c) for c in cu)
 
 
 class _Entry(NamedTuple):
     ids: torch.Tensor  # [T] int64
     positions: torch.Tensor  # [T] int64
     write_slots: torch.Tensor  # [T] int64
-    packed: PackedPrefill  # work [3, W] int32
+    metadata: object  # the backend's static attention buffers (init_prefill_capture)
     last: torch.Tensor  # [P] int64, each prompt's last token (padding: 0)
     graph: torch.cuda.CUDAGraph | None
     hidden: torch.Tensor | None  # [P, hidden] the graph's output (None in eager mode)
@@ -74,14 +88,16 @@ class PrefillGraphs:
     def __init__(
         self,
         forward: PrefillForward,
-        block_q: int,
+        backend: AttentionBackend,
+        layout: AttentionLayout,
         trash_slot: int,
         device: torch.device,
         use_graphs: bool,
         max_graphs: int = 16,
     ) -> None:
         self.forward = forward
-        self.block_q = block_q
+        self.backend = backend
+        self.layout = layout
         self.trash_slot = trash_slot
         self.device = device
         self.cache: GraphCache[PrefillShape, _Entry] = GraphCache(device, use_graphs, max_graphs)
@@ -96,12 +112,16 @@ class PrefillGraphs:
         prompt_slots: list[torch.Tensor],  # each [prompt_len] int64 on the device
     ) -> torch.Tensor:  # [len(prompts), hidden]
         lengths = [len(p) for p in prompts]
-        shape = prefill_shape(lengths, self.block_q)
-        entry = self.cache.get(shape, lambda: self._build(shape))
-        self._load(entry, shape, prompts, lengths, prompt_slots)
+        shape = prefill_shape(
+            lengths, lambda tokens, cap: self.backend.prefill_bucket(tokens, cap, self.layout)
+        )
+        batch = PrefillBatch(padded_segments(lengths, shape.tokens))
+        metadata = self.backend.prepare_prefill(batch, self.layout, shape.attention)
+        entry = self.cache.get(shape, lambda: self._build(shape, metadata))
+        self._load(entry, shape, prompts, lengths, prompt_slots, metadata)
         if entry.graph is None:
             hidden = self.forward(
-                entry.ids, entry.positions, entry.write_slots, entry.packed, entry.last
+                entry.ids, entry.positions, entry.write_slots, entry.metadata, entry.last
             )
             return hidden[: len(prompts)]
         entry.graph.replay()
@@ -115,45 +135,38 @@ class PrefillGraphs:
         prompts: list[tuple[int, ...]],
         lengths: list[int],
         prompt_slots: list[torch.Tensor],
+        metadata: object,  # prepare_prefill's, for this bucket
     ) -> None:
         total = sum(lengths)
-        cu = np.concatenate(([0], np.cumsum(lengths)))
-        if shape.tokens > total:  # the padding segment
-            cu = np.append(cu, shape.tokens)
         ints = prefill_host_inputs(prompts, lengths, shape.tokens, shape.prompts)
-        from widebeam.kernels.attention.triton_prefill import prefill_work  # imports triton
-
-        work = np.zeros((3, shape.work), dtype=np.int32)
-        items = prefill_work(tuple(cu.tolist()), self.block_q, torch.device("cpu")).numpy()
-        work[:, : items.shape[1]] = items
         host = _pinned(torch.from_numpy(ints), self.device)
-        host_work = _pinned(torch.from_numpy(work), self.device)
         entry.ids.copy_(host[: shape.tokens], non_blocking=True)
         entry.positions.copy_(host[shape.tokens : 2 * shape.tokens], non_blocking=True)
         entry.last.copy_(host[2 * shape.tokens :], non_blocking=True)
-        entry.packed.work.copy_(host_work, non_blocking=True)
+        self.backend.prepare_prefill_replay(entry.metadata, metadata)
         entry.write_slots[:total].copy_(torch.cat(prompt_slots))
         entry.write_slots[total:].fill_(self.trash_slot)
 
-    def _build(self, shape: PrefillShape) -> _Entry:
+    def _build(self, shape: PrefillShape, metadata: object) -> _Entry:
         def zeros(n: int) -> torch.Tensor:
             return torch.zeros(n, dtype=torch.int64, device=self.device)
 
-        work = torch.zeros((3, shape.work), dtype=torch.int32, device=self.device)
+        static = self.backend.init_prefill_capture(metadata, self.layout)
         slots = torch.full((shape.tokens,), self.trash_slot, device=self.device)
         entry = _Entry(
-            zeros(shape.tokens), zeros(shape.tokens), slots, PackedPrefill(work),
-            zeros(shape.prompts), None, None,
+            zeros(shape.tokens), zeros(shape.tokens), slots, static, zeros(shape.prompts),
+            None, None,
         )  # fmt: skip
         return self._capture(entry) if self.cache.use_graphs else entry
 
     def _capture(self, entry: _Entry) -> _Entry:
         def run() -> torch.Tensor:
             return self.forward(
-                entry.ids, entry.positions, entry.write_slots, entry.packed, entry.last
+                entry.ids, entry.positions, entry.write_slots, entry.metadata, entry.last
             )
 
-        # The warm-up is harmless: every token writes the trash slot, the work list is padding.
+        # The warm-up is harmless: every token writes the trash slot, and the backend's
+        # buffers hold harmless metadata until the first replay's copy (init_prefill_capture).
         graph, hidden = self.cache.capture(run)
         return entry._replace(graph=graph, hidden=hidden)
 

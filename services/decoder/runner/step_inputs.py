@@ -1,7 +1,9 @@
-"""What a decode step feeds the model, and the same step once prepared for a CUDA-graph bucket."""
+"""What a decode step feeds the model, and the same step once prepared: its attention metadata
+and, for a CUDA-graph step, the bucket it is padded to."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import NamedTuple
 
 import torch
@@ -14,3 +16,16 @@ class DecodeInputs(NamedTuple):
     positions: torch.Tensor  # [R] int64
     write_slots: torch.Tensor  # [R] int64, the slot each row's new KV goes to
     batch: DecodeBatch
+
+
+class DecodeShape(NamedTuple):
+    """A decode bucket: one graph (one set of static buffers) serves every step of it."""
+
+    rows: int  # padded row count
+    attention: Hashable  # the backend's metadata capacities (its decode_bucket)
+
+
+class PreparedStep(NamedTuple):
+    inputs: DecodeInputs
+    metadata: object  # the attention backend's prepare_decode result for the step
+    shape: DecodeShape | None  # the bucket it is padded to; None: eager, at its own size

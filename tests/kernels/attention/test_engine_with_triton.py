@@ -48,18 +48,18 @@ def test_padded_prefill_buckets_match_the_eager_prefill(
     trash slot) gives the real prompts the same last-token states and the same KV."""
     import torch
 
-    from widebeam.kernels.attention.triton_prefill import prefill_block_q
     from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs
 
     config = EngineConfig(
         model_dir=str(sid_model.model_dir), device=str(kernel_device), attention_backend="triton"
     )
     engine = Engine(config)
-    runner, mc = engine.runner, engine.model.config
+    runner = engine.runner
     device = torch.device(str(kernel_device))
     padded = PrefillGraphs(
         runner._prefill_forward,
-        prefill_block_q(mc.num_attention_heads, mc.num_key_value_heads),
+        runner.backend,
+        runner.layout,
         trash_slot=engine.limits.max_kv_slots,
         device=device,
         use_graphs=False,

@@ -1,13 +1,21 @@
-"""Decode buckets: shapes round up so few graphs serve every batch, and every batch fits."""
+"""Decode buckets: shapes round up so few graphs serve every batch, and every batch fits; the
+step's attention metadata goes through the backend's hooks into the bucket's buffers."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
-from widebeam.kernels.attention.packed import PackedDecode
-from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, decode_shape, row_bucket
+from tests.services.decoder.runner.static_attention import StaticDecode, StaticTorchAttention
+from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch, DecodeGroup
+from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, row_bucket
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
+
+LAYOUT = AttentionLayout(
+    q_heads=4, kv_heads=2, head_dim=8, q_dtype=torch.float32, kv_dtype=torch.float32,
+    scale=1 / math.sqrt(8), device=torch.device("cpu"),
+)  # fmt: skip
 
 
 def _batch(rows: list[int], prompt: int, suffix: int) -> DecodeBatch:
@@ -29,20 +37,6 @@ def test_row_buckets_are_monotone_and_cover() -> None:
     assert row_bucket(3) == 8 and row_bucket(300) == 512
 
 
-def test_shape_holds_the_batch() -> None:
-    batch = _batch([5, 256, 1, 33], prompt=1000, suffix=3)
-    shape = decode_shape(batch, 295, 16, lambda widest: 16, lambda work, longest: 2)
-    assert shape.rows == 512 and shape.groups == 4
-    assert shape.suffix == 8 and shape.prompt == 64  # 1024-token bucket in 16-slot pages
-    items = sum(-(-g.num_rows // 16) for g in batch.groups)
-    assert shape.work >= items
-    # the same bucket for a neighbouring batch: one graph serves both
-    other = decode_shape(
-        _batch([7, 250, 2, 30], 900, 5), 289, 16, lambda widest: 16, lambda work, longest: 2
-    )
-    assert other == shape
-
-
 def _inputs(rows: list[int], prompt: int, suffix: int) -> DecodeInputs:
     batch = _batch(rows, prompt, suffix)
     total = sum(rows)
@@ -56,25 +50,25 @@ def _inputs(rows: list[int], prompt: int, suffix: int) -> DecodeInputs:
 
 def test_eager_buckets_pad_rows_and_reuse_buffers() -> None:
     """The padded eager mode (what a graph replays): padding rows carry token 0 and write the
-    trash slot, packed metadata marks them as padding, and a bucket's buffers are reused."""
+    trash slot, the backend's static metadata marks them as padding, and a bucket's buffers
+    are reused."""
     seen: list[tuple[torch.Tensor, ...]] = []
+    statics: list[object] = []
 
     def forward(
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        write_slots: torch.Tensor,
-        packed: PackedDecode,
-    ) -> torch.Tensor:
-        seen.append((tokens.clone(), positions.clone(), write_slots.clone(), packed.row_group))
-        return torch.stack((tokens, write_slots), 1).float()  # [rows, 2] "hidden"
+        tokens: torch.Tensor,  # [R] int64
+        positions: torch.Tensor,  # [R] int64
+        write_slots: torch.Tensor,  # [R] int64
+        metadata: object,  # the backend's static buffers of the bucket
+    ) -> torch.Tensor:  # [R, 2] "hidden"
+        assert isinstance(metadata, StaticDecode)
+        statics.append(metadata)
+        seen.append((tokens.clone(), positions.clone(), write_slots.clone(), metadata.row_group))
+        return torch.stack((tokens, write_slots), 1).float()
 
+    backend = StaticTorchAttention()
     graphs = DecodeGraphs(
-        forward,
-        lambda batch, rows: decode_shape(batch, rows, 16, lambda w: 16, lambda w, n: 1),
-        page_size=16,
-        trash_slot=999,
-        device=torch.device("cpu"),
-        use_graphs=False,
+        forward, backend, LAYOUT, trash_slot=999, device=torch.device("cpu"), use_graphs=False
     )
     first = _inputs([3, 2], prompt=32, suffix=2)
     hidden = graphs.launch(graphs.prepare(first))
@@ -85,6 +79,11 @@ def test_eager_buckets_pad_rows_and_reuse_buffers() -> None:
     assert writes[:5].tolist() == [0, 1, 2, 3, 4] and writes[5:].tolist() == [999] * 3
     assert row_group.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
     graphs.launch(graphs.prepare(_inputs([4, 1], prompt=30, suffix=2)))  # same bucket
+    assert statics[1] is statics[0]  # the step's metadata was copied into the bucket's buffers
+    assert seen[-1][3].tolist() == [0, 0, 0, 0, 1, -1, -1, -1]
     graphs.launch(graphs.prepare(_inputs([20], prompt=30, suffix=2)))  # 32 rows: a new one
     assert len(graphs.cache.entries) == 2
     assert seen[-1][0].shape == (32,)
+    assert backend.calls["init_decode_capture"] == 2  # once per bucket
+    assert backend.calls["prepare_decode_replay"] == 3  # once per step
+    assert backend.calls["prepare_decode(bucket)"] == 3 and backend.calls["prepare_decode"] == 0
