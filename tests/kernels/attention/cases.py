@@ -70,3 +70,25 @@ def tolerance(dtype: torch.dtype) -> dict[str, float]:
     if dtype == torch.float32:
         return {"rtol": 1e-5, "atol": 2e-5}
     return {"rtol": 2e-2, "atol": 2e-2}
+
+
+def uniform_batch(rows: list[int], prompt: int, suffix: int) -> DecodeBatch:
+    """Groups back to back with `rows` rows each, equal prompt and suffix lengths (slot ids
+    only: for bucket checks, not for attention over a cache)."""
+    groups, start = [], 0
+    for i, n in enumerate(rows):
+        prompt_slots = torch.arange(prompt) + 1000 * i
+        groups.append(DecodeGroup(start, n, prompt_slots, torch.zeros(n, suffix, dtype=torch.long)))
+        start += n
+    return DecodeBatch(tuple(groups))
+
+
+def reparented(batch: DecodeBatch) -> DecodeBatch:
+    """The same groups with each group's suffix rows in reverse order (as a beam step may
+    re-parent them): the same shapes, other slot tables."""
+    return DecodeBatch(
+        tuple(
+            DecodeGroup(g.row_start, g.num_rows, g.prompt_slots, g.suffix_slots.flip(0))
+            for g in batch.groups
+        )
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.kernels.attention.cases import decode_case, tolerance
+from tests.kernels.attention.cases import decode_case, reparented, tolerance
 from widebeam.kernels.attention.factory import make_attention_backend
 from widebeam.kernels.attention.flashinfer_backend import (
     CascadeBucket,
@@ -15,7 +15,7 @@ from widebeam.kernels.attention.flashinfer_backend import (
     cascade_plan,
     flashinfer_available,
 )
-from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch, DecodeGroup
+from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch
 from widebeam.kernels.attention.torch_ref import cascade_decode
 
 DECODE = {  # id: groups as (rows, prompt_len, suffix_len)
@@ -150,13 +150,10 @@ def test_decode_replays_through_the_graph_hooks() -> None:
         device,
         torch.cuda.graph_pool_handle(),
     )
-    reparented = DecodeBatch(
-        tuple(DecodeGroup(g.row_start, g.num_rows, g.prompt_slots, g.suffix_slots.flip(0))
-              for g in case.batch.groups)
-    )  # fmt: skip
-    backend.prepare_decode_replay(static, backend.prepare_decode(reparented, rows, layout, bucket))
+    other = reparented(case.batch)
+    backend.prepare_decode_replay(static, backend.prepare_decode(other, rows, layout, bucket))
     q2 = torch.randn_like(case.q)
     q[:n] = q2
     graph.replay()
-    expected = cascade_decode(q2, case.k_cache, case.v_cache, reparented, 128**-0.5)
+    expected = cascade_decode(q2, case.k_cache, case.v_cache, other, 128**-0.5)
     torch.testing.assert_close(out[:n].float(), expected.float(), **tolerance(torch.bfloat16))

@@ -9,11 +9,9 @@ import math
 import pytest
 import torch
 
-from tests.kernels.attention.cases import decode_case, tolerance
+from tests.kernels.attention.cases import decode_case, reparented, tolerance, uniform_batch
 from widebeam.kernels.attention.metadata import (
     AttentionLayout,
-    DecodeBatch,
-    DecodeGroup,
     PrefillBatch,
 )
 from widebeam.kernels.attention.torch_ref import TorchAttention, cascade_decode
@@ -26,15 +24,6 @@ def _layout(
     return AttentionLayout(q_heads, kv_heads, dim, dtype, dtype, 1 / math.sqrt(dim), device)
 
 
-def _batch(rows: list[int], prompt: int, suffix: int) -> DecodeBatch:
-    groups, start = [], 0
-    for i, n in enumerate(rows):
-        prompt_slots = torch.arange(prompt) + 1000 * i
-        groups.append(DecodeGroup(start, n, prompt_slots, torch.zeros(n, suffix, dtype=torch.long)))
-        start += n
-    return DecodeBatch(tuple(groups))
-
-
 def _padded(q: torch.Tensor, rows: int) -> torch.Tensor:  # [r, H, D] -> [rows, H, D] zeros
     out = torch.zeros((rows, *q.shape[1:]), dtype=q.dtype, device=q.device)
     out[: q.shape[0]] = q
@@ -44,7 +33,7 @@ def _padded(q: torch.Tensor, rows: int) -> torch.Tensor:  # [r, H, D] -> [rows, 
 def test_the_torch_reference_runs_eager_steps_only() -> None:
     backend = TorchAttention()
     layout = _layout(4, 2, 8, torch.float32, torch.device("cpu"))
-    batch = _batch([2], prompt=3, suffix=1)
+    batch = uniform_batch([2], prompt=3, suffix=1)
     assert not backend.supports_graphs(torch.device("cpu"))
     assert not backend.supports_graphs(torch.device("cuda"))
     assert backend.prepare_decode(batch, 2, layout) is batch
@@ -58,7 +47,7 @@ def test_the_torch_reference_runs_eager_steps_only() -> None:
         backend.init_decode_capture(batch, layout)
 
 
-def test_triton_decode_bucket_holds_the_batch() -> None:
+def test_triton_decode_bucket_holds_theuniform_batch() -> None:
     from widebeam.kernels.attention.factory import make_attention_backend
     from widebeam.kernels.attention.triton_backend import TritonDecodeBucket
 
@@ -66,7 +55,7 @@ def test_triton_decode_bucket_holds_the_batch() -> None:
     assert backend.supports_graphs(torch.device("cuda"))
     assert not backend.supports_graphs(torch.device("cpu"))
     layout = _layout(16, 8, 128, torch.bfloat16, torch.device("cpu"))
-    batch = _batch([5, 256, 1, 33], prompt=1000, suffix=3)
+    batch = uniform_batch([5, 256, 1, 33], prompt=1000, suffix=3)
     bucket = backend.decode_bucket(batch, 512, layout)
     # 4 requests; 32-row prefix blocks (M = 32 rows x GQA 2); 1024-token prompts in 16-slot
     # pages; 8 suffix slots; one split on the CPU
@@ -76,7 +65,7 @@ def test_triton_decode_bucket_holds_the_batch() -> None:
     items = sum(-(-g.num_rows // bucket.block_rows) for g in batch.groups)
     assert bucket.work >= items
     # the same bucket for a neighbouring batch: one graph serves both
-    assert backend.decode_bucket(_batch([7, 250, 2, 30], 900, 5), 512, layout) == bucket
+    assert backend.decode_bucket(uniform_batch([7, 250, 2, 30], 900, 5), 512, layout) == bucket
 
 
 def test_triton_prefill_bucket_holds_every_block() -> None:
@@ -206,16 +195,13 @@ def test_triton_decode_replays_through_the_hooks_in_a_cuda_graph() -> None:
         device,
         torch.cuda.graph_pool_handle(),
     )
-    reparented = DecodeBatch(
-        tuple(DecodeGroup(g.row_start, g.num_rows, g.prompt_slots, g.suffix_slots.flip(0))
-              for g in case.batch.groups)
-    )  # fmt: skip
-    assert backend.decode_bucket(reparented, rows, layout) == bucket
-    backend.prepare_decode_replay(static, backend.prepare_decode(reparented, rows, layout, bucket))
+    other = reparented(case.batch)
+    assert backend.decode_bucket(other, rows, layout) == bucket
+    backend.prepare_decode_replay(static, backend.prepare_decode(other, rows, layout, bucket))
     q2 = torch.randn_like(case.q)
     q[: q2.shape[0]].copy_(q2)
     graph.replay()
-    expected = cascade_decode(q2, case.k_cache, case.v_cache, reparented, 0.1)
+    expected = cascade_decode(q2, case.k_cache, case.v_cache, other, 0.1)
     n = q2.shape[0]
     torch.testing.assert_close(out[:n].float(), expected.float(), **tolerance(torch.bfloat16))
     assert (out[n:] == 0).all()

@@ -7,8 +7,9 @@ import math
 
 import torch
 
+from tests.kernels.attention.cases import uniform_batch
 from tests.services.decoder.runner.static_attention import StaticDecode, StaticTorchAttention
-from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch, DecodeGroup
+from widebeam.kernels.attention.metadata import AttentionLayout
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, row_bucket
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
 
@@ -16,15 +17,6 @@ LAYOUT = AttentionLayout(
     q_heads=4, kv_heads=2, head_dim=8, q_dtype=torch.float32, kv_dtype=torch.float32,
     scale=1 / math.sqrt(8), device=torch.device("cpu"),
 )  # fmt: skip
-
-
-def _batch(rows: list[int], prompt: int, suffix: int) -> DecodeBatch:
-    groups, start = [], 0
-    for i, n in enumerate(rows):
-        prompt_slots = torch.arange(prompt) + 1000 * i
-        groups.append(DecodeGroup(start, n, prompt_slots, torch.zeros(n, suffix, dtype=torch.long)))
-        start += n
-    return DecodeBatch(tuple(groups))
 
 
 def test_row_buckets_are_monotone_and_cover() -> None:
@@ -38,7 +30,7 @@ def test_row_buckets_are_monotone_and_cover() -> None:
 
 
 def _inputs(rows: list[int], prompt: int, suffix: int) -> DecodeInputs:
-    batch = _batch(rows, prompt, suffix)
+    batch = uniform_batch(rows, prompt, suffix)
     total = sum(rows)
     return DecodeInputs(
         torch.arange(1, total + 1),
