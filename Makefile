@@ -34,9 +34,10 @@ lint: install
 test: install lint
 	$(BIN)/python -m pytest -q
 
-# DEMO_ONCE=1: exit after the examples instead of serving until Ctrl-C.
+# DEMO_ONCE=1: exit after the examples instead of serving until Ctrl-C; DEMO_TINY=1: the
+# seconds-long toy recommender instead of the real demo one (what the suite's test runs).
 demo: install
-	DEMO_ONCE=$(DEMO_ONCE) $(BIN)/python -m widebeam.showcase
+	DEMO_ONCE=$(DEMO_ONCE) DEMO_TINY=$(DEMO_TINY) $(BIN)/python -m widebeam.showcase
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -22,11 +22,10 @@ from widebeam.launcher.readiness import free_port
 PY = [sys.executable, "-m", "widebeam"]
 
 
-def build_artifacts(out: Path) -> tuple[Path, Path]:
+def build_artifacts(out: Path, tiny: bool) -> tuple[Path, Path]:
     """Run `widebeam demo build` (its progress shows) and read its `model:`/`catalog:` lines."""
-    proc = subprocess.Popen(
-        [*PY, "demo", "build", "--out", str(out)], stdout=subprocess.PIPE, text=True
-    )
+    argv = [*PY, "demo", "build", "--out", str(out), *(["--tiny"] if tiny else [])]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     found: dict[str, Path] = {}
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -186,16 +185,23 @@ def _interrupt(*_: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default=".cache/demo")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        default=bool(os.environ.get("DEMO_TINY")),
+        help="the seconds-long toy recommender (DEMO_TINY=1; the suite's `make demo` test)",
+    )
+    parser.add_argument("--out", help="artifact directory (default .cache/demo, or demo-tiny)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", 8000)))
     parser.add_argument("--once", action="store_true", default=bool(os.environ.get("DEMO_ONCE")))
     parser.add_argument("--model", help="serve this model instead of building the demo one")
     parser.add_argument("--catalog", help="with --model: its catalog file")
     args = parser.parse_args()
+    args.out = args.out or (".cache/demo-tiny" if args.tiny else ".cache/demo")
     if args.model and args.catalog:
         model, catalog = Path(args.model), Path(args.catalog)
     else:
-        model, catalog = build_artifacts(Path(args.out))
+        model, catalog = build_artifacts(Path(args.out), args.tiny)
     port = args.port if args.port else free_port()
     log = Path(args.out) / "stack.log"
     print(

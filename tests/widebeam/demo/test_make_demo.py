@@ -1,5 +1,6 @@
-"""`make demo DEMO_ONCE=1`, the README's first command, end to end: it builds (or reuses) the
-demo recommender, starts the stack, shows the examples and exits 0."""
+"""`make demo DEMO_ONCE=1`, the README's first command, end to end (with the toy recommender,
+DEMO_TINY=1): it builds (or reuses) the demo recommender, starts the stack, shows the examples
+and exits 0."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ pytestmark = [
 
 
 def test_make_demo_once() -> None:
-    env = {**os.environ, "DEMO_ONCE": "1", "DEMO_PORT": str(free_port())}
+    # The toy build: the same commands and code paths in seconds; the full build's minutes of
+    # training would make the suite's length depend on the machine's speed.
+    env = {**os.environ, "DEMO_ONCE": "1", "DEMO_TINY": "1", "DEMO_PORT": str(free_port())}
     done = subprocess.run(
         ["make", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
     )
