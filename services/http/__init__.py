@@ -1,6 +1,8 @@
 """The HTTP convention the gateway and the catalog service share: one `ApiError` and its
 OpenAI-style body `{"error": {"message", "type", "code", "param"}}` (`errors.py`), the body's
 OpenAPI model (`error_schema.py`), the exception handlers that turn every failure into that
-body (`handlers.py`), and the Bearer API-key check and route dependency (`api_keys.py`).
-Each service builds its routers as `create_router(...)` factories and mounts them in its
-`create_app`; nothing here holds state at import time."""
+body (`handlers.py`), the Bearer API-key check and route dependency (`api_keys.py`), the one
+strict JSON parser of request bodies and JSON-valued options (`strict_json.py`) and the route
+class that makes FastAPI read bodies with it (`strict_json_route.py`). Each service builds its
+routers as `create_router(...)` factories and mounts them in its `create_app`; nothing here
+holds state at import time."""

@@ -1,11 +1,12 @@
 """Reading a batch submission: a JSON body, a JSONL upload, or a raw JSONL body.
 
 Every row is validated before anything is stored, and every problem is a `BadSubmission`
-naming where it is (`requests[3]` or `line 4`), so a bad row never enqueues half a job."""
+naming where it is (`requests[3]` or `line 4`), so a bad row never enqueues half a job. JSON
+is read by the gateway's one strict parser (`strict_json`: duplicate keys, NaN, an integer of
+thousands of digits or nesting too deep for the parser are 400s)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import Request
@@ -14,6 +15,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from widebeam.services.gateway.batch.schemas import RowLimits, validate_row
+from widebeam.services.http import strict_json
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
 
@@ -45,9 +47,9 @@ def _check_rows(rows: list[dict[str, Any]], limits: RowLimits, max_rows: int) ->
 def parse_json(body: bytes, limits: RowLimits, max_rows: int) -> tuple[list[dict], str | None]:
     """Rows of `{"requests": [...], "catalog"?}`; the job catalog applies to rows naming none."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadSubmission(f"malformed JSON body: {exc}") from None
+        data = strict_json.loads(body)
+    except strict_json.StrictJsonError as exc:
+        raise BadSubmission(f"malformed JSON body: {exc}", param=exc.key) from None
     if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
         raise BadSubmission('the body must be {"requests": [...], "catalog"?: "..."}')
     unknown = sorted(set(data) - {"requests", "catalog"})
@@ -77,8 +79,8 @@ def parse_jsonl(
         if len(rows) >= max_rows:
             raise BadSubmission(f"more than {max_rows} requests", 413, "file")
         try:
-            rows.append(validate_row(json.loads(raw), limits, catalog))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            rows.append(validate_row(strict_json.loads(raw), limits, catalog))
+        except strict_json.StrictJsonError as exc:
             raise BadSubmission(f"line {number}: invalid JSON: {exc}", param="file") from None
         except ValueError as exc:
             raise BadSubmission(f"line {number}: {exc}", param="file") from None

@@ -17,6 +17,7 @@ from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import ChatCompletionRequest
 from widebeam.services.gateway.state import State
 from widebeam.services.http.errors import bad_request
+from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 ROUTE = "/v1/chat/completions"
 
@@ -34,7 +35,7 @@ def _logprobs(generated: Generated, beam: pb.Beam) -> dict[str, Any]:
 
 
 def create_router() -> APIRouter:
-    router = APIRouter(tags=["openai"])
+    router = APIRouter(tags=["openai"], route_class=StrictJsonRoute)
 
     @router.post(
         ROUTE, responses=ERROR_RESPONSES, summary="Chat completion; beams as choices (OpenAI)"

@@ -11,10 +11,11 @@ from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.recommend import RecommendRequest, RecommendResponse
 from widebeam.services.gateway.state import State
 from widebeam.services.http.errors import retry_later
+from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 
 def create_router() -> APIRouter:
-    router = APIRouter(tags=["recommend"])
+    router = APIRouter(tags=["recommend"], route_class=StrictJsonRoute)
 
     @router.post(
         ROUTE,

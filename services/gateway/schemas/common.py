@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, Strict
 
 from widebeam.services.http.error_schema import error_responses
 
@@ -19,6 +19,13 @@ def _encodable(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_encodable)]
+
+# Numbers and flags as JSON writes them, nothing coerced: pydantic's lax mode would read
+# `"n": true` as 1 and `"n": "3"` as 3, so a client's mistake would be served, not refused.
+# A float field still takes a JSON integer (`"temperature": 1`), as JSON has one number type.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
 
 
 class Usage(BaseModel):

@@ -11,10 +11,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from widebeam.services.gateway.normalization import NORMALIZATION_DOC, Normalization
-from widebeam.services.gateway.schemas.common import Text
+from widebeam.services.gateway.schemas.common import Bool, Float, Int, Text
 from widebeam.services.http.errors import bad_request
 
-TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+TokenId = Annotated[Int, Field(ge=0, lt=2**31)]
 INT32 = 2**31  # proto int32 fields: larger values must be a 400 here, not a ValueError later
 
 
@@ -24,41 +24,41 @@ class BeamFields(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Text = Field(description="the served model's name (GET /v1/models)")
-    max_tokens: int | None = Field(None, ge=1, lt=INT32, description="default 16")
-    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
-    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-    n: int = Field(1, ge=1, lt=INT32, description="choices returned; <= beam_width")
-    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
+    max_tokens: Int | None = Field(None, ge=1, lt=INT32, description="default 16")
+    temperature: Float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: Float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    n: Int = Field(1, ge=1, lt=INT32, description="choices returned; <= beam_width")
+    seed: Int | None = Field(None, ge=-(2**63), lt=2**63)
     user: Text | None = Field(None, description="accepted and ignored")
-    stream: bool | None = False
+    stream: Bool | None = False
     stream_options: dict[str, Any] | None = None
     stop: Text | list[Text] | None = None
-    presence_penalty: float | None = Field(None, allow_inf_nan=False)
-    frequency_penalty: float | None = Field(None, allow_inf_nan=False)
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: Float | None = Field(None, allow_inf_nan=False)
+    frequency_penalty: Float | None = Field(None, allow_inf_nan=False)
+    logit_bias: dict[str, Float] | None = None
     # widebeam extensions
-    beam_width: int | None = Field(
+    beam_width: Int | None = Field(
         None, ge=1, lt=INT32, description="beam search with this many beams"
     )
-    constrained: bool = Field(False, description="only catalog SIDs (walk the catalog trie)")
+    constrained: Bool = Field(False, description="only catalog SIDs (walk the catalog trie)")
     catalog: Text | None = Field(None, description="catalog of a constrained request")
     # Bounded: the decoder raises `(steps + 1) ** length_penalty`, which overflows past ~±100.
-    length_penalty: float | None = Field(None, ge=-20, le=20, allow_inf_nan=False)
-    early_stopping: bool | Literal["never"] | None = None
-    min_tokens: int | None = Field(None, ge=0, lt=INT32)
-    top_k: int | None = Field(None, ge=0, lt=INT32)
-    ignore_eos: bool = False
+    length_penalty: Float | None = Field(None, ge=-20, le=20, allow_inf_nan=False)
+    early_stopping: Bool | Literal["never"] | None = None
+    min_tokens: Int | None = Field(None, ge=0, lt=INT32)
+    top_k: Int | None = Field(None, ge=0, lt=INT32)
+    ignore_eos: Bool = False
     normalization: Normalization = Field("vocab", description=NORMALIZATION_DOC)
 
 
 class CompletionRequest(BeamFields):
     prompt: Text | list[TokenId] | list[Text] | list[list[TokenId]]
-    logprobs: int | None = Field(
+    logprobs: Int | None = Field(
         None, ge=0, le=5, description="0: log-probabilities of the returned tokens"
     )
-    echo: bool | None = False
+    echo: Bool | None = False
     suffix: Text | None = None
-    best_of: int | None = Field(None, ge=1)
+    best_of: Int | None = Field(None, ge=1)
 
 
 class TextPart(BaseModel):
@@ -86,9 +86,9 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(BeamFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    max_completion_tokens: int | None = Field(
+    logprobs: Bool | None = False
+    top_logprobs: Int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: Int | None = Field(
         None, ge=1, lt=INT32, description="alias of max_tokens"
     )
 

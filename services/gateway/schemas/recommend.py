@@ -8,7 +8,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.gateway.normalization import NORMALIZATION_DOC, Normalization
-from widebeam.services.gateway.schemas.common import Text, Usage
+from widebeam.services.gateway.schemas.common import Bool, Int, Text, Usage
 
 MAX_ITEM_ID_CHARS = 512
 
@@ -34,14 +34,14 @@ class RecommendRequest(BaseModel):
     history: list[ItemId] = Field(
         default_factory=list, description="the user's items, oldest first"
     )
-    n: int = Field(10, ge=1, description="items to return")
-    beam_width: int | None = Field(
+    n: Int = Field(10, ge=1, description="items to return")
+    beam_width: Int | None = Field(
         None, ge=1, description="beams searched (>= n); default max(n, the gateway's default)"
     )
     catalog: Text = Field(DEFAULT_CATALOG, min_length=1, max_length=256)
     exclude: list[ItemId] = Field(default_factory=list, description="items never returned")
-    exclude_history: bool = Field(True, description="also never return the history's items")
-    skip_unknown_items: bool = Field(
+    exclude_history: Bool = Field(True, description="also never return the history's items")
+    skip_unknown_items: Bool = Field(
         False, description="drop history ids the catalog does not know instead of a 400"
     )
     fallback: Literal["none", "prior"] = Field(
