@@ -92,7 +92,8 @@ class GatewayState:
         return await find_catalog(self.info_of, name)
 
 
-def get_state(request: Request) -> GatewayState:
+async def get_state(request: Request) -> GatewayState:
+    """A coroutine, so FastAPI does not run it on its threadpool (see `http.api_keys`)."""
     state: GatewayState = request.app.state.gateway
     return state
 

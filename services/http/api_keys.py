@@ -4,13 +4,17 @@ Keys are compared with `hmac.compare_digest` against every configured key (no ea
 timing does not tell which key came close) and are never logged or echoed back. A missing,
 malformed or wrong key is one 401 with `WWW-Authenticate: Bearer realm=...`; each service keeps
 its realm and its documented error code. With no keys configured every request passes and the
-OpenAPI spec declares no Bearer scheme."""
+OpenAPI spec declares no Bearer scheme.
+
+The dependencies are coroutines: FastAPI runs a plain function dependency on its threadpool,
+so every request would wait for a free thread there, and routes that block threads (batch-job
+polls while Redis hangs) would then stall routes that never touch Redis."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Sequence
-from typing import Annotated
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Annotated, Any
 
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -21,7 +25,7 @@ from widebeam.services.http.errors import ApiError
 # auto_error=False: a missing header is ours to answer (401 in our error shape, not 403).
 _bearer = HTTPBearer(auto_error=False, description="API key")
 
-ApiKeyDependency = Callable[..., None]
+ApiKeyDependency = Callable[..., Coroutine[Any, Any, None]]
 
 
 class ApiKeyCheck:
@@ -69,7 +73,7 @@ class ApiKeyCheck:
             # and spec-driven tools would then believe its routes need a key.
             return _open_access
 
-        def require_api_key(
+        async def require_api_key(
             credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         ) -> None:
             given = credentials.credentials.encode() if credentials is not None else b""
@@ -79,5 +83,5 @@ class ApiKeyCheck:
         return require_api_key
 
 
-def _open_access() -> None:
+async def _open_access() -> None:
     """The dependency when no keys are configured."""

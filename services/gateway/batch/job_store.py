@@ -66,22 +66,45 @@ return ARGV[2]
 # Backoff between attempts of a command while Redis is unreachable: 50 ms, doubling, 1 s at most.
 _RETRY_BASE_S = 0.025
 _RETRY_CAP_S = 1.0
+# How long one attempt may wait for Redis: to connect, and for each reply. A Redis that is hung
+# (stopped, not dead) accepts connections but never answers; without a timeout each command
+# held its caller, and its threadpool thread, until TCP gave up (hours).
+SOCKET_TIMEOUT_S = 1.0
+
+
+class DeadlineRetry(Retry):
+    """Retries connection errors and timeouts with capped exponential backoff until `budget_s`
+    has passed since the first attempt (0: no retry). Bounded by time, not by a count of
+    attempts, so a command ends about `budget_s` after it began whether each attempt fails at
+    once (Redis restarting: connection refused) or only after SOCKET_TIMEOUT_S (Redis hung)."""
+
+    def __init__(self, budget_s: float) -> None:
+        backoff = ExponentialBackoff(cap=_RETRY_CAP_S, base=_RETRY_BASE_S)
+        super().__init__(backoff, retries=-1 if budget_s > 0 else 0)  # -1: the deadline stops
+        self.budget_s = budget_s
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + self.budget_s
+
+        def fail_past_deadline(error: Exception, *failures: int) -> None:
+            fail(error, *failures)
+            if time.monotonic() >= deadline:
+                raise error
+
+        return super().call_with_retry(do, fail_past_deadline, *args, **kwargs)
 
 
 def retry_policy(budget_s: float) -> Retry:
-    """Connection errors and timeouts retried with capped exponential backoff until the sleeps
-    add up to `budget_s` (0: no retry). `redis.Redis.from_url` alone retries nothing, so one
-    command issued during a Redis restart would fail."""
-    backoff = ExponentialBackoff(cap=_RETRY_CAP_S, base=_RETRY_BASE_S)
-    retries, slept = 0, 0.0
-    while slept < budget_s:
-        retries += 1
-        slept += backoff.compute(retries)
-    return Retry(backoff, retries)
+    """How a job-store client retries (see `DeadlineRetry`). `redis.Redis.from_url` alone
+    retries nothing, so one command issued during a Redis restart would fail."""
+    return DeadlineRetry(budget_s)
 
 
 def redis_client(url: str, retry_s: float) -> redis.Redis:
-    """A job-store client that rides out a Redis outage (restart, failover) of up to `retry_s`.
+    """A job-store client that rides out a Redis outage (restart, failover) of up to `retry_s`,
+    and gives up about `retry_s` (at least SOCKET_TIMEOUT_S) after a command began when Redis
+    does not answer, so a caller gets its error (the API: a 503) instead of waiting on a hung
+    Redis.
 
     Every job-store command may be sent twice (the first attempt may have run before the
     connection broke): row writes are HSETNX, status changes compare-and-set, job creation one
@@ -90,7 +113,8 @@ def redis_client(url: str, retry_s: float) -> redis.Redis:
         url,
         retry=retry_policy(retry_s),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        socket_connect_timeout=2.0,
+        socket_connect_timeout=SOCKET_TIMEOUT_S,
+        socket_timeout=SOCKET_TIMEOUT_S,
         socket_keepalive=True,
         health_check_interval=30,
     )
