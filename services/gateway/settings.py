@@ -35,6 +35,12 @@ class GatewaySettings(BaseSettings):
     max_history: int = Field(1000, ge=1)
     max_tokens: int = Field(1024, ge=1)
     max_body_bytes: int = Field(4 << 20, ge=1024)
+    max_prompt_chars_per_token: int = Field(
+        32,
+        ge=1,
+        description="a text prompt (or chat messages) over max_model_len x this many characters "
+        "is refused before it is tokenized (tokenizing megabytes takes seconds)",
+    )
     default_beam_width: int = Field(64, ge=1, description="/v1/recommend beam when not given")
 
     # Decoder calls.

@@ -39,7 +39,10 @@ class TextCodec:
         return cls(tokenizer, chat, str(root))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+        # encode_batch, not encode: the same ids, but it releases the GIL while it works, so
+        # a long prompt tokenized on a worker thread leaves the event loop running.
+        (encoding,) = self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
+        return list(encoding.ids)
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))

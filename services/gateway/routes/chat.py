@@ -13,6 +13,7 @@ from widebeam.services.gateway.generation import (
     generate,
     require_codec,
 )
+from widebeam.services.gateway.prompt_tokens import encode_chat
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import ChatCompletionRequest
 from widebeam.services.gateway.state import State
@@ -46,7 +47,7 @@ def create_router() -> APIRouter:
                 "give max_tokens or max_completion_tokens, not both", param="max_tokens"
             )
         codec = await require_codec(state, "a chat request")
-        ids = codec.chat_prompt([m.as_template_input() for m in body.messages])
+        ids = await encode_chat(state, codec, [m.as_template_input() for m in body.messages])
         max_tokens = body.max_completion_tokens or body.max_tokens
         want_logprobs = bool(body.logprobs)
         generated = await generate(state, body, ROUTE, ids, max_tokens, want_logprobs)

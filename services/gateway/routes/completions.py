@@ -12,6 +12,7 @@ from widebeam.services.gateway.generation import (
     generate,
     require_codec,
 )
+from widebeam.services.gateway.prompt_tokens import encode_text
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import CompletionRequest
 from widebeam.services.gateway.state import GatewayState, State
@@ -32,7 +33,7 @@ async def prompt_ids(state: GatewayState, prompt: object) -> list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str):
         codec = await require_codec(state, "a text prompt")
-        return codec.encode(prompt)
+        return await encode_text(state, codec, prompt, "prompt")
     assert isinstance(prompt, list)
     return [int(token) for token in prompt]
 
