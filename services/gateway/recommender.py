@@ -33,12 +33,13 @@ ROUTE = "/v1/recommend"
 
 @dataclass(frozen=True)
 class RecommendLimits:
-    """What one recommend request may ask for (the gateway's settings)."""
+    """What one recommend request, or one batch row, may ask for (the gateway's settings)."""
 
     max_n: int
     max_beam_width: int
     max_history: int
     default_beam_width: int
+    max_exclude: int
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> RecommendLimits:
@@ -47,6 +48,7 @@ class RecommendLimits:
             max_beam_width=settings.max_beam_width,
             max_history=settings.max_history,
             default_beam_width=settings.default_beam_width,
+            max_exclude=settings.max_exclude,
         )
 
 
@@ -64,6 +66,11 @@ def check_limits(body: RecommendRequest, limits: RecommendLimits, cap: int, who:
         raise bad_request(
             f"history has {len(body.history)} items; the limit is {limits.max_history}",
             param="history",
+        )
+    if len(body.exclude) > limits.max_exclude:
+        raise bad_request(
+            f"exclude has {len(body.exclude)} items; the limit is {limits.max_exclude}",
+            param="exclude",
         )
     if not body.history and body.fallback == "none":
         raise bad_request(

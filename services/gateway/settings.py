@@ -33,6 +33,9 @@ class GatewaySettings(BaseSettings):
     max_beam_width: int = Field(512, ge=1)
     max_n: int = Field(128, ge=1)
     max_history: int = Field(1000, ge=1)
+    max_exclude: int = Field(
+        10_000, ge=0, description="/v1/recommend (and batch row) exclude ids per request"
+    )
     max_tokens: int = Field(1024, ge=1)
     max_body_bytes: int = Field(4 << 20, ge=1024)
     max_prompt_chars_per_token: int = Field(

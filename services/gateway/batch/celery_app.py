@@ -1,12 +1,24 @@
-"""The Celery app of the batch jobs, built from settings (no import-time singleton)."""
+"""The Celery app of the batch jobs, built from settings (no import-time singleton), and the
+one way a chunk is sent (`send_chunk`)."""
 
 from __future__ import annotations
 
 from celery import Celery
 
+from widebeam.services.gateway.batch import broker
+from widebeam.services.gateway.batch.job_ids import log_id
 from widebeam.services.gateway.batch.settings import BatchSettings
 
 RUN_CHUNK = "widebeam.batch.run_chunk"
+
+
+def send_chunk(app: Celery, settings: BatchSettings, job_id: str, chunk: int) -> None:
+    """Queues one chunk task. Its arguments as shown by Celery (logs, `celery inspect`) carry
+    the job's short id only."""
+    args = [job_id, chunk]
+    app.send_task(
+        RUN_CHUNK, args=args, queue=settings.queue, argsrepr=repr([log_id(job_id), chunk])
+    )
 
 
 def create_celery(settings: BatchSettings, *, with_tasks: bool = False) -> Celery:
@@ -21,6 +33,8 @@ def create_celery(settings: BatchSettings, *, with_tasks: bool = False) -> Celer
         set_as_current=False,
     )
     transport = {
+        # Acks, deliveries and requeues ride out a refusing Redis this long (see broker.py).
+        broker.RETRY_OPTION: settings.redis_retry_s,
         "visibility_timeout": settings.visibility_timeout_s,
         # Sweep for chunks of lost workers every restore_interval_s (kombu otherwise scans on
         # only every 10th sweep).
@@ -41,6 +55,9 @@ def create_celery(settings: BatchSettings, *, with_tasks: bool = False) -> Celer
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # kombu's Redis transport, riding out Redis refusals (out of memory...) that would
+        # otherwise end the worker.
+        broker_transport=broker.TRANSPORT,
         broker_transport_options=transport,
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         result_expires=settings.result_ttl_s,
@@ -53,5 +70,5 @@ def create_celery(settings: BatchSettings, *, with_tasks: bool = False) -> Celer
     if with_tasks:
         from widebeam.services.gateway.batch.tasks import register_tasks
 
-        register_tasks(app, settings)
+        register_tasks(app, settings)  # the chunk task and the workers' chunk watchdog
     return app

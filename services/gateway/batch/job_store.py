@@ -1,21 +1,25 @@
 """Batch jobs in plain Redis: a job record, its input rows by chunk, its results by row index.
 
 Keys (`P` = settings.namespace), all expiring `result_ttl_s` after the job's last change:
-  P:job:{id}          HASH   id, status, total, chunk_size, num_chunks, catalog, timestamps
+  P:job:{id}          HASH   id, status, total, chunk_size, num_chunks, catalog, timestamps,
+                             owner (hash of the creating API key, or ""), deadline_at, retries
   P:job:{id}:rows     HASH   chunk index -> {"start": first row index, "rows": [...]}
   P:job:{id}:results  HASH   row index -> the row's JSON result line (written with HSETNX)
   P:job:{id}:failed   SET    row indexes whose result is an error
+A new job's chunks are also entered in the chunks-queued set (`chunk_leases`), in the same
+transaction, so a chunk whose broker message is lost is still sent.
 
 `done` is HLEN of the results and `failed` SCARD of the failed set, so a redelivered chunk
 can neither duplicate a row nor count it twice. Status changes are compare-and-set Lua
-scripts, so a cancel never races a completion into an inconsistent state.
+scripts (`job_scripts`), so a cancel never races a completion into an inconsistent state.
+Status: queued -> running -> succeeded | completed_with_errors | failed, or cancelled; a
+retry of the failed rows takes completed_with_errors or failed back to queued.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,43 +28,20 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-ACTIVE = ("queued", "running")
-TERMINAL = ("succeeded", "failed", "cancelled")
+from widebeam.services.gateway.batch import job_scripts
+from widebeam.services.gateway.batch.chunk_leases import queue_in, queued_key
+from widebeam.services.gateway.batch.job_ids import new_job_id
+from widebeam.services.gateway.batch.redis_errors import RETRIED_TYPES, is_transient
 
-# KEYS: job, results, failed, rows; ARGV: row, line, is_error, ttl, now
-_WRITE_ROW = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local new = redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
-if new == 1 and ARGV[3] == '1' then redis.call('SADD', KEYS[3], ARGV[1]) end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[5])
-for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
-return new
-"""
-
-# KEYS: job, results, failed, rows; ARGV: ttl, now. Finishes a job whose rows are all present.
-_FINISH = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return nil end
-if status ~= 'queued' and status ~= 'running' then return status end
-local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
-if redis.call('HLEN', KEYS[2]) < total then return status end
-status = 'succeeded'
-if redis.call('SCARD', KEYS[3]) >= total then status = 'failed' end
-redis.call('HSET', KEYS[1], 'status', status, 'updated_at', ARGV[2])
-for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
-return status
-"""
-
-# KEYS: job, results, failed, rows; ARGV: from, to, ttl, now. Moves an active job to `to`.
-_TRANSITION = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return nil end
-if status ~= ARGV[1] and not (ARGV[1] == '*' and (status == 'queued' or status == 'running'))
-then return status end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[4])
-for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
-return ARGV[2]
-"""
+QUEUED, RUNNING = "queued", "running"
+SUCCEEDED, COMPLETED_WITH_ERRORS, FAILED, CANCELLED = (
+    "succeeded",
+    "completed_with_errors",
+    "failed",
+    "cancelled",
+)
+ACTIVE = (QUEUED, RUNNING)
+TERMINAL = (SUCCEEDED, COMPLETED_WITH_ERRORS, FAILED, CANCELLED)
 
 
 # Backoff between attempts of a command while Redis is unreachable: 50 ms, doubling, 1 s at most.
@@ -91,6 +72,9 @@ class DeadlineRetry(Retry):
             if time.monotonic() >= deadline:
                 raise error
 
+        # Any transient refusal (out of memory, read-only, loading...) too, not only a lost
+        # connection: see redis_errors.
+        kwargs.setdefault("is_retryable", is_transient)
         return super().call_with_retry(do, fail_past_deadline, *args, **kwargs)
 
 
@@ -112,7 +96,7 @@ def redis_client(url: str, retry_s: float) -> redis.Redis:
     return redis.Redis.from_url(
         url,
         retry=retry_policy(retry_s),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        retry_on_error=list(RETRIED_TYPES),
         socket_connect_timeout=SOCKET_TIMEOUT_S,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_keepalive=True,
@@ -133,6 +117,9 @@ class JobRecord:
     created_at: float
     updated_at: float
     expires_in_s: int | None
+    owner: str  # sha-256 of the creating API key ("": created without keys configured)
+    deadline_at: float | None  # rows wait for decoders until then (None: a job of before)
+    retries: int  # times its failed rows were queued again
 
 
 class JobStore:
@@ -140,9 +127,10 @@ class JobStore:
         self.client = client
         self.namespace = namespace
         self.ttl_s = ttl_s
-        self._write_row = client.register_script(_WRITE_ROW)
-        self._finish = client.register_script(_FINISH)
-        self._transition = client.register_script(_TRANSITION)
+        self._write_row = client.register_script(job_scripts.WRITE_ROW)
+        self._finish = client.register_script(job_scripts.FINISH)
+        self._transition = client.register_script(job_scripts.TRANSITION)
+        self._retry_failed = client.register_script(job_scripts.RETRY_FAILED)
 
     @classmethod
     def from_url(cls, url: str, namespace: str, ttl_s: int, retry_s: float = 0.0) -> JobStore:
@@ -153,8 +141,18 @@ class JobStore:
         base = f"{self.namespace}:job:{job_id}"
         return [base, f"{base}:results", f"{base}:failed", f"{base}:rows"]
 
-    def create(self, rows: list[dict[str, Any]], chunk_size: int, catalog: str | None) -> JobRecord:
-        job_id = uuid.uuid4().hex
+    def create(
+        self,
+        rows: list[dict[str, Any]],
+        chunk_size: int,
+        catalog: str | None,
+        *,
+        owner: str = "",
+        deadline_s: float = 86400.0,
+    ) -> JobRecord:
+        """A queued job; `owner`: hash of the creating key (`ownership.owner_hash`), `deadline_s`:
+        how long its rows wait for decoders (settings.job_deadline_s)."""
+        job_id = new_job_id()
         job_key, _, _, rows_key = self.keys(job_id)
         now = time.time()
         chunks = {
@@ -172,12 +170,15 @@ class JobStore:
             "catalog": catalog or "",
             "created_at": repr(now),
             "updated_at": repr(now),
+            "owner": owner,
+            "deadline_at": repr(now + deadline_s),
         }
         with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(rows_key, mapping=chunks)
             pipe.expire(rows_key, self.ttl_s)
             pipe.hset(job_key, mapping=record)
             pipe.expire(job_key, self.ttl_s)
+            queue_in(pipe, self.namespace, job_id, range(len(chunks)))
             pipe.execute()
         return self._record(record, 0, 0, self.ttl_s)
 
@@ -194,6 +195,11 @@ class JobStore:
     def status(self, job_id: str) -> str | None:
         value = self.client.hget(self.keys(job_id)[0], "status")
         return value.decode() if value is not None else None
+
+    def deadline(self, job_id: str) -> float | None:
+        """Until when the job's rows wait for decoders; None for a job stored without one."""
+        value = self.client.hget(self.keys(job_id)[0], "deadline_at")
+        return float(value) if value else None
 
     def chunk_rows(self, job_id: str, chunk_index: int) -> tuple[int, list[dict[str, Any]]] | None:
         """(index of the chunk's first row, its rows); None when the job is gone."""
@@ -233,6 +239,20 @@ class JobStore:
         value = self._finish(keys=self.keys(job_id), args=[self.ttl_s, repr(time.time())])
         return value.decode() if value is not None else None
 
+    def retry_failed(self, job_id: str, deadline_s: float) -> tuple[str, int, list[int]] | None:
+        """Queues again the failed (or never run) rows of a job that ended with some: (status
+        after the call, rows queued, chunks to send). A job in any other state, or retried
+        already, is left as it is (0 rows, no chunks), so a repeated call queues nothing.
+        The job's rows wait for decoders `deadline_s` from now. None: the job is gone."""
+        now = time.time()
+        keys = [*self.keys(job_id), queued_key(self.namespace)]
+        args = [repr(now), self.ttl_s, repr(now + deadline_s), job_id]
+        value = self._retry_failed(keys=keys, args=args)
+        if value is None:
+            return None
+        status, rows, *chunks = value
+        return status.decode(), int(rows), sorted(int(c) for c in chunks)
+
     def iter_results(self, job_id: str, total: int, batch: int = 512) -> Iterator[bytes]:
         """Result lines in input order; rows not written yet are skipped."""
         results_key = self.keys(job_id)[1]
@@ -262,4 +282,7 @@ class JobStore:
             created_at=float(fields["created_at"]),
             updated_at=float(fields["updated_at"]),
             expires_in_s=ttl,
+            owner=str(fields.get("owner", "")),
+            deadline_at=float(fields["deadline_at"]) if fields.get("deadline_at") else None,
+            retries=int(fields.get("retries", 0)),
         )

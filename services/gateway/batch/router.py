@@ -1,37 +1,38 @@
-"""`/v1/batch-jobs`: submit recommend requests in bulk, follow progress, stream results, cancel.
+"""`/v1/batch-jobs`: submit recommend requests in bulk, follow progress, stream results, cancel,
+retry the failed rows.
 
 Mounted by the gateway's `create_app` under its `/v1` router (API-key dependency included) via
-`create_batch_router(batch_settings, row_limits)`. The routes only talk to Redis (job store +
-Celery broker); `widebeam worker` does the decoding."""
+`create_batch_router(batch_settings, row_limits, api_keys)`; with keys configured a job answers
+only the key that created it (`ownership`). The routes only talk to Redis (job store + Celery
+broker, `backend`); `widebeam worker` does the decoding."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from functools import cached_property
 from typing import Any
 
 import redis
-from celery import Celery
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from widebeam.services.gateway.batch.celery_app import RUN_CHUNK, create_celery
-from widebeam.services.gateway.batch.job_store import ACTIVE, JobRecord, JobStore
+from widebeam.services.gateway.batch.backend import BatchBackend
+from widebeam.services.gateway.batch.job_ids import JOB_ID
+from widebeam.services.gateway.batch.job_store import ACTIVE, CANCELLED, JobRecord
+from widebeam.services.gateway.batch.ownership import owner_resolver, visible_to
 from widebeam.services.gateway.batch.schemas import (
     BatchJobCreated,
     BatchJobRequest,
+    BatchJobRetried,
     BatchJobStatus,
     RowLimits,
 )
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.uploads import BadSubmission, read_submission
 from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.http.api_keys import ApiKeyCheck
 from widebeam.services.http.error_schema import error_responses
 from widebeam.services.http.errors import ApiError, retry_later
-
-_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 
 _SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
@@ -60,36 +61,10 @@ def _errors(extra: dict[int, str] | None = None) -> dict[int | str, dict[str, An
     common = {
         400: "malformed parameter (the message names it)",
         401: "missing or invalid API key",
-        404: "unknown or expired job",
+        404: "unknown or expired job (or one another API key created)",
         503: "the job store or broker is unavailable (see Retry-After)",
     }
     return error_responses(common | (extra or {}))
-
-
-class _Backend:
-    """Redis clients built on first use, so creating the app never needs Redis up."""
-
-    def __init__(self, settings: BatchSettings) -> None:
-        self.settings = settings
-
-    @cached_property
-    def store(self) -> JobStore:
-        s = self.settings
-        return JobStore.from_url(s.redis_url, s.namespace, s.result_ttl_s, s.api_redis_retry_s)
-
-    @cached_property
-    def celery(self) -> Celery:
-        return create_celery(self.settings)
-
-    def submit(self, rows: list[dict[str, Any]], catalog: str | None) -> JobRecord:
-        job = self.store.create(rows, self.settings.chunk_size, catalog)
-        try:
-            for chunk in range(job.num_chunks):
-                self.celery.send_task(RUN_CHUNK, args=[job.id, chunk], queue=self.settings.queue)
-        except Exception:
-            self.store.fail(job.id)  # chunks already sent see a failed job and skip
-            raise
-        return job
 
 
 def batch_settings_for(gateway: GatewaySettings) -> BatchSettings:
@@ -111,20 +86,26 @@ def _store_down() -> JSONResponse:
     return retry_later(503, "the batch job store is unavailable", "batch_unavailable", 1).response()
 
 
-def create_batch_router(batch: BatchSettings, limits: RowLimits) -> APIRouter:
+def create_batch_router(
+    batch: BatchSettings, limits: RowLimits, api_keys: ApiKeyCheck | None = None
+) -> APIRouter:
     """The routes; rows are held to `limits` at submission (workers reach the decoders
-    themselves). The includer adds the API-key dependency, as for every `/v1` router."""
-    backend = _Backend(batch)
+    themselves). The includer adds the API-key dependency, as for every `/v1` router;
+    `api_keys` (the same check) makes jobs their creating key's: others get 404."""
+    backend = BatchBackend(batch)
+    owner_of = owner_resolver(api_keys)
     router = APIRouter(prefix="/v1/batch-jobs", tags=["batch jobs"])
 
-    async def load(job_id: str) -> JobRecord | JSONResponse:
-        if not _JOB_ID.match(job_id):
+    async def load(job_id: str, request: Request) -> JobRecord | JSONResponse:
+        if not JOB_ID.match(job_id):
             return _not_found(job_id)
         try:
             job = await run_in_threadpool(backend.store.get, job_id)
         except redis.RedisError:
             return _store_down()
-        return job if job is not None else _not_found(job_id)
+        if job is None or not visible_to(job, owner_of(request)):
+            return _not_found(job_id)
+        return job
 
     @router.post(
         "",
@@ -142,15 +123,16 @@ def create_batch_router(batch: BatchSettings, limits: RowLimits) -> APIRouter:
             )
         except BadSubmission as exc:
             return ApiError(exc.status, exc.message, "invalid_batch", param=exc.param).response()
+        owner = owner_of(request) or ""
         try:
-            job = await run_in_threadpool(backend.submit, rows, catalog)
+            job = await run_in_threadpool(backend.submit, rows, catalog, owner)
         except Exception:  # Redis or the broker is down: nothing usable was enqueued
             return _store_down()
         return JSONResponse({"id": job.id, "status": job.status}, status_code=202)
 
     @router.get("/{job_id}", response_model=BatchJobStatus, responses=_errors())
-    async def status(job_id: str) -> Any:
-        job = await load(job_id)
+    async def status(job_id: str, request: Request) -> Any:
+        job = await load(job_id, request)
         return job if isinstance(job, JSONResponse) else _status(job)
 
     @router.get(
@@ -163,12 +145,13 @@ def create_batch_router(batch: BatchSettings, limits: RowLimits) -> APIRouter:
     )
     async def results(
         job_id: str,
+        request: Request,
         partial: bool = Query(False, description="stream the rows done so far of a running job"),
     ) -> Response:
         """JSONL in input order, one line per row: the `/v1/recommend` response plus `row`, or
         `{"row", "error"}`. A job still queued or running answers 409 unless `partial=true`;
         a cancelled job streams the rows it finished."""
-        job = await load(job_id)
+        job = await load(job_id, request)
         if isinstance(job, JSONResponse):
             return job
         if job.status in ACTIVE and not partial:
@@ -183,14 +166,43 @@ def create_batch_router(batch: BatchSettings, limits: RowLimits) -> APIRouter:
         return StreamingResponse(lines, media_type="application/x-ndjson", headers=headers)
 
     @router.delete("/{job_id}", response_model=BatchJobStatus, responses=_errors())
-    async def cancel(job_id: str) -> Any:
+    async def cancel(job_id: str, request: Request) -> Any:
         """Cancels a queued or running job (rows not yet sent are skipped); an ended job is
         left as it is. Answers the job's status either way."""
-        job = await load(job_id)
+        job = await load(job_id, request)
         if isinstance(job, JSONResponse):
             return job
         await run_in_threadpool(backend.store.cancel, job.id)
-        job = await load(job_id)
+        job = await load(job_id, request)
         return job if isinstance(job, JSONResponse) else _status(job)
+
+    @router.post(
+        "/{job_id}/retry-failed",
+        status_code=202,
+        response_model=BatchJobRetried,
+        responses=_errors({409: "the job was cancelled"}),
+    )
+    async def retry_failed(job_id: str, request: Request) -> Any:
+        """Queues again, and only, the rows of an ended job whose result is an error (or that
+        never ran); the job is `queued` again until they have a result, rows that succeeded
+        are kept. Idempotent: a job with nothing to retry (still active, succeeded, or
+        retried already) is left as it is and answers `requeued: 0`."""
+        job = await load(job_id, request)
+        if isinstance(job, JSONResponse):
+            return job
+        if job.status == CANCELLED:
+            message = f"job {job.id} was cancelled; submit its rows again as a new job"
+            return ApiError(409, message, "job_cancelled").response()
+        try:
+            outcome = await run_in_threadpool(backend.retry_failed, job.id)
+        except redis.RedisError:
+            return _store_down()
+        if outcome is None:
+            return _not_found(job_id)
+        job = await load(job_id, request)
+        if isinstance(job, JSONResponse):
+            return job
+        body = BatchJobRetried(**_status(job).model_dump(), requeued=outcome[1])
+        return JSONResponse(body.model_dump(), status_code=202)
 
     return router

@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.recommender import RecommendLimits, check_limits
 from widebeam.services.gateway.schemas.recommend import RecommendRequest
 from widebeam.services.gateway.settings import GatewaySettings
@@ -16,14 +15,13 @@ from widebeam.services.http.errors import ApiError
 
 @dataclass(frozen=True)
 class RowLimits:
-    """What a row may ask for: `/v1/recommend`'s limits, plus the batch's cap on exclusions."""
+    """What a row may ask for: `/v1/recommend`'s limits (exclusions included)."""
 
     recommend: RecommendLimits
-    max_exclude: int
 
     @classmethod
-    def from_settings(cls, gateway: GatewaySettings, batch: BatchSettings) -> RowLimits:
-        return cls(RecommendLimits.from_settings(gateway), batch.max_exclude)
+    def from_settings(cls, gateway: GatewaySettings) -> RowLimits:
+        return cls(RecommendLimits.from_settings(gateway))
 
 
 def validation_problems(exc: ValidationError) -> str:
@@ -50,8 +48,6 @@ def validate_row(data: Any, limits: RowLimits, job_catalog: str | None) -> dict[
         beam = check_limits(row, limits.recommend, cap, "the gateway's limit")
     except ApiError as exc:
         raise ValueError(exc.message) from None
-    if len(row.exclude) > limits.max_exclude:
-        raise ValueError(f"exclude has {len(row.exclude)} items; the limit is {limits.max_exclude}")
     if job_catalog is not None and "catalog" not in row.model_fields_set:
         row.catalog = job_catalog
     # Resolved now: the worker does not see the gateway's settings.

@@ -47,11 +47,11 @@ class BatchSettings(BaseSettings):
     retry_delay_s: float = Field(5.0, ge=0)
     max_job_rows: int = Field(100_000, ge=1)
     max_upload_bytes: int = Field(64 << 20, ge=1024, description="request body / JSONL upload")
-    # Rows are held to the gateway's /v1/recommend limits at submission; these two are the batch's.
+    # Rows are held to the gateway's /v1/recommend limits at submission (max_exclude included);
+    # this one is the batch's.
     max_beam_width: int = Field(
         512, ge=1, description="widest beam a worker widens a row to (decoders' limit applies too)"
     )
-    max_exclude: int = Field(10_000, ge=0, description="excluded items per row (at submission)")
     # Worker process.
     concurrency: int = Field(1, ge=1, description="chunks run at once per worker")
     rows_in_flight: int = Field(8, ge=1, description="rows of one chunk sent to decoders at once")

@@ -69,7 +69,7 @@ def require_api_key(authorization: str | None = Header(None)) -> None:
 
 def make_client(settings: BatchSettings) -> TestClient:
     app = FastAPI()
-    router = create_batch_router(settings, RowLimits.from_settings(gateway_settings(), settings))
+    router = create_batch_router(settings, RowLimits.from_settings(gateway_settings()))
     app.include_router(router, dependencies=[Depends(require_api_key)])
     return TestClient(app)
 

@@ -22,7 +22,7 @@ from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.tasks import DecodersUnavailable, process_chunk
 from widebeam.services.gateway.recommender import RecommendLimits
 
-LIMITS = RowLimits(RecommendLimits(32, 64, 50, 16), max_exclude=100)
+LIMITS = RowLimits(RecommendLimits(32, 64, 50, 16, max_exclude=100))
 
 
 def rows(count: int, **fields: Any) -> list[dict[str, Any]]:
