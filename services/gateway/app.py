@@ -61,7 +61,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     for module in (recommend, completions, chat, models):
         v1.include_router(module.create_router())
     batch = batch_settings_for(settings)
-    row_limits = RowLimits.from_settings(settings, batch)
+    row_limits = RowLimits.from_settings(settings)
     v1.include_router(create_batch_router(batch, row_limits, api_keys))  # jobs owned by keys
     app.include_router(v1)
     app.include_router(health.create_router())

@@ -69,13 +69,23 @@ class BatchJobCreated(BaseModel):
 
 class BatchJobStatus(BaseModel):
     id: str
-    status: str = Field(description="queued | running | succeeded | failed | cancelled")
+    status: str = Field(
+        description="queued | running | succeeded | completed_with_errors | failed | cancelled"
+    )
     total: int
     done: int = Field(description="rows with a result (errors included)")
     failed: int = Field(description="rows whose result is an error")
+    retries: int = Field(0, description="times the failed rows were queued again")
+    deadline_at: float | None = Field(
+        None, description="unix seconds; until then rows wait for unavailable decoders"
+    )
     created_at: float = Field(description="unix seconds")
     updated_at: float
     catalog: str | None
     chunk_size: int
     num_chunks: int
     expires_in_s: int | None = Field(description="seconds until the job and its results expire")
+
+
+class BatchJobRetried(BatchJobStatus):
+    requeued: int = Field(description="rows queued again by this call (0: nothing to retry)")

@@ -24,27 +24,45 @@ class BatchSettings(BaseSettings):
     result_ttl_s: int = Field(
         7 * 86400, ge=1, description="job keys expire this long after the job's last change"
     )
-    # A row gets this long in all (retries on other replicas and beam widening included); a
-    # chunk therefore ends within chunk_size * row_budget_s, which the visibility timeout must
-    # exceed, or Redis would hand a still-running chunk to a second worker.
+    # One attempt of a row gets this long in all (retries on other replicas and beam widening
+    # included); with decoders up a chunk ends within chunk_size * row_budget_s, which the
+    # visibility timeout must exceed, or Redis would hand a running chunk out a second time.
     row_budget_s: float = Field(60.0, gt=0)
     rpc_timeout_s: float = Field(30.0, gt=0, description="deadline of one Recommend call")
+    # Rows that meet unavailable or overloaded decoders (429/503) wait for them, retried with
+    # back-off (retry_delay_s doubling up to retry_delay_max_s), until the job is this old
+    # (counted from its submission, or from its last retry-failed); then that answer is the
+    # row's result, and the job ends completed_with_errors.
+    job_deadline_s: float = Field(
+        86400.0, gt=0, description="how long a job's rows wait for decoders to come back"
+    )
+    retry_delay_s: float = Field(5.0, ge=0, description="first wait for an unavailable decoder")
+    retry_delay_max_s: float = Field(60.0, ge=0, description="longest wait between row attempts")
+    # A running chunk holds a lease in the job store, renewed every lease_s / 3; a lease that
+    # runs out (worker killed or hung) is found by a worker's watchdog within
+    # watchdog_interval_s and the chunk sent again, so a lost worker's chunk resumes within
+    # about lease_s + watchdog_interval_s. The broker's own redelivery (visibility timeout)
+    # stays as a last resort; a redelivered chunk whose lease is alive is dropped at once.
+    lease_s: float = Field(30.0, gt=0, description="lease of a running chunk")
+    watchdog_interval_s: float = Field(5.0, gt=0, description="how often watchdogs look")
+    lost_chunk_grace_s: float = Field(
+        60.0, gt=0, description="a chunk queued this long while the queue is empty is sent again"
+    )
     visibility_timeout_s: int = Field(
-        3600, ge=1, description="unacked chunks are redelivered after this (worker lost)"
+        3600, ge=1, description="the broker redelivers an unacked chunk after this"
     )
     restore_interval_s: int = Field(
-        10, ge=1, description="how often workers look for chunks of lost workers"
+        10, ge=1, description="how often workers sweep for unacked chunks to redeliver"
     )
-    # Redis restarts (an operator's, a failover) are ridden out by retrying each job-store
-    # command; longer outages hand the chunk back to the queue (workers) or answer 503 (API).
+    # Redis restarts (an operator's, a failover) and refusals (out of memory, read-only,
+    # loading: see redis_errors) are ridden out by retrying each job-store command and broker
+    # operation; longer ones hand the chunk back to the queue (workers) or answer 503 (API).
     redis_retry_s: float = Field(
         10.0, ge=0, description="how long a worker's job-store command waits out a Redis outage"
     )
     api_redis_retry_s: float = Field(
         1.0, ge=0, description="the same for the gateway's batch routes (then 503)"
     )
-    chunk_max_retries: int = Field(3, ge=0, description="chunk retries while decoders are down")
-    retry_delay_s: float = Field(5.0, ge=0)
     max_job_rows: int = Field(100_000, ge=1)
     max_upload_bytes: int = Field(64 << 20, ge=1024, description="request body / JSONL upload")
     # Rows are held to the gateway's /v1/recommend limits at submission (max_exclude included);
@@ -82,8 +100,6 @@ class BatchSettings(BaseSettings):
                 f"visibility_timeout_s ({self.visibility_timeout_s}) must exceed the longest "
                 f"chunk, chunk_size * row_budget_s = {longest:g}s"
             )
-        if self.retry_delay_s >= self.visibility_timeout_s:
-            raise ValueError("retry_delay_s must be below visibility_timeout_s")
         return self
 
     @property

@@ -42,7 +42,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
 
 
 def batch_settings(redis_url: str, decoder: str, **overrides: Any) -> BatchSettings:
-    # Small chunks and a short visibility timeout, so a lost chunk comes back within seconds.
+    # Small chunks, short leases and a short visibility timeout, so a lost chunk comes back
+    # within seconds.
     fields: dict[str, Any] = {
         "redis_url": redis_url,
         "decoder_addresses": [decoder],
@@ -52,7 +53,11 @@ def batch_settings(redis_url: str, decoder: str, **overrides: Any) -> BatchSetti
         "rpc_timeout_s": 0.5,
         "visibility_timeout_s": 6,
         "restore_interval_s": 1,
+        "lease_s": 3,
+        "watchdog_interval_s": 0.5,
+        "lost_chunk_grace_s": 3,
         "retry_delay_s": 0.2,
+        "retry_delay_max_s": 1,
         "result_ttl_s": 600,
     }
     return BatchSettings(**(fields | overrides))
@@ -68,6 +73,7 @@ def require_api_key(authorization: str | None = Header(None)) -> None:
 
 
 def make_client(settings: BatchSettings) -> TestClient:
+    """The routes behind this module's one key; jobs have no owner (as without API keys)."""
     app = FastAPI()
     router = create_batch_router(settings, RowLimits.from_settings(gateway_settings()))
     app.include_router(router, dependencies=[Depends(require_api_key)])
@@ -90,6 +96,11 @@ class Worker:
             "WIDEBEAM_BATCH_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
             "WIDEBEAM_BATCH_RESTORE_INTERVAL_S": str(settings.restore_interval_s),
             "WIDEBEAM_BATCH_RETRY_DELAY_S": str(settings.retry_delay_s),
+            "WIDEBEAM_BATCH_RETRY_DELAY_MAX_S": str(settings.retry_delay_max_s),
+            "WIDEBEAM_BATCH_JOB_DEADLINE_S": str(settings.job_deadline_s),
+            "WIDEBEAM_BATCH_LEASE_S": str(settings.lease_s),
+            "WIDEBEAM_BATCH_WATCHDOG_INTERVAL_S": str(settings.watchdog_interval_s),
+            "WIDEBEAM_BATCH_LOST_CHUNK_GRACE_S": str(settings.lost_chunk_grace_s),
             "WIDEBEAM_BATCH_RESULT_TTL_S": str(settings.result_ttl_s),
             "WIDEBEAM_BATCH_ROWS_IN_FLIGHT": str(settings.rows_in_flight),
         }

@@ -1,10 +1,12 @@
 """The chunk task's logic in-process, against a real decoder: results in the recommend shape
 (the very answers of `/v1/recommend`), idempotent re-runs, row errors, widening, cancellation
-between rows, retries while decoders are down."""
+between rows, rows waiting for decoders until the job's deadline, chunk leases."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,11 +17,13 @@ from tests.services.decoder.conftest import SidModel
 from tests.services.gateway.batch.conftest import batch_settings, store_of
 from tests.services.gateway.support import GatewayServer, gateway_settings
 from widebeam.services.decoder.server.background import BackgroundServer
+from widebeam.services.gateway.batch.chunk_leases import ChunkLeases
 from widebeam.services.gateway.batch.decoder_runner import DecoderRunner
+from widebeam.services.gateway.batch.job_ids import log_id
 from widebeam.services.gateway.batch.job_store import JobStore
 from widebeam.services.gateway.batch.schemas import RowLimits, validate_row
 from widebeam.services.gateway.batch.settings import BatchSettings
-from widebeam.services.gateway.batch.tasks import DecodersUnavailable, process_chunk
+from widebeam.services.gateway.batch.tasks import ChunkPolicy, process_chunk
 from widebeam.services.gateway.recommender import RecommendLimits
 
 LIMITS = RowLimits(RecommendLimits(32, 64, 50, 16, max_exclude=100))
@@ -43,9 +47,10 @@ def runner(settings: BatchSettings) -> DecoderRunner:
     return DecoderRunner(settings)
 
 
-def run(store: JobStore, runner: DecoderRunner, job_id: str, chunk: int, **kw: Any) -> dict:
-    kw.setdefault("final_attempt", False)
-    return process_chunk(store, runner, job_id, chunk, rows_in_flight=3, **kw)
+def run(store: JobStore, runner: DecoderRunner, job_id: str, chunk: int) -> dict:
+    policy = ChunkPolicy.from_settings(runner.settings.model_copy(update={"rows_in_flight": 3}))
+    leases = ChunkLeases(store.client, store.namespace)
+    return process_chunk(store, leases, runner, job_id, chunk, policy)
 
 
 def results(store: JobStore, job_id: str, total: int) -> list[dict[str, Any]]:
@@ -58,13 +63,15 @@ def test_a_chunk_writes_recommend_responses_and_reruns_write_nothing(
     store = store_of(settings)
     job = store.create(rows(12, user_id="u1"), chunk_size=10, catalog=None)
     assert run(store, runner, job.id, 1) == {
-        "job": job.id,
+        "job": log_id(job.id),  # what Celery logs: the short id only
         "chunk": 1,
+        "sent": 2,
         "written": 2,
         "outcome": "running",
     }
     assert run(store, runner, job.id, 0)["outcome"] == "succeeded"
-    assert run(store, runner, job.id, 0)["written"] == 0  # redelivered: every row is present
+    again = run(store, runner, job.id, 0)  # redelivered: every row is present
+    assert (again["sent"], again["written"]) == (0, 0)
     got = results(store, job.id, 12)
     assert [r["row"] for r in got] == list(range(12))
     catalog = dict(sid_model.catalog)
@@ -93,7 +100,8 @@ def test_row_errors_are_rows_and_exhaustion_widens_the_beam(
     excluding = narrow | {"exclude": taken}
     elsewhere = rows(1)[0] | {"catalog": "nowhere"}
     job = store.create([bad, excluding, elsewhere], chunk_size=3, catalog=None)
-    assert run(store, runner, job.id, 0)["outcome"] == "succeeded"
+    # Every row has a result, two of them errors: the job says so.
+    assert run(store, runner, job.id, 0)["outcome"] == "completed_with_errors"
     error, widened, unknown = results(store, job.id, 3)
     assert unknown["error"]["code"] == "catalog_not_found" and unknown["error"]["status"] == 404
     assert error["error"]["status"] == 400 and "no-such-item" in error["error"]["message"]
@@ -101,7 +109,8 @@ def test_row_errors_are_rows_and_exhaustion_widens_the_beam(
     assert widened["beam_width"] > 5 and len(widened["items"]) == 5
     assert not {i["item_id"] for i in widened["items"]} & set(taken)
     record = store.get(job.id)
-    assert record is not None and (record.done, record.failed) == (3, 2)
+    assert record is not None
+    assert (record.status, record.done, record.failed) == ("completed_with_errors", 3, 2)
 
 
 def test_cancellation_is_seen_between_rows(
@@ -129,16 +138,47 @@ def dead_runner(settings: BatchSettings) -> Iterator[DecoderRunner]:
     yield DecoderRunner(settings.model_copy(update={"decoder_addresses": ["127.0.0.1:1"]}))
 
 
-def test_unreachable_decoders_retry_the_chunk_then_fail_its_rows(
+def test_rows_wait_for_decoders_until_the_job_deadline_then_fail(
     settings: BatchSettings, dead_runner: DecoderRunner
 ) -> None:
     store = store_of(settings)
-    job = store.create(rows(2), chunk_size=2, catalog=None)
-    with pytest.raises(DecodersUnavailable):
-        run(store, dead_runner, job.id, 0)
-    assert store.get(job.id).done == 0  # type: ignore[union-attr]
-    assert run(store, dead_runner, job.id, 0, final_attempt=True)["outcome"] == "failed"
+    job = store.create(rows(2), chunk_size=2, catalog=None, deadline_s=1.0)
+    summary = run(store, dead_runner, job.id, 0)
+    # Each row was tried again while the deadline lasted (0.2 s back-off, doubling), then its
+    # refusal became its result.
+    assert summary["outcome"] == "failed" and summary["sent"] > 2, summary
     assert {r["error"]["code"] for r in results(store, job.id, 2)} == {"decoder_unavailable"}
+    assert time.time() >= store.get(job.id).deadline_at  # type: ignore[union-attr]
+
+
+def test_a_job_cancelled_while_its_rows_wait_for_decoders_stops(
+    settings: BatchSettings, dead_runner: DecoderRunner
+) -> None:
+    store = store_of(settings)
+    job = store.create(rows(4), chunk_size=4, catalog=None)  # a day to wait
+    cancel = threading.Timer(1.0, store.cancel, args=[job.id])
+    cancel.start()
+    try:
+        summary = run(store, dead_runner, job.id, 0)
+    finally:
+        cancel.cancel()
+    assert summary["outcome"] == "cancelled" and summary["written"] == 0, summary
+    leases = ChunkLeases(store.client, store.namespace)
+    assert leases.reclaim(settings.queue, grace_s=0) == []  # nothing left to send again
+
+
+def test_a_chunk_leased_by_a_live_run_is_left_to_it(
+    settings: BatchSettings, runner: DecoderRunner
+) -> None:
+    store = store_of(settings)
+    job = store.create(rows(3), chunk_size=3, catalog=None)
+    leases = ChunkLeases(store.client, store.namespace)
+    assert leases.take(job.id, 0, lease_s=60)  # another worker runs it
+    assert run(store, runner, job.id, 0) | {"job": "-"} == {
+        "job": "-", "chunk": 0, "sent": 0, "written": 0, "outcome": "leased elsewhere"
+    }  # fmt: skip
+    leases.renew(job.id, 0, lease_s=-1)  # its worker died: the lease ran out
+    assert run(store, runner, job.id, 0)["outcome"] == "succeeded"
 
 
 def test_rows_carry_normalization_to_the_decoder(runner: DecoderRunner) -> None:
