@@ -99,7 +99,7 @@ def build_demo(
     ]
     targets = [item_id(int(i)) for i in data.held_out()[users]]
     popular = [item_id(int(i)) for i in np.argsort(-data.train_counts(), kind="stable")]
-    report = evaluate(str(art.model_dir), str(art.catalog), layout, sid_items(sids.codes),
+    report = evaluate(str(art.model_dir), str(art.catalog), layout, sid_items(art.catalog),
                       prompts, targets, popular[: cfg.eval.k], cfg.eval)  # fmt: skip
     write_histories(art.histories, data, users, cfg.train.max_items)
     facts = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from widebeam.demo.data import Interactions, item_id, item_title
+from widebeam.services.catalog.formats import load_catalog
 
 
 def write_catalog(path: Path, data: Interactions, codes: np.ndarray) -> None:  # codes [I, L]
@@ -28,12 +29,10 @@ def write_catalog(path: Path, data: Interactions, codes: np.ndarray) -> None:  #
             fh.write(json.dumps(row) + "\n")
 
 
-def sid_items(codes: np.ndarray) -> dict[tuple[int, ...], list[str]]:  # codes [I, L] int64
-    """SID -> its item ids in catalog order (the engine's order for a constrained beam)."""
-    out: dict[tuple[int, ...], list[str]] = {}
-    for i, sid in enumerate(map(tuple, codes.tolist())):
-        out.setdefault(sid, []).append(item_id(i))
-    return out
+def sid_items(path: Path) -> dict[tuple[int, ...], list[str]]:
+    """SID -> its item ids in the order the engine names them for a constrained beam: the
+    written catalog read back through the catalog pipeline (most popular first)."""
+    return load_catalog(path).items_by_popularity()
 
 
 def write_histories(

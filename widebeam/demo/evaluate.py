@@ -70,7 +70,7 @@ def evaluate(
     model_dir: str,
     catalog_path: str,
     layout: SidLayout,
-    sid_items: dict[tuple[int, ...], list[str]],  # SID -> its items, catalog order
+    sid_items: dict[tuple[int, ...], list[str]],  # SID -> its items, the engine's order
     prompts: Sequence[list[int]],  # per user: history prompt tokens (ends with `begin`)
     targets: Sequence[str],  # per user: the held-out item id
     popular: Sequence[str],  # item ids, most popular (in training data) first
