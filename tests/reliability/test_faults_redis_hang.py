@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import httpx
@@ -87,7 +88,7 @@ def test_a_hung_redis_stalls_neither_recommend_nor_the_polls(
     rec_latency = [lat for sent, _, lat in recs.calls if stopped <= sent < resumed]
     print(
         f"\nredis SIGSTOPped {resumed - stopped:.1f} s under {POLLERS} pollers: polls answered "
-        f"meanwhile {dict(polls.counts(stopped))}, slowest {max(during, default=0):.2f} s; "
+        f"meanwhile {dict(Counter(polls_during))}, slowest {max(during, default=0):.2f} s; "
         f"recommend answered {len(recs_during)} ({set(recs_during)}), slowest "
         f"{max(rec_latency, default=0):.2f} s; polls after SIGCONT {dict(polls.counts(resumed))}"
     )
