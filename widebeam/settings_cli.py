@@ -1,5 +1,7 @@
 """A service's CLI flags and its pydantic settings: flags derived from the settings' fields, and
-the settings built from the flags (flags win over environment)."""
+the settings built from the flags (flags win over environment). Secrets (`SecretStr` fields)
+get no flag: a command line is visible to every local user (`ps`), so they come from the
+environment or a file only."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
@@ -19,18 +21,23 @@ S = TypeVar("S", bound=BaseSettings)
 def add_settings_flags(
     parser: argparse.ArgumentParser, cls: type[BaseSettings], flags: Mapping[str, str]
 ) -> dict[str, str]:
-    """One flag per field of `cls`: `--field-name` (or `flags[field]`), typed from the field's
-    annotation (booleans get `--x` / `--no-x`), its help the field's description, default and
-    environment variable. Every flag's dest is its field; returns that dest -> field mapping
-    for `settings_from_flags`."""
+    """One flag per field of `cls` but its secrets: `--field-name` (or `flags[field]`), typed
+    from the field's annotation (booleans get `--x` / `--no-x`), its help the field's
+    description, default and environment variable. Every flag's dest is its field; returns that
+    dest -> field mapping for `settings_from_flags`."""
     prefix = str(cls.model_config.get("env_prefix", "")).upper()
-    for name, info in cls.model_fields.items():
+    flagged = {n: i for n, i in cls.model_fields.items() if not _is_secret(i.annotation)}
+    for name, info in flagged.items():
         flag = flags.get(name, "--" + name.replace("_", "-"))
         parser.add_argument(
             flag, dest=name, default=None, help=_help(info, prefix + name.upper()),
             **_value_options(info.annotation),
         )  # fmt: skip
-    return {name: name for name in cls.model_fields}
+    return {name: name for name in flagged}
+
+
+def _is_secret(annotation: Any) -> bool:
+    return annotation is SecretStr or SecretStr in get_args(annotation)
 
 
 def _help(info: FieldInfo, variable: str) -> str:

@@ -1,6 +1,7 @@
 """Build and run the decoder's gRPC server.
 
-Start-up order: bind and serve health (NOT_SERVING) first, load the model off the event loop,
+Start-up order: bind (TLS with a certificate configured; the bearer-token check with a token)
+and serve health (NOT_SERVING) first, load the model off the event loop,
 start the engine thread and the catalog follower, then flip health to SERVING. Until then the
 Decoder RPCs answer UNAVAILABLE. SIGTERM/SIGINT: health NOT_SERVING, in-flight RPCs get
 `grace_period_s`, then the engine and the follower stop.
@@ -24,8 +25,10 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
+from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.servicer import DecoderServicer, ServerInfo
 from widebeam.services.decoder.server.settings import DecoderSettings
+from widebeam.services.decoder.server.token_auth import TokenAuthInterceptor
 from widebeam.services.decoder.server.wire import MalformedRequestInterceptor
 
 log = logging.getLogger("widebeam.decoder")
@@ -71,8 +74,12 @@ class DecoderServer:
         s = self.settings
         # Created here: grpc.aio objects bind to the event loop running at creation.
         size = s.max_message_bytes
+        # The token check runs first: a call without it is refused before its bytes are parsed.
+        interceptors: list[grpc.aio.ServerInterceptor] = [MalformedRequestInterceptor()]
+        if s.token is not None:
+            interceptors.insert(0, TokenAuthInterceptor(s.token))
         self.server = grpc.aio.server(
-            interceptors=[MalformedRequestInterceptor()],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
@@ -84,12 +91,20 @@ class DecoderServer:
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, self.server)
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        address, tls = f"{s.host}:{s.port}", s.server_credentials
         try:
-            self.port = self.server.add_insecure_port(f"{s.host}:{s.port}")
+            if tls is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, tls)
         except RuntimeError:
-            raise ValueError(f"cannot listen on {s.host}:{s.port} (in use?)") from None
+            raise ValueError(f"cannot listen on {address} (in use?)") from None
         await self.server.start()
-        log.info("decoder listening on %s:%d (loading %s)", s.host, self.port, s.model)
+        log.info(
+            "decoder listening on %s:%d (%s, %s; loading %s)", s.host, self.port,
+            "plaintext" if tls is None else "mutual TLS" if s.tls_client_ca_file else "TLS",
+            "token required" if s.token is not None else "no token", s.model,
+        )  # fmt: skip
         engine, layout = await asyncio.to_thread(build_engine, s)
         # What is alive now (the model's modules, the runner, imported code) lives as long as
         # the server: kept out of the collector's full passes, which then walk only what
@@ -106,7 +121,7 @@ class DecoderServer:
             await asyncio.to_thread(self.engine.wait_for_swaps, CATALOG_READY_TIMEOUT_S)
         info = ServerInfo(
             str(Path(s.model).resolve()), engine.model.config.model_type, layout,
-            s.device, s.dtype, s.max_message_bytes,
+            s.device, s.dtype, s.max_message_bytes, RequestLimits.resolve(s, engine.limits),
         )  # fmt: skip
         self.servicer.attach(self.engine, info)
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)

@@ -1,7 +1,8 @@
 """`widebeam decoder serve`: flags override `WIDEBEAM_DECODER_*` environment variables.
 
 One flag per `DecoderSettings` field (so one per `EngineConfig` field too), derived from the
-settings: `--max-rows` sets `max_rows`, `--no-cuda-graphs` sets `cuda_graphs` false.
+settings: `--max-rows` sets `max_rows`, `--no-cuda-graphs` sets `cuda_graphs` false. The bearer
+token has none (`WIDEBEAM_DECODER_AUTH_TOKEN`, or `--auth-token-file`): `ps` shows argv.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ FLAG_NAMES = {"catalog_file": "--catalog", "grace_period_s": "--grace-period"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="decoder_command", required=True)
-    serve = commands.add_parser("serve", help="run the decoder gRPC server")
+    # No abbreviations: `--auth-token SECRET` must not pass as `--auth-token-file SECRET`.
+    serve = commands.add_parser("serve", help="run the decoder gRPC server", allow_abbrev=False)
     add_settings_flags(serve, DecoderSettings, FLAG_NAMES)
     serve.set_defaults(handler=run)
 

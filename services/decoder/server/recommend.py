@@ -20,6 +20,7 @@ from widebeam.services.decoder.request import (
 )
 from widebeam.services.decoder.server.convert import normalization_of
 from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
+from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
 DEFAULT_N = 10
@@ -68,6 +69,7 @@ class RecommendCall:
     """`Prepare` callback: builds the engine request and remembers the catalog it used."""
 
     spec: RecommendSpec
+    limits: RequestLimits
     pinned: ServedCatalog | None = None
     skipped: list[str] = field(default_factory=list)
 
@@ -96,6 +98,7 @@ class RecommendCall:
             raise RequestError(
                 "history is empty and the SID layout has no begin token to start from"
             )
+        self.limits.check_prompt(len(prompt), "the history's prompt")
         self.pinned = served
         # No EOS: a complete SID path ends the beam, saving the forward that would emit EOS.
         return GenerationRequest(

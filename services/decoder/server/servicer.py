@@ -1,6 +1,7 @@
 """grpc.aio servicer for `widebeam.decoder.v1.Decoder`: protobuf in, engine work, protobuf out.
 
-Status codes: malformed or impossible requests -> INVALID_ARGUMENT with the engine's message;
+Status codes: malformed or impossible requests, and requests above this decoder's limits
+(`request_limits.py`) -> INVALID_ARGUMENT with a message naming the field;
 queue full -> RESOURCE_EXHAUSTED; loading or stopping -> UNAVAILABLE; deadline -> the request is
 aborted in the engine (rows freed) and the call ends DEADLINE_EXCEEDED; engine failure ->
 INTERNAL for the affected requests only.
@@ -36,9 +37,11 @@ from widebeam.services.decoder.server.convert import (
 )
 from widebeam.services.decoder.server.recommend import (
     RecommendCall,
+    RecommendSpec,
     parse_recommend,
     recommend_response,
 )
+from widebeam.services.decoder.server.request_limits import RequestLimits
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,6 +57,7 @@ class ServerInfo:
     device: str
     dtype: str
     max_message_bytes: int
+    limits: RequestLimits
 
 
 class DecoderServicer(pb_grpc.DecoderServicer):
@@ -69,7 +73,8 @@ class DecoderServicer(pb_grpc.DecoderServicer):
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> pb.GenerateResponse:
         engine = await self._ready(context)
-        spec: GenerationRequest = await _parsed(context, lambda: generation_request(request))
+        limits = self._limits()
+        spec = await _parsed(context, lambda: _limited_generate(request, limits))
         out = await _run(engine, spec, context)
         return generate_response(request.request_id, spec.catalog, out)
 
@@ -77,7 +82,9 @@ class DecoderServicer(pb_grpc.DecoderServicer):
         self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecommendResponse:
         engine = await self._ready(context)
-        call = RecommendCall(await _parsed(context, lambda: parse_recommend(request)))
+        limits = self._limits()
+        spec = await _parsed(context, lambda: _limited_recommend(request, limits))
+        call = RecommendCall(spec, limits)
         out = await _run(engine, call, context)
         return recommend_response(call, request.request_id, out)
 
@@ -87,7 +94,7 @@ class DecoderServicer(pb_grpc.DecoderServicer):
         engine = await self._ready(context)
         assert self._info is not None
         info, core, load = self._info, engine.engine, engine.load()
-        limits = core.limits
+        limits, allowed = core.limits, info.limits
         response = pb.GetInfoResponse(
             model_name=Path(info.model_path).name,
             model_path=info.model_path,
@@ -95,11 +102,16 @@ class DecoderServicer(pb_grpc.DecoderServicer):
             vocab_size=limits.vocab_size,
             limits=pb.Limits(
                 max_rows=limits.max_rows,
-                max_beam_width=limits.max_rows,
+                max_beam_width=allowed.max_beam_width,
                 max_model_len=limits.max_model_len,
                 max_kv_slots=limits.max_kv_slots,
                 max_waiting=engine.max_waiting,
                 max_message_bytes=info.max_message_bytes,
+                max_n=allowed.max_n,
+                max_prompt_tokens=allowed.max_prompt_tokens,
+                max_history_items=allowed.max_history_items,
+                max_exclude_ids=allowed.max_exclude_ids,
+                max_eos_token_ids=allowed.max_eos_token_ids,
             ),
             catalogs=[catalog_info(c) for _, c in sorted(engine.catalogs().items())],
             default_eos_token_ids=limits.default_eos_ids,
@@ -123,6 +135,24 @@ class DecoderServicer(pb_grpc.DecoderServicer):
             )
         assert self._engine is not None
         return self._engine
+
+    def _limits(self) -> RequestLimits:
+        assert self._info is not None  # attached with the engine
+        return self._info.limits
+
+
+def _limited_generate(msg: pb.GenerateRequest, limits: RequestLimits) -> GenerationRequest:
+    limits.check_generate(msg)
+    spec = generation_request(msg)
+    limits.check_beam(spec.beam_width, spec.n)
+    return spec
+
+
+def _limited_recommend(msg: pb.RecommendRequest, limits: RequestLimits) -> RecommendSpec:
+    limits.check_recommend(msg)
+    spec = parse_recommend(msg)
+    limits.check_beam(spec.beam_width, spec.n)
+    return spec
 
 
 async def _parsed(context: grpc.aio.ServicerContext, parse: Callable[[], T]) -> T:

@@ -5,18 +5,25 @@ The engine's settings are not listed here: one per `EngineConfig` field, derived
 `ENGINE_SETTING_NAMES` gives the service's own. `DecoderSettings.engine_config()` builds the
 `EngineConfig` from them, and building the settings runs its checks, so a bad value is
 reported at start-up with the others, before the model loads.
+
+Who may call (`auth_token[_file]`, the TLS files) and what one request may ask for (the
+`max_*` request limits, enforced by `request_limits.py` whoever calls) are settings too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
-from pydantic import Field, create_model, field_validator, model_validator
+import grpc
+from pydantic import Field, PrivateAttr, create_model, field_validator, model_validator
 from pydantic_core import PydanticUndefined
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.security.bearer_token import TokenSettings
+from widebeam.services.decoder.security.tls import read_pem, server_credentials
 
 # EngineConfig field -> its setting, where the service's name differs from the engine's.
 _RENAMED = {"model_dir": "model", "catalog_path": "catalog_file"}
@@ -36,7 +43,8 @@ def _engine_fields() -> dict[str, Any]:
     return defined
 
 
-_EngineSettings = create_model("_EngineSettings", __base__=BaseSettings, **_engine_fields())
+# Over TokenSettings: the decoder reads the bearer token its clients send (`auth_token[_file]`).
+_EngineSettings = create_model("_EngineSettings", __base__=TokenSettings, **_engine_fields())
 
 
 class DecoderSettings(_EngineSettings):
@@ -58,6 +66,35 @@ class DecoderSettings(_EngineSettings):
     max_message_bytes: int = Field(16 << 20, ge=1024, description="gRPC message size limit")
     grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight RPCs get at shutdown")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING, ...")
+    # TLS: the port serves TLS only with a certificate; with a client CA, mutual TLS.
+    tls_cert_file: Path | None = Field(None, description="TLS: this server's certificate chain")
+    tls_key_file: Path | None = Field(None, description="TLS: this server's private key (PEM)")
+    tls_client_ca_file: Path | None = Field(
+        None, description="mutual TLS: clients must present a certificate this CA signed (PEM)"
+    )
+    # What one request may ask for, whoever sends it (the gateway holds its own, lower ones).
+    max_beam_width: int | None = Field(
+        None, ge=1, description="widest beam_width one request may ask for (default: max_rows)"
+    )
+    max_n: int | None = Field(
+        None, ge=1, description="most results (n) one request may ask for (default: max_beam_width)"
+    )
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="longest prompt in tokens, Generate's input_ids or Recommend's history "
+        "prompt (default: the context length)",
+    )
+    max_history_items: int | None = Field(
+        None,
+        ge=1,
+        description="longest Recommend history in items (default: max_prompt_tokens, as every "
+        "item takes a token at least)",
+    )
+    max_exclude_ids: int = Field(
+        100_000, ge=0, description="most exclude_item_ids one Recommend may give"
+    )
+    _tls: grpc.ServerCredentials | None = PrivateAttr(None)
 
     @field_validator("catalogs", mode="before")
     @classmethod
@@ -71,6 +108,36 @@ class DecoderSettings(_EngineSettings):
     def _check_engine(self) -> DecoderSettings:
         self.engine_config()  # its ValueError names the field
         return self
+
+    @model_validator(mode="after")
+    def _check_beam_limit(self) -> DecoderSettings:
+        if self.max_beam_width is not None and self.max_beam_width > self.max_rows:
+            raise ValueError(
+                f"max_beam_width ({self.max_beam_width}) exceeds max_rows ({self.max_rows}): "
+                "a beam that wide could never be admitted"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _read_tls_files(self) -> DecoderSettings:
+        cert, key, client_ca = self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file
+        if (cert is None) != (key is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if cert is None or key is None:
+            if client_ca is not None:
+                raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file")
+            return self
+        self._tls = server_credentials(
+            read_pem(cert, "tls_cert_file"),
+            read_pem(key, "tls_key_file"),
+            None if client_ca is None else read_pem(client_ca, "tls_client_ca_file"),
+        )
+        return self
+
+    @property
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials of the port; None: plaintext."""
+        return self._tls
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(

@@ -204,20 +204,30 @@ class SidLayout(_message.Message):
     def __init__(self, spec: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[SidLevel, _Mapping]]] = ..., begin_token_id: _Optional[int] = ..., end_token_id: _Optional[int] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_rows", "max_beam_width", "max_model_len", "max_kv_slots", "max_waiting", "max_message_bytes")
+    __slots__ = ("max_rows", "max_beam_width", "max_model_len", "max_kv_slots", "max_waiting", "max_message_bytes", "max_n", "max_prompt_tokens", "max_history_items", "max_exclude_ids", "max_eos_token_ids")
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     MAX_BEAM_WIDTH_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
     MAX_KV_SLOTS_FIELD_NUMBER: _ClassVar[int]
     MAX_WAITING_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_HISTORY_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXCLUDE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     max_rows: int
     max_beam_width: int
     max_model_len: int
     max_kv_slots: int
     max_waiting: int
     max_message_bytes: int
-    def __init__(self, max_rows: _Optional[int] = ..., max_beam_width: _Optional[int] = ..., max_model_len: _Optional[int] = ..., max_kv_slots: _Optional[int] = ..., max_waiting: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+    max_n: int
+    max_prompt_tokens: int
+    max_history_items: int
+    max_exclude_ids: int
+    max_eos_token_ids: int
+    def __init__(self, max_rows: _Optional[int] = ..., max_beam_width: _Optional[int] = ..., max_model_len: _Optional[int] = ..., max_kv_slots: _Optional[int] = ..., max_waiting: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_n: _Optional[int] = ..., max_prompt_tokens: _Optional[int] = ..., max_history_items: _Optional[int] = ..., max_exclude_ids: _Optional[int] = ..., max_eos_token_ids: _Optional[int] = ...) -> None: ...
 
 class CatalogInfo(_message.Message):
     __slots__ = ("name", "version", "num_items", "num_sids")
