@@ -1,5 +1,6 @@
 """End-to-end timing through the decoder service: a `widebeam decoder serve` subprocess and an
-asyncio gRPC client that sends `Generate` calls at a fixed rate with a concurrency cap."""
+asyncio gRPC client that sends `Generate` calls at a fixed rate with a concurrency cap. The
+decoder and the client both follow `WIDEBEAM_DECODER_AUTH_TOKEN` and the TLS variables, if set."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from harness import DEVICE, RunStats
 
 from widebeam.services.decoder.config import DType
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2, decoder_pb2_grpc
+from widebeam.services.decoder.security.client import ChannelSecurity
 
 
 def free_port() -> int:
@@ -78,7 +80,7 @@ class DecoderProcess:
                     f"decoder exited with {self.proc.returncode}; end of {self.log}:\n{tail}"
                 )
             try:
-                with grpc.insecure_channel(self.address) as channel:
+                with ChannelSecurity.from_env().channel(self.address) as channel:
                     stub = decoder_pb2_grpc.DecoderStub(channel)
                     stub.GetInfo(empty_pb2.Empty(), timeout=5)
                     return
@@ -98,7 +100,7 @@ async def drive_grpc(
     address: str, requests: list[decoder_pb2.GenerateRequest], qps: float | None, concurrency: int
 ) -> RunStats:
     options = [("grpc.max_receive_message_length", 256 << 20)]
-    async with grpc.aio.insecure_channel(address, options=options) as channel:
+    async with ChannelSecurity.from_env().aio_channel(address, options) as channel:
         stub = decoder_pb2_grpc.DecoderStub(channel)
         slots = asyncio.Semaphore(concurrency)
         latencies: list[float] = []

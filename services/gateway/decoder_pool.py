@@ -8,7 +8,9 @@ when every replica is full the call fails at once with a 429, so excess load is 
 gateway instead of queueing without bound (and a slow replica stops getting new calls).
 Generate and Recommend are stateless, so a retry is always safe. Every failure leaves as an
 `ApiError` (see `grpc_status`). Usable outside the HTTP app too (the batch worker): create,
-`await start()` inside the event loop that will use it, `await close()`.
+`await start()` inside the event loop that will use it, `await close()`. Channels carry what
+`security` says (TLS, the decoder's bearer token); `from_settings` reads it from the
+`WIDEBEAM_DECODER_AUTH_TOKEN[_FILE]` / `WIDEBEAM_DECODER_CLIENT_TLS_*` variables.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from google.protobuf import empty_pb2
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.security.client import ChannelSecurity
 from widebeam.services.gateway.grpc_status import RETRYABLE, to_api_error
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.http.errors import ApiError, retry_later
@@ -62,6 +65,7 @@ class DecoderPool:
         cooldown_s: float = 1.0,
         observer: CallObserver | None = None,
         max_in_flight: int | None = None,
+        security: ChannelSecurity | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("a decoder pool needs at least one address")
@@ -74,12 +78,16 @@ class DecoderPool:
         self.cooldown_s = cooldown_s
         self.observer = observer
         self.max_in_flight = max_in_flight  # per replica; None = no limit
+        self.security = security or ChannelSecurity()  # default: plaintext, no token
         self.replicas: list[Replica] = []
         self._next = itertools.count()
 
     @classmethod
     def from_settings(
-        cls, settings: GatewaySettings, observer: CallObserver | None = None
+        cls,
+        settings: GatewaySettings,
+        observer: CallObserver | None = None,
+        security: ChannelSecurity | None = None,
     ) -> DecoderPool:
         return cls(
             settings.decoders,
@@ -90,6 +98,7 @@ class DecoderPool:
             max_message_bytes=settings.max_message_bytes,
             observer=observer,
             max_in_flight=settings.max_in_flight_per_decoder,
+            security=security or ChannelSecurity.from_env(),
         )
 
     async def start(self) -> DecoderPool:
@@ -103,7 +112,7 @@ class DecoderPool:
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
         for address in self.addresses:
-            channel = grpc.aio.insecure_channel(address, options=options)
+            channel = self.security.aio_channel(address, options)
             self.replicas.append(Replica(address, pb_grpc.DecoderStub(channel), channel))
         return self
 

@@ -5,8 +5,10 @@ everything is ready; stops all of them on Ctrl-C or SIGTERM (at once, also durin
 The launcher is their supervisor: a child that dies after start-up is restarted with back-off
 (`restart_policy.py`), on the same port and with the same settings; a crash loop stops the
 stack. Children die with the launcher, even when it is SIGKILLed. The redis-server it starts
-requires a password generated per run; secrets reach the children through their environment
-(never their command lines, which `ps` shows to every local user)."""
+requires a password generated per run, and the decoder a bearer token generated per run (unless
+WIDEBEAM_DECODER_AUTH_TOKEN[_FILE] is set already) that the gateway and the worker send;
+secrets reach the children through their environment (never their command lines, which `ps`
+shows to every local user)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from widebeam.launcher.readiness import (
 from widebeam.launcher.restart_policy import RestartPolicy, RestartState
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.config import DType
+from widebeam.services.decoder.security.bearer_token import TOKEN_ENV, TOKEN_FILE_ENV
 
 PY = [sys.executable, "-m", "widebeam"]
 GRACE_S = 15.0
@@ -114,6 +117,10 @@ class Stack:
         )
         redis_url = args.redis_url or self._start_redis()
         env |= dict.fromkeys(REDIS_URL_ENV, redis_url)
+        if not (os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_FILE_ENV)):
+            # The decoder and its clients (gateway, worker) share it; without one, a direct
+            # gRPC call would skip the gateway's API keys and limits.
+            env[TOKEN_ENV] = secrets.token_urlsafe(32)
         catalog_port = args.catalog_port or free_port()
         decoder = f"127.0.0.1:{args.decoder_port or free_port()}"
         catalog_url = f"http://127.0.0.1:{catalog_port}"

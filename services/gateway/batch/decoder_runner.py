@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.security.client import ChannelSecurity
 from widebeam.services.gateway.batch.rows import recommend_row
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.decoder_pool import DecoderPool
@@ -39,6 +40,7 @@ class DecoderRunner:
             deadline_s=settings.rpc_timeout_s,
             retry_attempts=max(2, len(settings.decoder_addresses)),
             retry_budget_s=min(settings.row_budget_s, 10.0),
+            security=ChannelSecurity.from_env(),  # the decoder's token and TLS, if any
         )
         self.call(self.pool.start(), timeout=30)
         self._info_lock: asyncio.Lock | None = None

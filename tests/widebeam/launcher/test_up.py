@@ -1,6 +1,6 @@
 """`widebeam up` end to end: real child processes, a recommendation over HTTP, clean stops, a
 supervisor that restarts what dies, children that never outlive the launcher, a Redis that
-requires the password only the children get."""
+requires the password only the children get, a decoder that requires the token only they get."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 import redis
+from google.protobuf import empty_pb2
 
 from tests.services.decoder.conftest import SidModel
 from tests.support.redis_server import find_redis_server, free_port
 from tests.widebeam.stack import gateway_url, launch, start_stack
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server")
 
@@ -95,31 +98,68 @@ def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_pa
     assert not any(_alive(pid) for pid in children)
 
 
-def test_up_redis_requires_a_password_no_command_line_shows(
+def _environ(pid: int) -> dict[bytes, bytes]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+
+
+def _decoder_info_code(address: str, token: str | None) -> grpc.StatusCode:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    with grpc.insecure_channel(address) as channel:
+        try:
+            pb_grpc.DecoderStub(channel).GetInfo(empty_pb2.Empty(), metadata=metadata, timeout=60)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_up_redis_password_and_decoder_token_are_required_and_on_no_command_line(
     sid_model: SidModel, tmp_path: Path
 ) -> None:
-    proc, log = _start(sid_model, free_port(), tmp_path)
+    port = free_port()
+    proc, log = _start(sid_model, port, tmp_path)
     try:
         gateway = _child(proc.pid, b"widebeam\0gateway\0serve")
-        environ = dict(
-            entry.split(b"=", 1)
-            for entry in Path(f"/proc/{gateway}/environ").read_bytes().split(b"\0")
-            if b"=" in entry
-        )
+        environ = _environ(gateway)
         url = environ[b"WIDEBEAM_GATEWAY_REDIS_URL"].decode()
         password = redis.Redis.from_url(url).connection_pool.connection_kwargs["password"]
         assert password and len(password) >= 24
-        port = redis.Redis.from_url(url).connection_pool.connection_kwargs["port"]
-        anonymous = redis.Redis(port=port, socket_timeout=10)
+        redis_port = redis.Redis.from_url(url).connection_pool.connection_kwargs["port"]
+        anonymous = redis.Redis(port=redis_port, socket_timeout=10)
         with anonymous, pytest.raises(redis.AuthenticationError):
             anonymous.set("widebeam:catalog:default:current", "forged")
         with redis.Redis.from_url(url, socket_timeout=10) as member:
             assert member.ping()
+        # The decoder requires the token generated for this run; gateway and worker have it.
+        token = environ[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode()
+        assert len(token) >= 32
+        worker = _child(proc.pid, b"widebeam\0worker")
+        decoder = _child(proc.pid, b"widebeam\0decoder\0serve")
+        for pid in (worker, decoder):
+            assert _environ(pid)[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode() == token
+        address = log.read_text().split("decoder (gRPC): ", 1)[1].split()[0]
+        assert _decoder_info_code(address, None) == grpc.StatusCode.UNAUTHENTICATED
+        assert _decoder_info_code(address, "not-the-token-0123456789") == (
+            grpc.StatusCode.UNAUTHENTICATED
+        )
+        assert _decoder_info_code(address, token) == grpc.StatusCode.OK
+        base = f"http://127.0.0.1:{port}"
+        assert _recommend(base, sid_model).status_code == 200
+        rows = [{"history": [item], "n": 2} for item, _ in sid_model.catalog[:2]]
+        job = httpx.post(f"{base}/v1/batch-jobs", json={"requests": rows}, timeout=60).json()
+        status_url = f"{base}/v1/batch-jobs/{job['id']}"
+
+        def job_status() -> str:
+            return str(httpx.get(status_url, timeout=60).json()["status"])
+
+        _wait(lambda: job_status() not in ("queued", "running"), "the batch job (the worker)")
+        assert job_status() == "succeeded"
         every = [proc.pid, *_children_of(proc.pid)]
         assert len(every) == 1 + len(SERVICES)
         for pid in every:
-            assert password.encode() not in _cmdline(pid), _cmdline(pid)
-        assert password not in log.read_text()
+            for secret in (password, token):
+                assert secret.encode() not in _cmdline(pid), _cmdline(pid)
+        assert password not in log.read_text() and token not in log.read_text()
     finally:
         _stop(proc)
 
