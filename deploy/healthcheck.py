@@ -4,7 +4,10 @@
     widebeam-healthcheck [auto|gateway|catalog|decoder|worker] [--ready] [--timeout S]
 
 - gateway, catalog: `GET /healthz` (`/readyz` with `--ready`) on the service's own port;
-- decoder: the standard gRPC health service (`grpc.health.v1`), SERVING or not;
+- decoder: the standard gRPC health service (`grpc.health.v1`), SERVING or not; over TLS
+  when `WIDEBEAM_DECODER_CLIENT_TLS_CA_FILE` is set, with the client certificate of
+  `..._CLIENT_TLS_CERT_FILE` / `..._KEY_FILE` and the name `..._CLIENT_TLS_SERVER_NAME`, as
+  every decoder client (health needs no token);
 - worker: the Celery broker (Redis) answers PING — a worker is useless without it, and
   probing the worker itself would fail while a solo-pool worker runs a chunk;
 - auto (the default, used by the image's HEALTHCHECK): the service is read from the command
@@ -24,6 +27,10 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported on use: the HTTP probes need no gRPC
+    import grpc
 
 SERVICES = ("gateway", "catalog", "decoder", "worker")
 _DEFAULT_PORTS = {"gateway": 8000, "catalog": 8300, "decoder": 50051}
@@ -69,7 +76,11 @@ def check_decoder(*, ready: bool, timeout: float) -> str | None:
     host, port = _address("decoder")
     target = f"{_host_for_url(host)}:{port}"
     service = "widebeam.decoder.v1.Decoder" if ready else ""
-    with grpc.insecure_channel(target) as channel:
+    try:
+        channel = _decoder_channel(target)
+    except OSError as exc:
+        return f"{target}: a TLS file cannot be read: {exc}"
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -79,6 +90,27 @@ def check_decoder(*, ready: bool, timeout: float) -> str | None:
         name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
         return f"{target}: {name}"
     return None
+
+
+def _decoder_channel(target: str) -> grpc.Channel:
+    """Plaintext, or TLS from the decoder clients' WIDEBEAM_DECODER_CLIENT_TLS_* variables."""
+    import grpc
+
+    def variable(name: str) -> str | None:
+        return os.environ.get(f"WIDEBEAM_DECODER_CLIENT_TLS_{name}") or None
+
+    ca = variable("CA_FILE")
+    if ca is None:
+        return grpc.insecure_channel(target)
+    cert, key = variable("CERT_FILE"), variable("KEY_FILE")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=Path(ca).read_bytes(),
+        private_key=Path(key).read_bytes() if cert and key else None,
+        certificate_chain=Path(cert).read_bytes() if cert and key else None,
+    )
+    name = variable("SERVER_NAME")
+    options = [("grpc.ssl_target_name_override", name)] if name else []
+    return grpc.secure_channel(target, credentials, options)
 
 
 def check_worker(*, timeout: float) -> str | None:

@@ -221,14 +221,18 @@ def exported_series() -> frozenset[str]:
 
 @cache
 def settings_variables() -> frozenset[str]:
-    """Every WIDEBEAM_<SERVICE>_* variable the four services' settings read."""
+    """Every WIDEBEAM_<SERVICE>_* variable the four services' settings read, and the decoder
+    clients' (gateway, worker: `WIDEBEAM_DECODER_CLIENT_TLS_*`, the shared token)."""
     from widebeam.services.catalog.service.settings import CatalogSettings
+    from widebeam.services.decoder.security.client import DecoderClientSettings
     from widebeam.services.decoder.server.settings import DecoderSettings
     from widebeam.services.gateway.batch.settings import BatchSettings
     from widebeam.services.gateway.settings import GatewaySettings
 
     names = set()
-    for cls in (DecoderSettings, CatalogSettings, GatewaySettings, BatchSettings):
+    classes = (DecoderSettings, DecoderClientSettings, CatalogSettings, GatewaySettings,
+               BatchSettings)  # fmt: skip
+    for cls in classes:
         prefix = cls.model_config["env_prefix"]
         names.update(f"{prefix}{name}".upper() for name in cls.model_fields)
     return frozenset(names)

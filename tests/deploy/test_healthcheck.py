@@ -8,11 +8,13 @@ import threading
 from collections.abc import Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from tests.deploy.helpers import DEPLOY
+from tests.support.tls_certs import SERVER_NAME, make_test_certs
 
 
 def _load() -> ModuleType:
@@ -124,3 +126,34 @@ def test_worker_probe_fails_without_a_broker(monkeypatch: pytest.MonkeyPatch) ->
     # The compose URL shape with an empty password.
     monkeypatch.setenv("WIDEBEAM_BATCH_REDIS_URL", f"redis://:@127.0.0.1:{_free_port()}/0")
     assert probe.main(["worker", "--timeout", "1"]) == 1
+
+
+def test_grpc_health_over_mutual_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    certs = make_test_certs(tmp_path / "tls")
+    servicer = health.HealthServicer()
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    credentials = grpc.ssl_server_credentials(
+        [(certs.server_key.read_bytes(), certs.server_cert.read_bytes())],
+        root_certificates=certs.ca.read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    try:
+        monkeypatch.setenv("WIDEBEAM_DECODER_PORT", str(port))
+        assert probe.main(["decoder", "--timeout", "2"]) == 1  # plaintext: no handshake
+        monkeypatch.setenv("WIDEBEAM_DECODER_CLIENT_TLS_CA_FILE", str(certs.ca))
+        monkeypatch.setenv("WIDEBEAM_DECODER_CLIENT_TLS_SERVER_NAME", SERVER_NAME)
+        assert probe.main(["decoder", "--timeout", "2"]) == 1  # no client certificate
+        monkeypatch.setenv("WIDEBEAM_DECODER_CLIENT_TLS_CERT_FILE", str(certs.client_cert))
+        monkeypatch.setenv("WIDEBEAM_DECODER_CLIENT_TLS_KEY_FILE", str(certs.client_key))
+        assert probe.main(["decoder"]) == 0
+        monkeypatch.setenv("WIDEBEAM_DECODER_CLIENT_TLS_CA_FILE", str(tmp_path / "missing.crt"))
+        assert probe.main(["decoder"]) == 1  # a reason, not a traceback
+    finally:
+        server.stop(None)
