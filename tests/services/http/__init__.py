@@ -1,0 +1,1 @@
+"""Tests of the HTTP layer both services share (`widebeam.services.http`)."""
