@@ -166,7 +166,7 @@ def show_batch(gateway: str, items: dict[str, dict[str, Any]]) -> None:
         elif line != shown:
             print(line, flush=True)
         shown = line
-        if status["status"] in ("succeeded", "failed", "cancelled"):
+        if status["status"] not in ("queued", "running"):
             break
         time.sleep(0.5)
     if tty:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 TOTAL = 200
 # OOM errors the worker must have met (and ridden out) before memory comes back: enough for
 # several row writes and the chunk's own hand-back to have been refused.
-OOM_REPLIES = 30
+OOM_REPLIES = 60
 
 
 def oom_replies(client: redis.Redis) -> int:

@@ -77,10 +77,11 @@ def process_chunk(
     chunk_index: int,
     policy: ChunkPolicy,
 ) -> dict[str, Any]:
-    """Runs one chunk; a summary for the log: rows `sent` to decoders (retries included) and
-    `written`, and the `outcome` (the job's status after it, or why it did nothing)."""
+    """Runs one chunk; a summary for the log: sends to decoders (`sent`), those answered
+    "later" and sent again (`refused`; so sent - refused rows were decoded), rows `written`,
+    and the `outcome` (the job's status after it, or why the run did nothing)."""
     summary: dict[str, Any] = {"job": log_id(job_id), "chunk": chunk_index}
-    summary |= {"sent": 0, "written": 0}
+    summary |= {"sent": 0, "refused": 0, "written": 0}
     chunk = store.chunk_rows(job_id, chunk_index)
     if chunk is None:
         leases.release(job_id, chunk_index)
@@ -144,6 +145,7 @@ def _decode_rows(
             except ApiError as exc:
                 if exc.status in TRANSIENT_STATUSES and time.time() < deadline:
                     todo.appendleft((index, row))
+                    summary["refused"] += 1
                     if resume_at <= time.monotonic():  # one back-off per wave of refusals
                         log.warning(
                             "job %s chunk %d: decoders unavailable (%s); rows wait %.1f s",

@@ -1,4 +1,5 @@
-"""The Redis job store: idempotent row writes, derived counters, status compare-and-set, TTLs."""
+"""The Redis job store: idempotent row writes, derived counters, status compare-and-set, TTLs,
+terminal states with failed rows and their retry."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 import time
 from typing import Any
 
+import pytest
 import redis
 
+from widebeam.services.gateway.batch.chunk_leases import queued_key
 from widebeam.services.gateway.batch.job_store import JobStore
 
 ROWS = [{"history": [f"item-{i}"], "n": 2} for i in range(7)]
@@ -87,3 +90,41 @@ def test_every_key_expires_and_the_job_is_gone_after_the_ttl(redis_client: redis
     # A late chunk of an expired job must not resurrect its keys.
     assert short.write_row(brief.id, 1, result(1), is_error=False) == -1
     assert not any(redis_client.exists(key) for key in short.keys(brief.id))
+
+
+def test_some_failed_rows_end_completed_with_errors_and_are_retried_once(
+    redis_client: redis.Redis,
+) -> None:
+    store = make_store(redis_client)
+    job = store.create(ROWS, chunk_size=3, catalog=None, deadline_s=5)
+    for row in range(7):
+        failed = row in (1, 6)
+        store.write_row(job.id, row, {"error": {"message": "x"}} if failed else result(row), failed)
+    assert store.finish_if_complete(job.id) == "completed_with_errors"
+    record = store.get(job.id)
+    assert record is not None and (record.done, record.failed, record.retries) == (7, 2, 0)
+    deadline = record.deadline_at
+    assert deadline is not None and deadline == pytest.approx(record.created_at + 5)
+    # Rows 1 and 6 (chunks 0 and 2) forget their errors; the rest is kept.
+    assert store.retry_failed(job.id, deadline_s=60) == ("queued", 2, [0, 2])
+    again = store.get(job.id)
+    assert again is not None and (again.status, again.done, again.failed, again.retries) == (
+        "queued", 5, 0, 1,
+    )  # fmt: skip
+    assert again.deadline_at is not None and again.deadline_at > deadline
+    assert store.present(job.id, range(7)) == {0, 2, 3, 4, 5}
+    queued = redis_client.zrange(queued_key(store.namespace), 0, -1)
+    assert {f"{job.id}:0".encode(), f"{job.id}:2".encode()} <= set(queued)
+    # Nothing more to retry: a second call changes nothing.
+    assert store.retry_failed(job.id, deadline_s=60) == ("queued", 0, [])
+    assert store.retry_failed("missing", deadline_s=60) is None
+
+
+def test_a_job_that_never_ran_retries_every_row(redis_client: redis.Redis) -> None:
+    store = make_store(redis_client)
+    job = store.create(ROWS, chunk_size=3, catalog=None)
+    assert store.fail(job.id) == "failed"  # as when enqueueing its chunks failed
+    assert store.retry_failed(job.id, deadline_s=60) == ("queued", 7, [0, 1, 2])
+    cancelled = store.create(ROWS, chunk_size=3, catalog=None)
+    store.cancel(cancelled.id)
+    assert store.retry_failed(cancelled.id, deadline_s=60) == ("cancelled", 0, [])

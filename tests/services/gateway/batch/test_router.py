@@ -177,3 +177,36 @@ def test_redis_down_is_503(settings: BatchSettings) -> None:
     with make_client(down) as c:
         response = c.get(f"/v1/batch-jobs/{'0' * 32}", headers=AUTH)
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
+
+
+def test_retry_failed_queues_the_failed_rows_chunks_once(
+    client: TestClient, settings: BatchSettings, redis_client: redis.Redis
+) -> None:
+    job_id = client.post("/v1/batch-jobs", json={"requests": [GOOD] * 25}, headers=AUTH).json()[
+        "id"
+    ]
+    redis_client.delete(settings.queue)  # as if a worker had taken its three chunks
+    store = store_of(settings)
+    for row in range(25):  # rows 3 and 21 (chunks 0 and 2) failed
+        failed = row in (3, 21)
+        store.write_row(job_id, row, {"error": {"code": "x"}} if failed else {"items": []}, failed)
+    assert store.finish_if_complete(job_id) == "completed_with_errors"
+    url = f"/v1/batch-jobs/{job_id}/retry-failed"
+    first, second = client.post(url, headers=AUTH), client.post(url, headers=AUTH)
+    assert first.status_code == second.status_code == 202
+    assert (first.json()["requeued"], first.json()["status"], first.json()["done"]) == (
+        2,
+        "queued",
+        23,
+    )
+    assert second.json()["requeued"] == 0 and second.json()["retries"] == 1
+    assert redis_client.llen(settings.queue) == 2  # chunks 0 and 2, sent once
+
+
+def test_retry_failed_of_a_cancelled_or_unknown_job(client: TestClient) -> None:
+    job_id = client.post("/v1/batch-jobs", json={"requests": [GOOD]}, headers=AUTH).json()["id"]
+    client.delete(f"/v1/batch-jobs/{job_id}", headers=AUTH)
+    response = client.post(f"/v1/batch-jobs/{job_id}/retry-failed", headers=AUTH)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "job_cancelled"
+    unknown = client.post(f"/v1/batch-jobs/{'0' * 32}/retry-failed", headers=AUTH)
+    assert unknown.status_code == 404

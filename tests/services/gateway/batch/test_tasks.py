@@ -66,6 +66,7 @@ def test_a_chunk_writes_recommend_responses_and_reruns_write_nothing(
         "job": log_id(job.id),  # what Celery logs: the short id only
         "chunk": 1,
         "sent": 2,
+        "refused": 0,
         "written": 2,
         "outcome": "running",
     }
@@ -146,7 +147,8 @@ def test_rows_wait_for_decoders_until_the_job_deadline_then_fail(
     summary = run(store, dead_runner, job.id, 0)
     # Each row was tried again while the deadline lasted (0.2 s back-off, doubling), then its
     # refusal became its result.
-    assert summary["outcome"] == "failed" and summary["sent"] > 2, summary
+    assert summary["outcome"] == "failed" and summary["refused"] > 0, summary
+    assert summary["sent"] - summary["refused"] == 2
     assert {r["error"]["code"] for r in results(store, job.id, 2)} == {"decoder_unavailable"}
     assert time.time() >= store.get(job.id).deadline_at  # type: ignore[union-attr]
 
@@ -175,7 +177,8 @@ def test_a_chunk_leased_by_a_live_run_is_left_to_it(
     leases = ChunkLeases(store.client, store.namespace)
     assert leases.take(job.id, 0, lease_s=60)  # another worker runs it
     assert run(store, runner, job.id, 0) | {"job": "-"} == {
-        "job": "-", "chunk": 0, "sent": 0, "written": 0, "outcome": "leased elsewhere"
+        "job": "-", "chunk": 0, "sent": 0, "refused": 0, "written": 0,
+        "outcome": "leased elsewhere",
     }  # fmt: skip
     leases.renew(job.id, 0, lease_s=-1)  # its worker died: the lease ran out
     assert run(store, runner, job.id, 0)["outcome"] == "succeeded"
