@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
     layout = upload.add_mutually_exclusive_group()
     layout.add_argument("--sid-layout", help="BASE:SIZE,...[;begin=ID;end=ID]")
     layout.add_argument("--model", help="infer the SID layout from this model's tokenizer")
-    add("--codebook-size", type=int, help="per-level codebook size (sid2pid keys)")
+    add("--codebook-size", type=int, help="C of sid2pid keys a*C^2+b*C+c (OpenOneRec: 8192)")
     add("--metadata", help="JSON object stored in the version's manifest")
     add("--api-key", help="bearer key [WIDEBEAM_CATALOG_API_KEY]")
     add("--no-activate", action="store_true", help="publish without making it current")

@@ -66,9 +66,11 @@ def sniff_format(head: bytes, complete: bool) -> str:
 
 
 def json_object_format(obj: Any) -> str:
-    """'sid2pid' when the first value is a list of objects with 'pid', else 'flashrec'."""
+    """'sid2pid' when the first value is a list of objects with 'pid' (sid2pid.json) or 'iid'
+    (sid2iid.json), else 'flashrec'."""
     if isinstance(obj, dict) and obj:
         value = next(iter(obj.values()))
-        if isinstance(value, list) and value and isinstance(value[0], dict) and "pid" in value[0]:
+        entry = value[0] if isinstance(value, list) and value else None
+        if isinstance(entry, dict) and ("pid" in entry or "iid" in entry):
             return "sid2pid"
     return "flashrec"

@@ -38,7 +38,8 @@ def load_catalog(
     gzip is detected from its magic bytes either way. ``codebook_size``: per-level codebook
     size C; unpacks sid2pid keys and, for every format, rejects codes >= C.
     ``max_bytes``: limit on the uncompressed input (default 2 GiB). ``layout``: when given,
-    the catalog must fit it (depth, per-level sizes); it also supplies sid2pid's C.
+    the catalog must fit it (depth, per-level sizes); it also decides sid2pid's C and whether
+    a FlashRec key's extra last code is its end marker.
     """
     if format is not None and format not in FORMATS:
         raise CatalogError(f"unknown catalog format {format!r}; expected one of {list(FORMATS)}")
@@ -69,9 +70,5 @@ def _parse(
     if format == "json":
         format = json_object_format(obj)
     if format == "flashrec":
-        return parse_flashrec(obj)
-    if codebook_size is None and layout is not None:
-        sizes = {lv.size for lv in layout.levels}
-        if len(sizes) == 1:
-            codebook_size = sizes.pop()
-    return parse_sid2pid(obj, codebook_size)
+        return parse_flashrec(obj, layout)
+    return parse_sid2pid(obj, codebook_size, layout)
