@@ -1,8 +1,9 @@
 """The gateway's FastAPI app: `create_app(settings)`; nothing is created at import time.
 
 Lifespan: open the decoder pool, poll the decoders' GetInfo (metrics, cached limits/catalogs),
-close both at shutdown. Layers, outermost first: metrics, body limit, load shedding, exception
-handlers, routes (the `/v1` ones, batch jobs included, behind the API-key dependency)."""
+close both at shutdown. Layers, outermost first: metrics, the API key of a `/v1` request with a
+body (401 before the body is read), body limit, load shedding, exception handlers, routes (the
+`/v1` ones, batch jobs included, behind the API-key dependency)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
+from starlette.types import Scope
 
 from widebeam.services.gateway.batch.router import batch_settings_for, create_batch_router
 from widebeam.services.gateway.batch.schemas import RowLimits
@@ -23,6 +25,7 @@ from widebeam.services.gateway.shedding import LoadShedMiddleware
 from widebeam.services.gateway.state import GatewayState
 from widebeam.services.http.api_keys import ApiKeyCheck
 from widebeam.services.http.handlers import install_error_handlers
+from widebeam.services.http.key_before_body import KeyBeforeBodyMiddleware
 
 API_KEY_REALM = "widebeam"
 
@@ -68,5 +71,12 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     # After the body is read: keep-alive. A bad API key is a 401 there too, never a 429.
     app.add_middleware(LoadShedMiddleware, pool=pool, api_keys=api_keys)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Before the body limit reads a body: no body is read for a request without a valid key.
+    app.add_middleware(KeyBeforeBodyMiddleware, api_keys=api_keys, needs_key=_under_v1)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
     return app
+
+
+def _under_v1(scope: Scope) -> bool:
+    """Whether a request's route is behind the API key (every `/v1` route)."""
+    return str(scope["path"]).startswith("/v1/")

@@ -70,6 +70,8 @@ def serve(settings: GatewaySettings) -> None:
     import uvicorn
 
     from widebeam.services.gateway.app import create_app
+    from widebeam.services.http.connections import ConnectionPolicy, guarded_protocol
+    from widebeam.services.http.log_rate_limit import install_log_rate_limit
 
     logging.basicConfig(
         level=settings.log_level.upper(),
@@ -92,7 +94,10 @@ def serve(settings: GatewaySettings) -> None:
         log_level=settings.log_level.lower(),
         loop="asyncio",  # grpc.aio is tested on the standard loop
         access_log=False,
+        http=guarded_protocol(ConnectionPolicy.from_settings(settings)),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
+    install_log_rate_limit(settings.log_rate_limit, settings.log_rate_interval_s)
     log.info("gateway listening on http://%s:%d (decoders: %s)", host, port, settings.decoders)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
     # handler it found; this one turns that into exit code 0, like the decoder's.

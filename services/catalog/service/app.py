@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Scope
 
 from widebeam.services.catalog.service import catalogs, ops, upload
 from widebeam.services.catalog.service.errors import TRANSLATED, to_api_error
@@ -23,6 +24,7 @@ from widebeam.services.catalog.service.state import ServiceState
 from widebeam.services.catalog.store import EvictingRedisError, require_no_eviction
 from widebeam.services.http.api_keys import ApiKeyCheck
 from widebeam.services.http.handlers import install_error_handlers
+from widebeam.services.http.key_before_body import KeyBeforeBodyMiddleware
 
 log = logging.getLogger("widebeam.catalog.service")
 
@@ -65,10 +67,13 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     )
     app.state.catalog = state
     install_error_handlers(app, "catalog service", to_api_error, TRANSLATED)
-    require_write_key = _api_keys(settings).dependency()
+    api_keys = _api_keys(settings)
+    require_write_key = api_keys.dependency()
     app.include_router(upload.create_router(require_write_key))
     app.include_router(catalogs.create_router(require_write_key))
     app.include_router(ops.create_router())
+    # An upload without the key is a 401 from its headers, before a byte of its body is read.
+    app.add_middleware(KeyBeforeBodyMiddleware, api_keys=api_keys, needs_key=_is_write)
     return app
 
 
@@ -91,3 +96,8 @@ def _api_keys(settings: CatalogSettings) -> ApiKeyCheck:
     """The write key; reads are open (catalogs hold no secrets)."""
     keys = [] if settings.api_key is None else [settings.api_key.get_secret_value().encode()]
     return ApiKeyCheck(keys, API_KEY_REALM, "unauthorized")
+
+
+def _is_write(scope: Scope) -> bool:
+    """Whether a request's route needs the write key (the POST routes)."""
+    return scope["method"] == "POST"

@@ -11,6 +11,8 @@ import uvicorn
 
 from widebeam.services.catalog.service.app import create_app
 from widebeam.services.catalog.service.settings import CatalogSettings
+from widebeam.services.http.connections import ConnectionPolicy, guarded_protocol
+from widebeam.services.http.log_rate_limit import install_log_rate_limit
 
 log = logging.getLogger("widebeam.catalog.service")
 
@@ -39,9 +41,11 @@ def run(settings: CatalogSettings) -> None:
         app,
         log_level=level.lower(),
         # The request body is streamed by the upload route; keep-alive for CLI retries.
-        timeout_keep_alive=10,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        http=guarded_protocol(ConnectionPolicy.from_settings(settings)),
         log_config=None,  # keep the root logging set up above (one format for all lines)
     )
+    install_log_rate_limit(settings.log_rate_limit, settings.log_rate_interval_s)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
     # it found installed; a no-op handler turns that into a normal return (exit status 0).
     for signum in (signal.SIGTERM, signal.SIGINT):
