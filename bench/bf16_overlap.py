@@ -14,7 +14,7 @@ import torch
 from harness import environment, make_engine, markdown_table, model_dir, write_json
 
 from widebeam.services.decoder.config import DType
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 K = 10
 

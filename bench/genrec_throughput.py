@@ -33,7 +33,8 @@ from hf_baseline import hf_beam_ms, load_hf
 from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest, Normalization, RequestOutput
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
 
 LEVELS = (512, 512, 512)
 HISTORY_ITEMS = 60  # x 5 tokens ([begin] a b c [end]) + the final begin = 301 tokens

@@ -21,7 +21,7 @@ from catalogs import random_catalog
 from harness import GcTimer, drive, make_engine, model_dir
 
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 W2_CODEBOOK = 1024
 W2_BASES = [140000, 140000 + W2_CODEBOOK, 140000 + 2 * W2_CODEBOOK]

@@ -9,7 +9,7 @@ import random
 from harness import add_engine_args, engine_options, make_engine, model_dir
 from torch.profiler import ProfilerActivity, profile
 
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from hf_baseline import hf_beam_ms, load_hf
 from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest, Normalization
+from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
 
 BEAMS, STEPS, CODEBOOK = 256, 3, 1024
 BASES = [140000, 140000 + CODEBOOK, 140000 + 2 * CODEBOOK]

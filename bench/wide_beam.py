@@ -31,7 +31,7 @@ from hf_baseline import hf_beam_ms, load_hf
 from tracing import traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 BEAMS = 5000
 PROMPT_LEN = 64

@@ -8,8 +8,9 @@ import sys
 from typing import IO, Any
 
 from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, DType, EngineConfig
-from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
-from widebeam.services.decoder.request_parsing import request_from_dict
+from widebeam.services.decoder.requests.parsing import request_from_dict
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,8 +27,9 @@ from widebeam.services.decoder.kv.kv_capacity import kv_capacity_slots, kv_slot_
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
 from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
-from widebeam.services.decoder.results import build_output
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
+from widebeam.services.decoder.requests.validation import EngineLimits, validate_request
 from widebeam.services.decoder.runner.model_runner import ModelRunner
 from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS
 from widebeam.services.decoder.runner.step_inputs import PreparedStep
@@ -37,7 +38,6 @@ from widebeam.services.decoder.scheduler.request_start import start_request
 from widebeam.services.decoder.scheduler.request_state import RequestState
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
 from widebeam.services.decoder.scheduler.stop_flags import StagedFlags, resolve_flags, stage_flags
-from widebeam.services.decoder.validation import EngineLimits, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -267,4 +267,4 @@ class Engine:
 
     def _finish(self, state: RequestState) -> RequestOutput:
         self.scheduler.finish(state)
-        return build_output(state)
+        return state.output()

@@ -4,7 +4,7 @@ the gRPC enum each becomes. Shared by the OpenAI routes, `/v1/recommend` and the
 from __future__ import annotations
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.request import Normalization
+from widebeam.services.decoder.requests.spec import Normalization
 
 NORMALIZATION_DOC = (
     "what log-probs (scores, cum_logprob, logprobs) are normalised over: 'vocab' = the whole "

@@ -8,8 +8,8 @@ import io
 import pytest
 
 from widebeam.services.decoder.cli_generate import _read_requests
-from widebeam.services.decoder.request import RequestError
-from widebeam.services.decoder.request_parsing import request_from_dict
+from widebeam.services.decoder.requests.parsing import request_from_dict
+from widebeam.services.decoder.requests.spec import RequestError
 
 BASE = {"id": "r", "input_ids": [1, 2]}
 

@@ -20,9 +20,9 @@ from widebeam.services.catalog.formats import CatalogError, build_trie, load_cat
 from widebeam.services.catalog.types import CatalogEntry
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestError
-from widebeam.services.decoder.request_parsing import request_from_dict
-from widebeam.services.decoder.validation import EngineLimits, validate_request
+from widebeam.services.decoder.requests.parsing import request_from_dict
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
+from widebeam.services.decoder.requests.validation import EngineLimits, validate_request
 
 LIMITS = EngineLimits(
     vocab_size=300, max_model_len=64, max_rows=16, max_kv_slots=1024, default_eos_ids=(2,)

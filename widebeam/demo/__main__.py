@@ -11,7 +11,7 @@ from widebeam.demo.build import DemoArtifacts, build_demo
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.server.prompting import history_prompt
 
 USERS = 3

@@ -18,7 +18,8 @@ from widebeam.demo.config import EvalConfig
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.server.prompting import sid_to_tokens
 
 

@@ -33,6 +33,7 @@ from widebeam.services.decoder.beam.beam_step import (
 from widebeam.services.decoder.beam.candidates import Candidates
 from widebeam.services.decoder.beam.host_step import HostStep, stage_on_host
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
+from widebeam.services.decoder.requests.results import FinishedBeams
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -42,21 +43,6 @@ FLAT_TOPK_LIMIT = 1 << 22
 class StepSelection(NamedTuple):
     parents: torch.Tensor  # [k] int64, row index (of the previous step) each new row extends
     tokens: torch.Tensor  # [k] int64, the token each new row appends
-
-
-class FinishedBeams(NamedTuple):
-    """A finished request's returned hypotheses, best first, column by column (a wide request
-    returns thousands: one Python object per hypothesis is built later, once)."""
-
-    tokens: list[list[int]]
-    token_logprobs: list[list[float]] | None  # None unless asked for
-    scores: list[float]
-    cum_logprobs: list[float]
-    paths: np.ndarray  # [m, L] int64 the same tokens, -1 after each hypothesis' end
-
-    @classmethod
-    def empty(cls) -> FinishedBeams:
-        return cls([], None, [], [], np.zeros((0, 0), dtype=np.int64))
 
 
 @dataclass

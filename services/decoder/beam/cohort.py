@@ -21,7 +21,7 @@ from widebeam.services.decoder.beam.expansion import CohortBatch, ExpansionSpec
 from widebeam.services.decoder.beam.host_step import stage_on_host
 from widebeam.services.decoder.beam.request_step import StepPolicy
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
-from widebeam.services.decoder.request import Normalization
+from widebeam.services.decoder.requests.spec import Normalization
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
 CohortKey = tuple[object, ...]

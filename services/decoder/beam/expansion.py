@@ -23,7 +23,7 @@ from widebeam.services.decoder.beam.candidates import (
 )
 from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.request import Normalization
+from widebeam.services.decoder.requests.spec import Normalization
 
 # (hidden [n, hidden], columns [C] int64 sorted, optional) -> [n, vocab] or [n, C] model dtype
 Head = Callable[..., torch.Tensor]

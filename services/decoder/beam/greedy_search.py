@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from widebeam.services.decoder.beam.beam_search import FinishedBeams, StepSelection
+from widebeam.services.decoder.beam.beam_search import StepSelection
 from widebeam.services.decoder.beam.sampler import SamplingParams, choose_token
+from widebeam.services.decoder.requests.results import FinishedBeams
 
 
 @dataclass

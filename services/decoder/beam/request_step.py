@@ -12,7 +12,7 @@ from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
 from widebeam.services.decoder.beam.candidates import ONE_PASS_LIMIT
 from widebeam.services.decoder.beam.expansion import Expander, Head
 from widebeam.services.decoder.beam.logprobs import processed_logprobs
-from widebeam.services.decoder.request import Normalization
+from widebeam.services.decoder.requests.spec import Normalization
 from widebeam.services.decoder.scheduler.request_state import RequestState
 
 

@@ -9,7 +9,8 @@ import torch
 from widebeam.services.decoder.beam.beam_search import BeamSearch
 from widebeam.services.decoder.beam.greedy_search import GreedySearch
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.validation import ResolvedRequest
+from widebeam.services.decoder.requests.results import RequestOutput, build_output
+from widebeam.services.decoder.requests.validation import ResolvedRequest
 
 
 @dataclass
@@ -37,3 +38,12 @@ class RequestState:
     @property
     def prompt_len(self) -> int:
         return len(self.resolved.spec.input_ids)
+
+    def output(self) -> RequestOutput:
+        """The finished request's answer (reads its search's host copies only)."""
+        spec, constraint = self.resolved.spec, self.constraint
+        finished = self.search.results(spec.return_logprobs)
+        if constraint is None:
+            return build_output(self.resolved, finished, None, None)
+        items = constraint.items_for_paths(spec.input_ids, finished.paths)
+        return build_output(self.resolved, finished, items, constraint.version)

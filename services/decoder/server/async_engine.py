@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.server.async_types import (
     EngineFailure,
     EngineLoad,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
 # Runs on the engine thread, so the catalog it reads is the one `Engine.submit` pins next.

@@ -6,12 +6,12 @@ from __future__ import annotations
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.request import (
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import (
     EarlyStopping,
     GenerationRequest,
     Normalization,
     RequestError,
-    RequestOutput,
 )
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
 

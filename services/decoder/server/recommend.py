@@ -12,12 +12,8 @@ from dataclasses import dataclass, field
 
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.request import (
-    GenerationRequest,
-    Normalization,
-    RequestError,
-    RequestOutput,
-)
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization, RequestError
 from widebeam.services.decoder.server.convert import normalization_of
 from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
 from widebeam.services.decoder.server.request_limits import RequestLimits

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.request import RequestError
+from widebeam.services.decoder.requests.spec import RequestError
+from widebeam.services.decoder.requests.validation import EngineLimits
 from widebeam.services.decoder.server.settings import DecoderSettings
-from widebeam.services.decoder.validation import EngineLimits
 
 
 def _at_most(field: str, count: int, limit: int, setting: str) -> None:

@@ -21,7 +21,8 @@ from google.protobuf import empty_pb2
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
-from widebeam.services.decoder.request import GenerationRequest, RequestError, RequestOutput
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.async_types import (
     EngineFailure,

@@ -9,7 +9,7 @@ from tests.services.decoder.conftest import SidModel
 from widebeam.kernels.attention.factory import resolve_backend_name, triton_available
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 

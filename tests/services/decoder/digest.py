@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from widebeam.services.decoder.request import RequestOutput
+from widebeam.services.decoder.requests.results import RequestOutput
 
 
 def digest(outputs: list[RequestOutput]) -> str:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 from transformers import GenerationConfig
 
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 
 class OracleBeam(NamedTuple):

@@ -10,7 +10,8 @@ import pytest
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestOutput
+from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 
 def _mixed_requests(seed: int, begin: int) -> list[GenerationRequest]:

@@ -24,7 +24,7 @@ from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.beam import beam_search
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 BEAM_WIDTHS = (1, 2, 5, 16, 64)
 NUM_CONFIGS = 40

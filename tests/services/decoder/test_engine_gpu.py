@@ -8,7 +8,7 @@ import torch
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.digest import digest
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 
 def _requests(engine: Engine) -> list[GenerationRequest]:

@@ -7,8 +7,8 @@ import pytest
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestError
-from widebeam.services.decoder.request_parsing import request_from_dict
+from widebeam.services.decoder.requests.parsing import request_from_dict
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from widebeam.services.decoder.request import RequestError
-from widebeam.services.decoder.request_parsing import request_from_dict
+from widebeam.services.decoder.requests.parsing import request_from_dict
+from widebeam.services.decoder.requests.spec import RequestError
 
 BASE = {"id": "r", "input_ids": [1, 2]}
 

@@ -21,7 +21,7 @@ from tests.services.decoder.test_beam_parity_hf import _assert_same_beams
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestError
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 
 
 def _sid_tokens(layout: SidLayout, eos: list[int]) -> list[int]:

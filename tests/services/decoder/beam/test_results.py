@@ -11,7 +11,7 @@ import pytest
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 
 
 @pytest.fixture(scope="module")

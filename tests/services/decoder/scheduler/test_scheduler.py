@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.requests.validation import ResolvedRequest
 from widebeam.services.decoder.scheduler.request_state import RequestState
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
-from widebeam.services.decoder.validation import ResolvedRequest
 
 
 def _state(rid: str, k: int, prompt: int, max_new: int, arrival: int) -> RequestState:

@@ -11,7 +11,7 @@ import torch
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.request import GenerationRequest, RequestError
+from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.async_types import EngineFailure, ShuttingDown
 

@@ -13,7 +13,7 @@ from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
-from widebeam.services.decoder.request import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.server.convert import generation_request
 
 CASES = [

@@ -7,7 +7,7 @@ import pytest
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
-from widebeam.services.decoder.request import RequestError
+from widebeam.services.decoder.requests.spec import RequestError
 from widebeam.services.decoder.server.convert import generation_request
 from widebeam.services.decoder.server.recommend import parse_recommend
 

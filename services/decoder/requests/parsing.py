@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from widebeam.services.decoder.request import (
+from widebeam.services.decoder.requests.spec import (
     GenerationRequest,
     RequestError,
     normalization_from,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from widebeam.services.decoder.request import (
+from widebeam.services.decoder.requests.spec import (
     GenerationRequest,
     Normalization,
     RequestError,

@@ -1,13 +1,13 @@
-"""What a caller asks of the engine, and what it gets back (plain dataclasses)."""
+"""What a caller asks of the engine: `GenerationRequest` (a plain frozen dataclass), its enums,
+and the error a request the engine cannot run raises."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, NamedTuple
+from typing import Literal
 
 EarlyStopping = bool | Literal["never"]
-FinishReason = Literal["stop", "length"]
 
 
 class Normalization(StrEnum):
@@ -52,28 +52,3 @@ class GenerationRequest:
     return_logprobs: bool = False
     catalog: str | None = None  # constrained requests: catalog name (None: DEFAULT_CATALOG)
     normalization: Normalization = Normalization.VOCAB
-
-
-class BeamResult(NamedTuple):
-    """One returned hypothesis (a tuple: a 5000-beam request builds 5000 of them per answer)."""
-
-    output_ids: list[int]
-    # transformers' `sequences_scores`: cum_logprob / len(output_ids) ** length_penalty
-    score: float
-    cum_logprob: float
-    finish_reason: FinishReason
-    logprobs: list[float] | None = None
-    item_ids: list[str] | None = None  # constrained requests: the catalog items of this SID
-
-
-@dataclass(frozen=True)
-class RequestOutput:
-    request_id: str | None
-    beams: list[BeamResult] = field(default_factory=list)
-    error: str | None = None
-    catalog_version: str | None = None
-    prompt_tokens: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
