@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from widebeam.demo import cli as demo_cli
+from widebeam.eval import cli as eval_cli
 from widebeam.launcher import up as up_cli
 from widebeam.loadgen import cli as loadgen_cli
 from widebeam.services.catalog import cli as catalog_cli
@@ -40,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cli.add_arguments(demo)
     loadgen = commands.add_parser("loadgen", help="drive a gateway with load and check answers")
     loadgen_cli.add_arguments(loadgen)
+    evaluate = commands.add_parser(
+        "eval", help="recall / NDCG / MRR / hit at K, invalid SIDs, QPS of a running gateway"
+    )
+    eval_cli.add_arguments(evaluate)
     return parser
 
 
