@@ -1,8 +1,10 @@
 """The engine loop: admit, prefill, decode, select, finish — continuous batching of beam groups.
 
-Policy lives in `Scheduler` (plain Python); tensors live in `ModelRunner`; per-request
-selection lives in `BeamSearch` / `GreedySearch`. One `step()` prefills the requests admitted
-now, then runs one decode forward over every running row, beam and ordinary requests together.
+Admission policy lives in `scheduler/` (plain Python); the model's forwards and the running
+requests' tensors (slot tables, step inputs, re-parenting) in `runner/`; the search strategies
+(beam, greedy, sampling) in `search/`; what callers send and get back in `requests/`. One
+`step()` prefills the requests admitted now, then runs one decode forward over every running
+row, beam and ordinary requests together.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ import torch
 
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
-from widebeam.services.decoder.beam.beam_search import BeamSearch
-from widebeam.services.decoder.beam.cohort import advance_cohorts
-from widebeam.services.decoder.beam.request_step import StepPolicy, apply_selection
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
 from widebeam.services.decoder.config import BeamExpansion, EngineConfig
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
@@ -30,14 +29,17 @@ from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.requests.validation import EngineLimits, validate_request
+from widebeam.services.decoder.runner.beam_cohorts import advance_cohorts
+from widebeam.services.decoder.runner.decode_inputs import decode_inputs
 from widebeam.services.decoder.runner.model_runner import ModelRunner
 from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS
+from widebeam.services.decoder.runner.request_start import start_request
+from widebeam.services.decoder.runner.request_state import RequestState
+from widebeam.services.decoder.runner.request_step import StepPolicy
 from widebeam.services.decoder.runner.step_inputs import PreparedStep
-from widebeam.services.decoder.scheduler.decode_inputs import at_token_limit, decode_inputs
-from widebeam.services.decoder.scheduler.request_start import start_request
-from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.runner.stop_flags import StagedFlags, resolve_flags, stage_flags
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
-from widebeam.services.decoder.scheduler.stop_flags import StagedFlags, resolve_flags, stage_flags
+from widebeam.services.decoder.search.beam_search import BeamSearch
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,9 @@ class Engine:
             config.beam_expansion == BeamExpansion.STREAMED,
             config.dense_expansion_limit,
         )
-        self.scheduler = Scheduler(config.max_rows, pages, config.max_prefill_tokens)
+        self.scheduler: Scheduler[RequestState] = Scheduler(
+            config.max_rows, pages, config.max_prefill_tokens
+        )
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.
         self.catalogs: dict[str, TrieConstraint] = {}
         self.sid_layout = None
@@ -195,7 +199,7 @@ class Engine:
 
     def _decode_candidates(self) -> list[RequestState]:
         # A request at its last token is done whatever its flag says: never prepared.
-        return [s for s in self.scheduler.running if not s.finished and not at_token_limit(s)]
+        return [s for s in self.scheduler.running if not s.finished and not s.at_token_limit]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[RequestOutput]:
         """Run all requests together; outputs in input order (errors as outputs)."""
@@ -235,11 +239,11 @@ class Engine:
         finished, beams = [], []
         for i, (state, hidden) in enumerate(chunks):
             failure = streamed.failures.get(i)
-            if i not in streamed.selections and failure is None:
+            if i not in streamed.advanced and failure is None:
                 try:
                     # Applied even if the request turns out to be done: that only rewrites its
                     # own slot tables, which nothing reads once it is finished.
-                    apply_selection(state, self.step_policy.advance(state, hidden))
+                    self.step_policy.advance(state, hidden)
                 except Exception as exc:  # one request's failure must not take its batch down
                     log.exception("request %s failed in its step", state.request_id)
                     failure = exc

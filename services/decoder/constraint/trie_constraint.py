@@ -128,6 +128,18 @@ class TrieConstraint:
         found = (nodes >= 0) & (tokens < self.key_base) & (self.edge_keys[pos] == keys)
         return torch.where(found, self.child_nodes[pos], OFF_TRIE)
 
+    def advance_rows(
+        self,
+        nodes: torch.Tensor,  # [B, S] int64 the rows' nodes: S = k, or 1 when all share one
+        parents: torch.Tensor,  # [B, k] int64 the row each new row extends
+        tokens: torch.Tensor,  # [B, k] int64 the token each new row appends
+    ) -> torch.Tensor:  # [B, k] int64 each new row's node (or OFF_TRIE)
+        """A beam step's new rows on the trie: each one's parent's node, advanced by its token.
+        At the first step every row still sits on its prompt's single start node (S = 1)."""
+        batch, k = parents.shape
+        at = nodes.expand(batch, k).gather(1, parents)  # [B, k] each parent's node
+        return self.advance(at.reshape(-1), tokens.reshape(-1)).view(batch, k)
+
     def items_for_paths(
         self,
         prompt_ids: tuple[int, ...],

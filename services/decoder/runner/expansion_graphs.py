@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.expansion import (
+from widebeam.services.decoder.runner.graph_capture import GraphCache
+from widebeam.services.decoder.search.beam_expansion import (
     CohortBatch,
     Expander,
     ExpansionInputs,
@@ -22,8 +23,7 @@ from widebeam.services.decoder.beam.expansion import (
     Head,
     expand,
 )
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
-from widebeam.services.decoder.runner.graph_capture import GraphCache
+from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 # Cohorts up to this size get graphs of their exact size, larger ones round up to a multiple of
 # BATCH_STEP: a padding request costs a full request's LM head. (With power-of-two buckets, W2

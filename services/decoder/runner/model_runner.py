@@ -9,7 +9,6 @@ import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import AttentionLayout, PrefillBatch
-from widebeam.services.decoder.beam.expansion import Expander
 from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
@@ -18,6 +17,7 @@ from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs, prefill_host_inputs
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, PreparedStep
+from widebeam.services.decoder.search.beam_expansion import Expander
 
 
 class ModelRunner:

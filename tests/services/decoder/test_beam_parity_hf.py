@@ -21,10 +21,10 @@ from transformers import AutoModelForCausalLM
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.hf_oracle import OracleBeam, hf_generate, trie_prefix_fn
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.decoder.beam import beam_search
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.search import beam_search
 
 BEAM_WIDTHS = (1, 2, 5, 16, 64)
 NUM_CONFIGS = 40

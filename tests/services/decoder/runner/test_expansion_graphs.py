@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from widebeam.services.decoder.beam.beam_step import BeamState, step_scalars
-from widebeam.services.decoder.beam.expansion import CohortBatch, Expander, ExpansionSpec
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs, batch_bucket
+from widebeam.services.decoder.search.beam_expansion import CohortBatch, Expander, ExpansionSpec
+from widebeam.services.decoder.search.beam_step import BeamState, step_scalars
+from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 VOCAB, HIDDEN, K = 5000, 64, 48
 

@@ -13,12 +13,12 @@ from tests.services.decoder.runner.static_attention import StaticTorchAttention
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 from widebeam.kernels.attention.torch_ref import TorchAttention
-from widebeam.services.decoder.beam.expansion import Expander
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.model_runner import ModelRunner
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
+from widebeam.services.decoder.search.beam_expansion import Expander
 
 SLOTS = 128
 TRASH = SLOTS - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
 from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.requests.validation import ResolvedRequest
-from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.runner.request_state import RequestState
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
 
 

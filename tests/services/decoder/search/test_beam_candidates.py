@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from widebeam.kernels.beam.logits_stats import logits_stats_torch
-from widebeam.services.decoder.beam.candidates import RowLogprobs, top_candidates
-from widebeam.services.decoder.beam.row_topk import top_in_blocks
+from widebeam.services.decoder.search.beam_candidates import RowLogprobs, top_candidates
+from widebeam.services.decoder.search.beam_row_topk import top_in_blocks
 
 VOCAB, HIDDEN = 97, 16  # the wide path ranks blocks of 64 tokens: 2 per row here
 

@@ -6,8 +6,8 @@ import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 from widebeam.services.decoder.host_copies import to_device_async
+from widebeam.services.decoder.runner.request_state import RequestState
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
-from widebeam.services.decoder.scheduler.request_state import RequestState
 
 
 def decode_inputs(states: list[RequestState], device: torch.device) -> DecodeInputs:
@@ -27,8 +27,3 @@ def decode_inputs(states: list[RequestState], device: torch.device) -> DecodeInp
         torch.cat(writes),
         DecodeBatch(tuple(groups)),
     )
-
-
-def at_token_limit(state: RequestState) -> bool:
-    """The request has produced its last token: done, whatever its device flag says."""
-    return state.search.step >= state.resolved.spec.max_new_tokens

@@ -7,11 +7,11 @@ import random
 import pytest
 
 from tests.services.decoder.conftest import SidModel
-from widebeam.services.decoder.beam.cohort import cohort_key
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.runner.beam_cohorts import cohort_key
 
 
 def _engine(sid_model: SidModel, batched: bool) -> Engine:

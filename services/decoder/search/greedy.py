@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from widebeam.services.decoder.beam.beam_search import StepSelection
-from widebeam.services.decoder.beam.sampler import SamplingParams, choose_token
 from widebeam.services.decoder.requests.results import FinishedBeams
+from widebeam.services.decoder.search.sampling import SamplingParams, choose_token
+from widebeam.services.decoder.search.step_selection import StepSelection
 
 
 @dataclass

@@ -3,10 +3,10 @@
 Requests with the same width, step, search parameters and catalog (typically admitted together
 under saturated traffic) form a cohort: their rows' candidates come from one LM-head pass, one
 logits-stats launch and one per-row top-k, and transformers' beam step runs once over [B, k]
-tensors — a step's host work does not grow with the number of requests. Wide requests (whose
-blocks are ranked, `candidates.py`) and, without `batch`, every request form a cohort of one.
-The expansion itself (`expansion.py`) runs through the policy's expander: eagerly, or replayed
-from a CUDA graph.
+tensors (`search/beam_search.py`'s `advance_cohort`) — a step's host work does not grow with
+the number of requests. Wide requests (whose blocks are ranked, `search/beam_candidates.py`)
+and, without `batch`, every request form a cohort of one. The expansion runs through the
+policy's expander: eagerly, or replayed from a CUDA graph (`expansion_graphs.py`).
 """
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.beam_search import BeamSearch, StepSelection
-from widebeam.services.decoder.beam.expansion import CohortBatch, ExpansionSpec
-from widebeam.services.decoder.beam.host_step import stage_on_host
-from widebeam.services.decoder.beam.request_step import StepPolicy
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.requests.spec import Normalization
-from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.runner.request_state import RequestState, apply_selection
+from widebeam.services.decoder.runner.request_step import StepPolicy
+from widebeam.services.decoder.search.beam_expansion import ExpansionSpec
+from widebeam.services.decoder.search.beam_search import BeamSearch, advance_cohort
 
 CohortKey = tuple[object, ...]
 log = logging.getLogger(__name__)
 
 
 class Advanced(NamedTuple):
-    selections: dict[int, StepSelection]  # by chunk index
+    advanced: set[int]  # chunk indices of the requests advanced here
     failures: dict[int, Exception]  # requests whose step failed (nothing of theirs changed)
 
 
@@ -47,7 +45,7 @@ def advance_cohorts(
             spec = key[0]
             assert isinstance(spec, ExpansionSpec)
             groups.setdefault(key, (spec, []))[1].append(i)
-    done = Advanced({}, {})
+    done = Advanced(set(), {})
     for spec, members in groups.values():
         try:
             _advance_members(chunks, members, spec, policy, done)
@@ -71,13 +69,22 @@ def _advance_members(
     policy: StepPolicy,
     done: Advanced,
 ) -> None:
-    cohort = [chunks[i] for i in members]
-    advanced = advance_cohort([s for s, _ in cohort], [h for _, h in cohort], spec, policy)
-    done.selections.update(zip(members, advanced, strict=True))
+    states = [chunks[i][0] for i in members]
+    nodes = None if states[0].constraint is None else [s.nodes for s in states]
+    outputs = advance_cohort(
+        [s.beam_search for s in states],
+        [chunks[i][1] for i in members],
+        nodes,
+        spec,
+        policy.expander,
+    )
+    # The expansion advanced the trie nodes already (-1 rows when unconstrained).
+    apply_selection(states, outputs.parents, outputs.tokens, outputs.nodes)
+    done.advanced.update(members)
 
 
 def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
-    search, constraint = _beam(state), state.constraint
+    search, constraint = state.beam_search, state.constraint
     width = policy.vocab_size if constraint is None else max(constraint.max_fanout, 1)
     normalization = state.resolved.spec.normalization
     if normalization == Normalization.SID:
@@ -88,7 +95,7 @@ def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
         keep=search.keep,
         rows_each=1 if search.step == 0 else search.num_beams,
         eos_ids=state.resolved.eos_ids,  # host tuple: no device read
-        block_eos=search.step < state.resolved.spec.min_new_tokens,
+        block_eos=state.eos_blocked,
         early_stopping=search.early_stopping,
         wide=search.num_beams * min(search.keep, width) > policy.one_pass_limit,
         constraint=constraint,
@@ -105,47 +112,3 @@ def cohort_key(state: RequestState, policy: StepPolicy, batch: bool = True) -> C
     spec = expansion_spec(state, policy)
     key = (spec, search.step, search.max_new_tokens, search.length_penalty)
     return (*key, id(state)) if spec.wide or not batch else key
-
-
-def advance_cohort(
-    states: list[RequestState],
-    hiddens: list[torch.Tensor],  # each [S, hidden]: S = 1 at the first step, else k
-    spec: ExpansionSpec,  # the cohort's (`expansion_spec` of any member)
-    policy: StepPolicy,
-) -> list[StepSelection]:
-    searches = [_beam(s) for s in states]
-    first = searches[0]
-    constraint = states[0].constraint
-    batch = CohortBatch(
-        hiddens,
-        BeamSearch.batched_state(searches),
-        BeamSearch.shared_outputs(searches),
-        None if constraint is None else [s.nodes for s in states],
-        first.scalars(),
-        first.eos_ids,
-    )
-    outputs = policy.expander.run(spec, batch)
-    for b, (search, host) in enumerate(zip(searches, stage_on_host(outputs), strict=True)):
-        search.adopt(outputs, b, host)
-    _apply_cohort(states, outputs)
-    return [StepSelection(outputs.parents[b], outputs.tokens[b]) for b in range(len(states))]
-
-
-def _apply_cohort(states: list[RequestState], outputs: StepOutputs) -> None:
-    """`request_step.apply_selection` for every member at once (same k, same step)."""
-    k, step = states[0].num_rows, _beam(states[0]).step - 1
-    parents = outputs.parents  # [B, k] int64
-    tables = torch.stack([s.suffix_table for s in states])  # [B, k, step]
-    new_slots = torch.stack([s.private_slots[step * k : (step + 1) * k] for s in states])
-    gathered = tables.gather(1, parents[:, :, None].expand(-1, -1, tables.shape[2]))
-    tables = torch.cat((gathered, new_slots[:, :, None]), dim=2)  # [B, k, step + 1]
-    for b, state in enumerate(states):
-        state.suffix_table = tables[b]
-        state.pending_tokens = outputs.tokens[b]
-        if state.constraint is not None:
-            state.nodes = outputs.nodes[b]
-
-
-def _beam(state: RequestState) -> BeamSearch:
-    assert isinstance(state.search, BeamSearch)
-    return state.search

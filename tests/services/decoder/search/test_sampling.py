@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from widebeam.services.decoder.beam.sampler import SamplingParams, choose_token
+from widebeam.services.decoder.search.sampling import SamplingParams, choose_token
 
 
 def test_seeded_sampling_is_reproducible_and_varies_with_seed() -> None:

@@ -13,36 +13,34 @@ order) so that sequences, their order and `sequences_scores` match:
 
 The caller turns logits into (masked) log-probs and owns the KV and trie; this class only sees
 log-prob rows and returns, per step, which parent row each new row extends and with what token.
+Streamed requests that move in lockstep take the same step together (`advance_cohort`: hidden
+states in, the cohort's packed [B, k] outputs out).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from widebeam.services.decoder.beam.beam_step import (
+from widebeam.services.decoder.requests.results import FinishedBeams
+from widebeam.services.decoder.search.beam_candidates import Candidates
+from widebeam.services.decoder.search.beam_expansion import CohortBatch, Expander, ExpansionSpec
+from widebeam.services.decoder.search.beam_host_step import HostStep, stage_on_host
+from widebeam.services.decoder.search.beam_step import (
     BeamState,
     StepParams,
     beam_step,
     scalars_on,
     step_scalars,
 )
-from widebeam.services.decoder.beam.candidates import Candidates
-from widebeam.services.decoder.beam.host_step import HostStep, stage_on_host
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
-from widebeam.services.decoder.requests.results import FinishedBeams
+from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
+from widebeam.services.decoder.search.step_selection import StepSelection
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
 FLAT_TOPK_LIMIT = 1 << 22
-
-
-class StepSelection(NamedTuple):
-    parents: torch.Tensor  # [k] int64, row index (of the previous step) each new row extends
-    tokens: torch.Tensor  # [k] int64, the token each new row appends
 
 
 @dataclass
@@ -218,6 +216,31 @@ class BeamSearch:
         token_lps = _ragged_rows(lps, last) if with_logprobs else None
         paths = np.where(inside, tokens, -1)
         return FinishedBeams(_ragged_rows(tokens, last), token_lps, scores, cums, paths)
+
+
+def advance_cohort(
+    searches: list[BeamSearch],  # B lockstep searches: same width, step and parameters
+    hiddens: list[torch.Tensor],  # each [rows_each, hidden] model dtype (1 row at the first step)
+    nodes: list[torch.Tensor] | None,  # each [rows_each] int64 trie nodes (constrained only)
+    spec: ExpansionSpec,  # the cohort's
+    expander: Expander,
+) -> StepOutputs:  # [B, ·, k]: row b is searches[b]'s step
+    """One streamed step of every search at once (one LM-head pass, one ranking, one
+    transformers beam step over [B, k]); each search adopts its row. Never waits for the
+    device."""
+    first = searches[0]
+    batch = CohortBatch(
+        hiddens,
+        BeamSearch.batched_state(searches),
+        BeamSearch.shared_outputs(searches),
+        nodes,
+        first.scalars(),
+        first.eos_ids,
+    )
+    outputs = expander.run(spec, batch)
+    for b, (search, host) in enumerate(zip(searches, stage_on_host(outputs), strict=True)):
+        search.adopt(outputs, b, host)
+    return outputs
 
 
 def _ragged_rows(values: np.ndarray, last: np.ndarray) -> list[list]:

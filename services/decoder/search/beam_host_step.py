@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
 from widebeam.services.decoder.host_copies import to_host_async
+from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 
 class HostStep(NamedTuple):

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import torch
 
-from widebeam.services.decoder.beam.beam_step import BeamState, StepResult
+from widebeam.services.decoder.search.beam_step import BeamState, StepResult
 
 # Row order within each packed tensor (dimension 1).
 FLOATS = ("logprobs", "fin_scores", "fin_cum", "fin_token_logprob", "running_scores")

@@ -13,9 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.beam_search import BeamSearch
 from widebeam.services.decoder.host_copies import to_host_async
-from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.runner.request_state import RequestState
 
 
 class StagedFlags(NamedTuple):
@@ -25,7 +24,7 @@ class StagedFlags(NamedTuple):
 
 
 def stage_flags(states: list[RequestState]) -> StagedFlags:
-    flags = torch.stack([_beam(s).done_flag for s in states])  # [n] bool
+    flags = torch.stack([s.beam_search.done_flag for s in states])  # [n] bool
     if not flags.is_cuda:
         return StagedFlags(states, flags, None)
     host = to_host_async(flags)
@@ -39,9 +38,4 @@ def resolve_flags(staged: StagedFlags) -> None:
     if staged.event is not None:
         staged.event.synchronize()
     for state, done in zip(staged.states, staged.flags.tolist(), strict=True):
-        _beam(state).resolve_done(done)
-
-
-def _beam(state: RequestState) -> BeamSearch:
-    assert isinstance(state.search, BeamSearch)
-    return state.search
+        state.beam_search.resolve_done(done)

@@ -15,15 +15,15 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.services.decoder.beam.beam_step import BeamState, StepParams, beam_step, scalars_on
-from widebeam.services.decoder.beam.candidates import (
+from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
+from widebeam.services.decoder.requests.spec import Normalization
+from widebeam.services.decoder.search.beam_candidates import (
     RowLogprobs,
     row_candidates,
     top_candidates,
 )
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
-from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.requests.spec import Normalization
+from widebeam.services.decoder.search.beam_step import BeamState, StepParams, beam_step, scalars_on
+from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 # (hidden [n, hidden], columns [C] int64 sorted, optional) -> [n, vocab] or [n, C] model dtype
 Head = Callable[..., torch.Tensor]
@@ -94,10 +94,8 @@ def expand(
     nodes = None
     if constraint is not None:
         assert inputs.nodes is not None
-        # At the first step every row still sits on its prompt's single start node.
-        at = inputs.nodes.view(batch, rows_each).expand(batch, k)  # [B, k] int64
-        parents_at = at.gather(1, result.parents).reshape(-1)
-        nodes = constraint.advance(parents_at, result.tokens.reshape(-1)).view(batch, k)
+        rows = inputs.nodes.view(batch, rows_each)
+        nodes = constraint.advance_rows(rows, result.parents, result.tokens)
     return StepOutputs.pack(result, nodes)
 
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.beam.logits_stats import BLOCK, logits_stats
-from widebeam.services.decoder.beam.row_topk import top_in_blocks
+from widebeam.services.decoder.search.beam_row_topk import top_in_blocks
 
 DEFAULT_CHUNK_ELEMS = 1 << 27  # logits per chunk (256 MiB in bf16)
 # Up to this many per-row candidates (k × min(keep, width)) each row's top `keep` is ranked;

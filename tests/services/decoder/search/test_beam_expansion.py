@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import torch
 
-from widebeam.services.decoder.beam.beam_step import BeamState, step_scalars
-from widebeam.services.decoder.beam.expansion import ExpansionInputs, ExpansionSpec, expand
-from widebeam.services.decoder.beam.step_outputs import StepOutputs
+from widebeam.services.decoder.search.beam_expansion import ExpansionInputs, ExpansionSpec, expand
+from widebeam.services.decoder.search.beam_step import BeamState, step_scalars
+from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 VOCAB, HIDDEN, K = 300, 16, 6
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from widebeam.services.decoder.beam.beam_search import BeamSearch
-from widebeam.services.decoder.beam.greedy_search import GreedySearch
-from widebeam.services.decoder.beam.sampler import SamplingParams
 from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import slots_of_pages
-from widebeam.services.decoder.scheduler.request_state import RequestState
+from widebeam.services.decoder.runner.request_state import RequestState
+from widebeam.services.decoder.search.beam_search import BeamSearch
+from widebeam.services.decoder.search.greedy import GreedySearch
+from widebeam.services.decoder.search.sampling import SamplingParams
 
 
 def start_request(state: RequestState, page_size: int, device: torch.device) -> None:

@@ -1,0 +1,97 @@
+"""A request's life inside the engine: its reservation, rows, slot tables and decoder state, and
+the one place a step's selection re-parents them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
+from widebeam.services.decoder.requests.results import RequestOutput, build_output
+from widebeam.services.decoder.requests.validation import ResolvedRequest
+from widebeam.services.decoder.search.beam_search import BeamSearch
+from widebeam.services.decoder.search.greedy import GreedySearch
+
+
+@dataclass
+class RequestState:
+    resolved: ResolvedRequest
+    constraint: TrieConstraint | None  # pinned at admission (None: unconstrained)
+    arrival: int
+    pages: list[int] = field(default_factory=list)
+    prompt_slots: torch.Tensor | None = None  # [prompt_len] int64
+    private_slots: torch.Tensor | None = None  # [k * max_new_tokens] int64, (step, row) -> slot
+    suffix_table: torch.Tensor | None = None  # [k, steps] int64, each row's generated-token slots
+    pending_tokens: torch.Tensor | None = None  # [k] int64, selected but not yet forwarded
+    nodes: torch.Tensor | None = None  # [k] int64 trie nodes (constrained only; [1] at first)
+    search: BeamSearch | GreedySearch | None = None
+    finished: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.resolved.spec.request_id
+
+    @property
+    def num_rows(self) -> int:
+        return self.resolved.spec.beam_width
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.resolved.spec.input_ids)
+
+    @property
+    def kv_slots(self) -> int:
+        """KV slots reserved at admission: prompt + k x max_new_tokens."""
+        return self.resolved.kv_slots
+
+    @property
+    def beam_search(self) -> BeamSearch:
+        """The search of a beam request (k > 1)."""
+        assert isinstance(self.search, BeamSearch)
+        return self.search
+
+    @property
+    def eos_blocked(self) -> bool:
+        """min_new_tokens not reached yet: EOS may not be chosen this step."""
+        return self.search.step < self.resolved.spec.min_new_tokens
+
+    @property
+    def at_token_limit(self) -> bool:
+        """The request has produced its last token: done, whatever its device flag says."""
+        return self.search.step >= self.resolved.spec.max_new_tokens
+
+    def output(self) -> RequestOutput:
+        """The finished request's answer (reads its search's host copies only)."""
+        spec, constraint = self.resolved.spec, self.constraint
+        finished = self.search.results(spec.return_logprobs)
+        if constraint is None:
+            return build_output(self.resolved, finished, None, None)
+        items = constraint.items_for_paths(spec.input_ids, finished.paths)
+        return build_output(self.resolved, finished, items, constraint.version)
+
+
+def apply_selection(
+    states: list[RequestState],  # B requests at the same step with the same k
+    parents: torch.Tensor,  # [B, k] int64 the row each new row extends
+    tokens: torch.Tensor,  # [B, k] int64 the token each new row appends
+    nodes: torch.Tensor | None,  # [B, k] int64 each new row's trie node (read if constrained)
+) -> None:
+    """Re-parent the rows' slot tables (gathering integers, never KV), append this step's
+    private slots, take the pending tokens and the new trie nodes. Only queues device work."""
+    k, step = states[0].num_rows, states[0].search.step - 1
+    tables = _stacked([s.suffix_table for s in states])  # [B, k, step]
+    new_slots = _stacked([s.private_slots[step * k : (step + 1) * k] for s in states])  # [B, k]
+    gathered = tables.gather(1, parents[:, :, None].expand(-1, -1, tables.shape[2]))
+    tables = torch.cat((gathered, new_slots[:, :, None]), dim=2)  # [B, k, step + 1]
+    for b, state in enumerate(states):
+        state.suffix_table = tables[b]
+        state.pending_tokens = tokens[b]
+        if state.constraint is not None:
+            assert nodes is not None
+            state.nodes = nodes[b]
+
+
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """[B, ...]: a view for a single request (no copy), else stacked."""
+    return tensors[0][None] if len(tensors) == 1 else torch.stack(tensors)
