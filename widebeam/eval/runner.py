@@ -11,7 +11,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tqdm import tqdm
 
@@ -128,8 +128,6 @@ async def _one(
 
 
 def _with_model(request: RequestSettings, models: dict[str, object]) -> RequestSettings:
-    from dataclasses import replace
-
     data = models.get("data")
     if not isinstance(data, list) or not data or not isinstance(data[0], dict):
         raise GatewayError(f"/v1/models names no model to send chat requests to: {models!r:.200}")
