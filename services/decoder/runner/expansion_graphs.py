@@ -23,6 +23,7 @@ from widebeam.services.decoder.search.beam_expansion import (
     Head,
     expand,
 )
+from widebeam.services.decoder.search.beam_step import Scalar
 from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 # Cohorts up to this size get graphs of their exact size, larger ones round up to a multiple of
@@ -43,7 +44,7 @@ class _Entry(NamedTuple):
     hidden: torch.Tensor  # [cap * rows_each, hidden] model dtype
     inputs: StepOutputs  # [cap, ·, k]; its state rows are the step's input search state
     nodes: torch.Tensor | None  # [cap * rows_each] int64
-    scalars: torch.Tensor  # [4] fp32
+    scalars: torch.Tensor  # [len(Scalar)] fp32
     eos_ids: torch.Tensor  # [n_eos] int64
     graph: torch.cuda.CUDAGraph | None
     outputs: StepOutputs | None  # the graph's static outputs
@@ -114,7 +115,7 @@ class ExpansionGraphs(Expander):
             hidden,
             StepOutputs.empty(cap, spec.num_beams, device),
             nodes,
-            torch.ones(4, dtype=torch.float32, device=device),
+            torch.ones(len(Scalar), dtype=torch.float32, device=device),
             eos_ids.clone(),
             None,
             None,

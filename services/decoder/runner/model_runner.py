@@ -15,7 +15,11 @@ from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
-from widebeam.services.decoder.runner.prefill_graphs import PrefillGraphs, prefill_host_inputs
+from widebeam.services.decoder.runner.prefill_graphs import (
+    PrefillGraphs,
+    prefill_host_inputs,
+    split_prefill_inputs,
+)
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, PreparedStep
 from widebeam.services.decoder.search.beam_expansion import Expander
 
@@ -112,9 +116,7 @@ class ModelRunner:
         # One host buffer, one queued copy (no host wait, so the host queues the first beam
         # step while the device still runs the prefill).
         host = torch.from_numpy(prefill_host_inputs(prompts, lengths, cu[-1], len(prompts)))
-        ids, positions, last = to_device_async(host, self.device).split(
-            [cu[-1], cu[-1], len(prompts)]
-        )
+        ids, positions, last = split_prefill_inputs(to_device_async(host, self.device), cu[-1])
         metadata = self.backend.prepare_prefill(PrefillBatch(tuple(cu)), self.layout)
         ctx = PrefillContext(
             self.cache, torch.cat(prompt_slots), metadata, self.backend, self.scale

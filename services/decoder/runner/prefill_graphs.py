@@ -50,6 +50,14 @@ def prefill_host_inputs(
     return ints
 
 
+def split_prefill_inputs(
+    packed: torch.Tensor,  # [2 * tokens + prompt_cap] int64, `prefill_host_inputs`' layout
+    tokens: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # views: ids, positions [tokens]; last
+    """The three parts of a packed prefill input, on whichever device it was copied to."""
+    return packed[:tokens], packed[tokens : 2 * tokens], packed[2 * tokens :]
+
+
 class PrefillShape(NamedTuple):
     tokens: int  # padded token count
     prompts: int  # prompt capacity, the padding segment included
@@ -140,9 +148,10 @@ class PrefillGraphs:
         total = sum(lengths)
         ints = prefill_host_inputs(prompts, lengths, shape.tokens, shape.prompts)
         host = _pinned(torch.from_numpy(ints), self.device)
-        entry.ids.copy_(host[: shape.tokens], non_blocking=True)
-        entry.positions.copy_(host[shape.tokens : 2 * shape.tokens], non_blocking=True)
-        entry.last.copy_(host[2 * shape.tokens :], non_blocking=True)
+        ids, positions, last = split_prefill_inputs(host, shape.tokens)
+        entry.ids.copy_(ids, non_blocking=True)
+        entry.positions.copy_(positions, non_blocking=True)
+        entry.last.copy_(last, non_blocking=True)
         self.backend.prepare_prefill_replay(entry.metadata, metadata)
         entry.write_slots[:total].copy_(torch.cat(prompt_slots))
         entry.write_slots[total:].fill_(self.trash_slot)

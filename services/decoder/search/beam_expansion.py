@@ -22,7 +22,12 @@ from widebeam.services.decoder.search.beam_candidates import (
     row_candidates,
     top_candidates,
 )
-from widebeam.services.decoder.search.beam_step import BeamState, StepParams, beam_step, scalars_on
+from widebeam.services.decoder.search.beam_step import (
+    BeamState,
+    StepParams,
+    beam_step,
+    scalars_on,
+)
 from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 # (hidden [n, hidden], columns [C] int64 sorted, optional) -> [n, vocab] or [n, C] model dtype
@@ -60,7 +65,7 @@ class ExpansionInputs(NamedTuple):
     hidden: torch.Tensor  # [B * rows_each, hidden] model dtype
     state: BeamState  # [B, k]
     nodes: torch.Tensor | None  # [B * rows_each] int64 trie nodes (constrained only)
-    scalars: torch.Tensor  # [4] fp32 `step_scalars`
+    scalars: torch.Tensor  # [len(Scalar)] fp32 `step_scalars`
     eos_ids: torch.Tensor  # [n_eos] int64 (the spec's, on the device)
 
 

@@ -2,7 +2,8 @@
 
 `BeamSearch.results` rebuilds the finished hypotheses from these host copies alone, so a
 request's output never waits on the device. A cohort of B requests copies its packed [B, ·, k]
-outputs (`step_outputs.py`) once; each request keeps views of its own row.
+outputs (`beam_step_outputs.py`) once; each request keeps views of its own row, read by the
+packed layout's names (`IntRow`, `FloatRow`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 
 class HostStep(NamedTuple):
-    history: tuple[torch.Tensor, torch.Tensor]  # [2, k] int64 (parents, tokens), [k] fp32
-    # finished slots: [4, k] int64 (step, parent, token, returnable), [3, k] fp32 (score,
-    # cumulative log-prob, last token's log-prob)
-    finished: tuple[torch.Tensor, torch.Tensor]
+    """One request's packed step on the host (pinned when copied from a GPU): its selection
+    (parents, tokens, log-probs) and its finished slots."""
+
+    ints: torch.Tensor  # [len(IntRow), k] int64
+    floats: torch.Tensor  # [len(FloatRow), k] fp32
 
 
 def stage_on_host(outputs: StepOutputs) -> list[HostStep]:
     """Queue the step's host copies (no wait); one `HostStep` per request of the batch."""
     ints, floats = to_host_async(outputs.ints), to_host_async(outputs.floats)
-    return [
-        HostStep((ints[b, :2], floats[b, 0]), (ints[b, 2:6], floats[b, 1:4]))
-        for b in range(ints.shape[0])
-    ]
+    return [HostStep(ints[b], floats[b]) for b in range(ints.shape[0])]

@@ -35,7 +35,7 @@ from widebeam.services.decoder.search.beam_step import (
     scalars_on,
     step_scalars,
 )
-from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
+from widebeam.services.decoder.search.beam_step_outputs import FloatRow, IntRow, StepOutputs
 from widebeam.services.decoder.search.step_selection import StepSelection
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
@@ -53,10 +53,10 @@ class BeamSearch:
     max_new_tokens: int
     device: torch.device
     step: int = 0
-    # Host copies, queued every step without waiting (`results` reads only these, so a finished
-    # request's output never waits for work queued after its last step).
-    host_history: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    host_finished: tuple[torch.Tensor, torch.Tensor] | None = None  # ([4, k] int64, [3, k])
+    # Host copies of every step, queued without waiting (`results` reads only these, so a
+    # finished request's output never waits for work queued after its last step); the last
+    # one holds the finished slots.
+    host_steps: list[HostStep] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         k = self.num_beams
@@ -158,8 +158,7 @@ class BeamSearch:
         self.done_flag = outputs.done[row]
         self.step += 1
         self._done = None
-        self.host_history.append(host.history)
-        self.host_finished = host.finished
+        self.host_steps.append(host)
 
     @property
     def done(self) -> bool:
@@ -190,29 +189,30 @@ class BeamSearch:
         impossible (-inf) slots are dropped, so fewer may be returned. Reads the host copies:
         call it once the step's copies have landed (the engine waits on the step's event).
         All hypotheses are traced back through the step history at once (numpy)."""
-        if self.host_finished is None:
+        if not self.host_steps:
             return FinishedBeams.empty()
-        fin_ints, fin_floats = (t.numpy()[:, : self.num_return] for t in self.host_finished)
-        slots = np.flatnonzero(fin_ints[3])
+        fin_ints, fin_floats = (t.numpy()[:, : self.num_return] for t in self.host_steps[-1])
+        slots = np.flatnonzero(fin_ints[IntRow.RETURNABLE])
         if not slots.size:
             return FinishedBeams.empty()
-        last = fin_ints[0, slots]  # [m] index of each hypothesis' final token
+        last = fin_ints[IntRow.FIN_STEP, slots]  # [m] index of each hypothesis' final token
         length = int(last.max()) + 1
         tokens = np.zeros((slots.size, length), dtype=np.int64)
         lps = np.zeros((slots.size, length), dtype=np.float32)
         every = np.arange(slots.size)
-        tokens[every, last] = fin_ints[2, slots]
-        lps[every, last] = fin_floats[2, slots]
-        row = fin_ints[1, slots].copy()  # the row each hypothesis extends at its step - 1
+        tokens[every, last] = fin_ints[IntRow.FIN_TOKEN, slots]
+        lps[every, last] = fin_floats[FloatRow.FIN_TOKEN_LOGPROB, slots]
+        row = fin_ints[IntRow.FIN_PARENT, slots].copy()  # the row each extends at its step - 1
         for step in range(length - 2, -1, -1):
             live = np.flatnonzero(last > step)
-            ints, step_lps = (t.numpy() for t in self.host_history[step])
+            ints, floats = (t.numpy() for t in self.host_steps[step])
             at = row[live]
-            tokens[live, step] = ints[1, at]
-            lps[live, step] = step_lps[at]
-            row[live] = ints[0, at]
+            tokens[live, step] = ints[IntRow.TOKENS, at]
+            lps[live, step] = floats[FloatRow.LOGPROBS, at]
+            row[live] = ints[IntRow.PARENTS, at]
         inside = np.arange(length)[None, :] <= last[:, None]  # [m, L]
-        scores, cums = fin_floats[0, slots].tolist(), fin_floats[1, slots].tolist()
+        scores = fin_floats[FloatRow.FIN_SCORES, slots].tolist()
+        cums = fin_floats[FloatRow.FIN_CUM, slots].tolist()
         token_lps = _ragged_rows(lps, last) if with_logprobs else None
         paths = np.where(inside, tokens, -1)
         return FinishedBeams(_ragged_rows(tokens, last), token_lps, scores, cums, paths)

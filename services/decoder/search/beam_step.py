@@ -9,6 +9,7 @@ width, step and search parameters (`beam/cohort.py`) runs the same operations on
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import IntEnum
 from typing import NamedTuple
 
 import torch
@@ -85,7 +86,16 @@ class StepParams:
     early_stopping: bool | str
 
 
-def scalars_on(values: list[float], device: torch.device) -> torch.Tensor:  # [4] fp32
+class Scalar(IntEnum):
+    """Entries of a step's scalars (`step_scalars`), read by `beam_step` on the device."""
+
+    STEP = 0  # the step's index (a finished slot's last token)
+    FINISHED_DIVISOR = 1  # (step + 1) ** length_penalty: a candidate that finishes now
+    RUNNING_DIVISOR = 2  # best_len ** length_penalty: the early-stopping heuristic's best row
+    LAST_STEP = 3  # 1.0 at the last step (every candidate finishes), else 0.0
+
+
+def scalars_on(values: list[float], device: torch.device) -> torch.Tensor:  # [len(Scalar)] fp32
     """`step_scalars` as the tensor `beam_step` takes (a queued copy on CUDA)."""
     return to_device_async(torch.tensor(values, dtype=torch.float32), device)
 
@@ -93,17 +103,16 @@ def scalars_on(values: list[float], device: torch.device) -> torch.Tensor:  # [4
 def step_scalars(
     step: int, max_new_tokens: int, length_penalty: float, early_stopping: bool | str
 ) -> list[float]:
-    """[step, finished-score divisor, best-running divisor, last step (1.0) or not (0.0)]:
-    `beam_step`'s `scalars`."""
+    """`beam_step`'s `scalars`, in `Scalar` order."""
     never = early_stopping == "never" and length_penalty > 0.0
     best_len = max_new_tokens if never else step + 1
-    last = float(step + 1 >= max_new_tokens)  # every candidate finishes
-    return [
-        float(step),
-        float((step + 1) ** length_penalty),
-        float(best_len**length_penalty),
-        last,
-    ]
+    values = {
+        Scalar.STEP: float(step),
+        Scalar.FINISHED_DIVISOR: float((step + 1) ** length_penalty),
+        Scalar.RUNNING_DIVISOR: float(best_len**length_penalty),
+        Scalar.LAST_STEP: float(step + 1 >= max_new_tokens),
+    }
+    return [values[entry] for entry in Scalar]
 
 
 class StepResult(NamedTuple):
@@ -121,13 +130,13 @@ def beam_step(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
-    scalars: torch.Tensor,  # [4] fp32 `step_scalars`, on the device
+    scalars: torch.Tensor,  # [len(Scalar)] fp32 `step_scalars`, on the device
 ) -> StepResult:
     k = p.num_beams
     if p.eos_ids.numel():
-        hits = torch.isin(cand_tokens, p.eos_ids) | (scalars[3] > 0)
+        hits = torch.isin(cand_tokens, p.eos_ids) | (scalars[Scalar.LAST_STEP] > 0)
     else:
-        hits = torch.zeros_like(cand_tokens, dtype=torch.bool) | (scalars[3] > 0)
+        hits = torch.zeros_like(cand_tokens, dtype=torch.bool) | (scalars[Scalar.LAST_STEP] > 0)
     running_all = scores + hits.to(torch.float32) * NEG_INF_SCORE
     next_idx = torch.topk(running_all, k=k, dim=1)[1]  # [B, k]
     parents = cand_rows.gather(1, next_idx)
@@ -157,12 +166,12 @@ def _update_finished(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
-    scalars: torch.Tensor,  # [4] fp32
+    scalars: torch.Tensor,  # [len(Scalar)] fp32
 ) -> BeamState:
     k = p.num_beams
     just_finished = hits.clone()
     just_finished[:, k:] = False
-    penalised = scores / scalars[1]
+    penalised = scores / scalars[Scalar.FINISHED_DIVISOR]
     full = _beams_full(state.fin_done, p).to(torch.float32)[:, None]  # [B, 1]
     penalised = penalised + full * NEG_INF_SCORE
     closed = (~state.heuristic_open).to(torch.float32)[:, None]  # [B, 1]
@@ -182,7 +191,7 @@ def _update_finished(
         fin_scores=merged_scores.gather(1, keep_idx),
         fin_done=merge(state.fin_done, just_finished),
         fin_ghost=merge(state.fin_ghost, state.running_ghost.gather(1, cand_rows)),
-        fin_step=merge(state.fin_step, scalars[0].to(torch.int64).expand_as(cand_rows)),
+        fin_step=merge(state.fin_step, scalars[Scalar.STEP].to(torch.int64).expand_as(cand_rows)),
         fin_parent=merge(state.fin_parent, cand_rows),
         fin_token=merge(state.fin_token, cand_tokens),
         fin_cum=merge(state.fin_cum, scores),
@@ -195,7 +204,7 @@ def _stop_state(
     state: BeamState, hits: torch.Tensor, p: StepParams, scalars: torch.Tensor
 ) -> torch.Tensor:  # [B] bool
     """Update the early-stopping heuristic in `state`; return which requests are done."""
-    best_running = state.running_scores[:, :1] / scalars[2]  # [B, 1]
+    best_running = state.running_scores[:, :1] / scalars[Scalar.RUNNING_DIVISOR]  # [B, 1]
     # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
     # every real score above -1e9 and never stops a search whose scores fall below it.
     worst = state.fin_scores.min(dim=1, keepdim=True).values

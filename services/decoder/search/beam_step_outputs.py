@@ -1,33 +1,67 @@
-"""A beam step's outputs for B requests, packed into four tensors.
+"""A beam step's outputs for B requests, packed into four tensors, and their layout.
 
 Everything a step produces — the selection, the new search state, the trie nodes and the stop
 flags — lives in one fp32, one int64 and two bool tensors. A captured step writes them into its
 static buffers and the host clones four tensors per replay; the next step loads its state with
-four copies; the host copies of a step (`host_step.py`) are two.
+four copies; the host copies of a step (`beam_host_step.py`) are two. The rows of each packed
+tensor (its dimension 1) are named once, here (`FloatRow`, `IntRow`, `FlagRow`, `RequestFlag`);
+every reader indexes them by those names (plain ints: views, no copy, fine inside a capture).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from enum import IntEnum
 from functools import cached_property
 
 import torch
 
 from widebeam.services.decoder.search.beam_step import BeamState, StepResult
 
-# Row order within each packed tensor (dimension 1).
-FLOATS = ("logprobs", "fin_scores", "fin_cum", "fin_token_logprob", "running_scores")
-INTS = ("parents", "tokens", "fin_step", "fin_parent", "fin_token", "returnable", "nodes")
-FLAGS = ("running_ghost", "fin_done", "fin_ghost")
-REQUEST_FLAGS = ("heuristic_open", "done")
+
+class FloatRow(IntEnum):
+    """Rows of `StepOutputs.floats` [B, len(FloatRow), k] fp32."""
+
+    LOGPROBS = 0  # each new row's token's own log-prob
+    FIN_SCORES = 1  # finished slots: length-penalised score (-inf: empty slot)
+    FIN_CUM = 2  # finished slots: cumulative log-prob
+    FIN_TOKEN_LOGPROB = 3  # finished slots: their last token's log-prob
+    RUNNING_SCORES = 4
+
+
+class IntRow(IntEnum):
+    """Rows of `StepOutputs.ints` [B, len(IntRow), k] int64."""
+
+    PARENTS = 0  # the row (of the previous step) each new row extends
+    TOKENS = 1  # the token each new row appends
+    FIN_STEP = 2  # finished slots: index of the last token
+    FIN_PARENT = 3  # finished slots: the row they extend at that step
+    FIN_TOKEN = 4  # finished slots: their last token
+    RETURNABLE = 5  # finished slots: 1 if a real, finite hypothesis (not a ghost or empty slot)
+    NODES = 6  # each new row's trie node (-1 when unconstrained)
+
+
+class FlagRow(IntEnum):
+    """Rows of `StepOutputs.flags` [B, len(FlagRow), k] bool."""
+
+    RUNNING_GHOST = 0
+    FIN_DONE = 1
+    FIN_GHOST = 2
+
+
+class RequestFlag(IntEnum):
+    """Columns of `StepOutputs.request_flags` [B, len(RequestFlag)] bool."""
+
+    HEURISTIC_OPEN = 0
+    DONE = 1
 
 
 @dataclass(frozen=True)
 class StepOutputs:
-    floats: torch.Tensor  # [B, 5, k] fp32 (FLOATS)
-    ints: torch.Tensor  # [B, 7, k] int64 (INTS); nodes are -1 when unconstrained
-    flags: torch.Tensor  # [B, 3, k] bool (FLAGS)
-    request_flags: torch.Tensor  # [B, 2] bool (REQUEST_FLAGS)
+    floats: torch.Tensor  # [B, len(FloatRow), k] fp32
+    ints: torch.Tensor  # [B, len(IntRow), k] int64
+    flags: torch.Tensor  # [B, len(FlagRow), k] bool
+    request_flags: torch.Tensor  # [B, len(RequestFlag)] bool
 
     @classmethod
     def pack(cls, result: StepResult, nodes: torch.Tensor | None) -> StepOutputs:
@@ -36,22 +70,45 @@ class StepOutputs:
         returnable = st.fin_done & ~st.fin_ghost & torch.isfinite(st.fin_scores)
         if nodes is None:
             nodes = torch.full_like(result.parents, -1)
-        floats = (result.logprobs, st.fin_scores, st.fin_cum, st.fin_token_logprob)
-        ints = (result.parents, result.tokens, st.fin_step, st.fin_parent, st.fin_token)
+        floats = {
+            FloatRow.LOGPROBS: result.logprobs,
+            FloatRow.FIN_SCORES: st.fin_scores,
+            FloatRow.FIN_CUM: st.fin_cum,
+            FloatRow.FIN_TOKEN_LOGPROB: st.fin_token_logprob,
+            FloatRow.RUNNING_SCORES: st.running_scores,
+        }
+        ints = {
+            IntRow.PARENTS: result.parents,
+            IntRow.TOKENS: result.tokens,
+            IntRow.FIN_STEP: st.fin_step,
+            IntRow.FIN_PARENT: st.fin_parent,
+            IntRow.FIN_TOKEN: st.fin_token,
+            IntRow.RETURNABLE: returnable.to(torch.int64),
+            IntRow.NODES: nodes,
+        }
+        flags = {
+            FlagRow.RUNNING_GHOST: st.running_ghost,
+            FlagRow.FIN_DONE: st.fin_done,
+            FlagRow.FIN_GHOST: st.fin_ghost,
+        }
+        request_flags = {
+            RequestFlag.HEURISTIC_OPEN: st.heuristic_open,
+            RequestFlag.DONE: result.done,
+        }
         return cls(
-            torch.stack((*floats, st.running_scores), dim=1),
-            torch.stack((*ints, returnable.to(torch.int64), nodes), dim=1),
-            torch.stack((st.running_ghost, st.fin_done, st.fin_ghost), dim=1),
-            torch.stack((st.heuristic_open, result.done), dim=1),
+            torch.stack([floats[row] for row in FloatRow], dim=1),
+            torch.stack([ints[row] for row in IntRow], dim=1),
+            torch.stack([flags[row] for row in FlagRow], dim=1),
+            torch.stack([request_flags[column] for column in RequestFlag], dim=1),
         )
 
     @classmethod
     def empty(cls, batch: int, k: int, device: torch.device) -> StepOutputs:
         return cls(
-            torch.zeros((batch, len(FLOATS), k), dtype=torch.float32, device=device),
-            torch.zeros((batch, len(INTS), k), dtype=torch.int64, device=device),
-            torch.zeros((batch, len(FLAGS), k), dtype=torch.bool, device=device),
-            torch.zeros((batch, len(REQUEST_FLAGS)), dtype=torch.bool, device=device),
+            torch.zeros((batch, len(FloatRow), k), dtype=torch.float32, device=device),
+            torch.zeros((batch, len(IntRow), k), dtype=torch.int64, device=device),
+            torch.zeros((batch, len(FlagRow), k), dtype=torch.bool, device=device),
+            torch.zeros((batch, len(RequestFlag)), dtype=torch.bool, device=device),
         )
 
     @property
@@ -73,49 +130,38 @@ class StepOutputs:
 
     def load_state(self, state: BeamState) -> None:
         """Copy a search state into the state rows of the first `state.batch_size` requests."""
-        b = state.batch_size
-        for name in ("fin_scores", "fin_cum", "fin_token_logprob", "running_scores"):
-            self.floats[:b, FLOATS.index(name)].copy_(getattr(state, name))
-        for name in ("fin_step", "fin_parent", "fin_token"):
-            self.ints[:b, INTS.index(name)].copy_(getattr(state, name))
-        for i, name in enumerate(FLAGS):
-            self.flags[:b, i].copy_(getattr(state, name))
-        self.request_flags[:b, 0].copy_(state.heuristic_open)
+        b, rows = state.batch_size, self.state
+        for f in fields(BeamState):
+            getattr(rows, f.name)[:b].copy_(getattr(state, f.name))
 
     @cached_property
-    def state(self) -> BeamState:  # [B, k] views
-        def f(name: str) -> torch.Tensor:
-            return self.floats[:, FLOATS.index(name)]
-
-        def i(name: str) -> torch.Tensor:
-            return self.ints[:, INTS.index(name)]
-
+    def state(self) -> BeamState:  # [B, k] views of the state rows ([B] for heuristic_open)
         return BeamState(
-            running_scores=f("running_scores"),
-            running_ghost=self.flags[:, 0],
-            fin_scores=f("fin_scores"),
-            fin_done=self.flags[:, 1],
-            fin_ghost=self.flags[:, 2],
-            fin_step=i("fin_step"),
-            fin_parent=i("fin_parent"),
-            fin_token=i("fin_token"),
-            fin_cum=f("fin_cum"),
-            fin_token_logprob=f("fin_token_logprob"),
-            heuristic_open=self.request_flags[:, 0],
+            running_scores=self.floats[:, FloatRow.RUNNING_SCORES],
+            running_ghost=self.flags[:, FlagRow.RUNNING_GHOST],
+            fin_scores=self.floats[:, FloatRow.FIN_SCORES],
+            fin_done=self.flags[:, FlagRow.FIN_DONE],
+            fin_ghost=self.flags[:, FlagRow.FIN_GHOST],
+            fin_step=self.ints[:, IntRow.FIN_STEP],
+            fin_parent=self.ints[:, IntRow.FIN_PARENT],
+            fin_token=self.ints[:, IntRow.FIN_TOKEN],
+            fin_cum=self.floats[:, FloatRow.FIN_CUM],
+            fin_token_logprob=self.floats[:, FloatRow.FIN_TOKEN_LOGPROB],
+            heuristic_open=self.request_flags[:, RequestFlag.HEURISTIC_OPEN],
         )
 
     @property
     def parents(self) -> torch.Tensor:  # [B, k] int64
-        return self.ints[:, 0]
+        return self.ints[:, IntRow.PARENTS]
 
     @property
     def tokens(self) -> torch.Tensor:  # [B, k] int64
-        return self.ints[:, 1]
+        return self.ints[:, IntRow.TOKENS]
 
     @property
     def nodes(self) -> torch.Tensor:  # [B, k] int64
-        return self.ints[:, 6]
+        return self.ints[:, IntRow.NODES]
 
     @property
     def done(self) -> torch.Tensor:  # [B] bool
-        return self.request_flags[:, 1]
+        return self.request_flags[:, RequestFlag.DONE]
