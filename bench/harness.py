@@ -23,10 +23,10 @@ import torch
 
 from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.model.tiny import write_tiny_model
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
+from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 QWEN_VOCAB = 151936

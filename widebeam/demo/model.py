@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from widebeam.demo.config import ModelConfig
-from widebeam.services.decoder.model.tiny import write_tiny_model
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.model.weights import SINGLE_FILE
+from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 
 class PaddedCausalAttention:

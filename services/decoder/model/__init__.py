@@ -2,6 +2,7 @@
 
 Modules: ``config`` (ModelConfig, GenerationDefaults), ``weights`` (safetensors loading),
 ``layers`` (RMSNorm, rope, SwiGLU), ``attention_context`` (the KV/attention seam),
-``transformer`` (CausalLM), ``tiny`` (random test/demo checkpoints). Nothing is re-exported here
-so that importing one light module (e.g. config) does not pull in torch.
+``transformer`` (CausalLM). The tiny random checkpoints of tests and the demo live apart, in
+``services/decoder/testing``. Nothing is re-exported here so that importing one light module
+(e.g. config) does not pull in torch.
 """

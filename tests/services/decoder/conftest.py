@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import pytest
 
-from widebeam.services.decoder.model.tiny import write_tiny_model
+from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 SID_LEVELS = (16, 16, 16)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from widebeam.services.decoder.model.tiny import write_tiny_model
+from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 TinyFactory = Callable[..., Path]
 

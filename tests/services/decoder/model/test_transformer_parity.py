@@ -16,8 +16,8 @@ from widebeam.services.decoder.model.attention_context import (
     DenseCausalAttention,
     dense_causal_attention,
 )
-from widebeam.services.decoder.model.tiny_tokenizer import sid_token
 from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.testing.tiny_tokenizer import sid_token
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,8 +16,8 @@ from safetensors.torch import save_file
 
 from widebeam.services.decoder.config import DType
 from widebeam.services.decoder.model.config import ModelConfig
-from widebeam.services.decoder.model.tiny_tokenizer import tiny_vocab, write_tokenizer
 from widebeam.services.decoder.model.weights import INDEX_FILE, SINGLE_FILE
+from widebeam.services.decoder.testing.tiny_tokenizer import tiny_vocab, write_tokenizer
 
 _ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
