@@ -28,7 +28,7 @@ from widebeam.services.decoder.model.weights import load_state_dict, validate_st
 LM_HEAD = "lm_head.weight"
 # The serving LM head's output rows are padded to a multiple of this: with an unaligned vocabulary
 # (a SID-extended one, say 153474 tokens) the logits' row stride breaks 16-byte alignment and
-# cuBLAS falls back to a kernel about 3x slower on Hopper.
+# cuBLAS falls back to a far slower (sm80) kernel on Hopper.
 HEAD_ROW_ALIGN = 64
 # Old Llama checkpoints saved the rope table; it is recomputed, never loaded.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

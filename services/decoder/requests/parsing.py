@@ -19,7 +19,7 @@ _KNOWN = {
     "eos_token_id",
     "early_stopping",
     "normalization",
-    "catalog",  # parsed below; without it here every request naming a catalog was "unknown"
+    "catalog",  # parsed below like the rest: a field missing here is refused as unknown
     *_INT_FIELDS,
     *_FLOAT_FIELDS,
     *_BOOL_FIELDS,

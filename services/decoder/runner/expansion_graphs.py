@@ -27,9 +27,8 @@ from widebeam.services.decoder.search.beam_step import Scalar
 from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 # Cohorts up to this size get graphs of their exact size, larger ones round up to a multiple of
-# BATCH_STEP: a padding request costs a full request's LM head. (With power-of-two buckets, W2
-# at concurrency 4 and W3 at n = 512 ran slower than with the eager steps they replaced;
-# rounding 3 -> 4 and 12 -> 16 is the likely cause, not measured apart.)
+# BATCH_STEP: a padding request costs a full request's LM head, so coarse buckets (powers of
+# two: 3 -> 4, 12 -> 16) can cost more than the graph saves.
 EXACT_BATCH = 16
 BATCH_STEP = 8
 

@@ -24,9 +24,7 @@ from widebeam.services.decoder.runner.graph_capture import GraphCache
 
 TOKEN_STEP = 256
 # Larger batches stay eager: their kernels outlast the host's launches anyway, and at
-# saturation their token counts spread over many buckets (likely captures and LRU churn). On an
-# H200 a 1000-token prompt went from 27.8 to 19.1 ms per W2 request with graphs, while
-# saturated W3 (8k-token batches) lost 1-3% (docs/benchmarks.md).
+# saturation their token counts spread over many buckets (captures and LRU churn, for no gain).
 MAX_GRAPH_TOKENS = 2048
 
 # (ids [T], positions [T], write_slots [T], attention metadata, last [P]) -> [P, hidden]
