@@ -3,11 +3,16 @@ refused with a 4xx that names the problem, and nothing is published."""
 
 from __future__ import annotations
 
+import gzip
+import tracemalloc
+
 import pytest
 
 from tests.services.catalog.formats import catalog_writers as cw
 from tests.services.catalog.service.conftest import LAYOUT_SPEC, Service, StartService
 from tests.services.catalog.service.conftest import start_service as start_service  # fixture
+from widebeam.services.catalog.formats import load_catalog
+from widebeam.services.catalog.types import CatalogError
 
 
 @pytest.fixture
@@ -71,10 +76,14 @@ def test_a_lone_surrogate_item_id_is_422_naming_the_line(service: Service) -> No
 
 def _multipart(data: bytes, boundary: str = "widebeam-test-boundary") -> tuple[bytes, str]:
     body = (
-        f"--{boundary}\r\n"
-        'Content-Disposition: form-data; name="file"; filename="catalog.jsonl"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f"--{boundary}\r\n"
+            'Content-Disposition: form-data; name="file"; filename="catalog.jsonl"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     return body, f"multipart/form-data; boundary={boundary}"
 
 
@@ -119,3 +128,37 @@ def test_malformed_csv_is_422_naming_the_line(
     assert response.status_code == 422, response.text
     assert problem in response.json()["error"]["message"], response.json()
     _nothing_published(service)
+
+
+def _jsonl_gzip_bomb(rows: int) -> bytes:
+    line = b'{"item_id": "x", "sid": [1, 2, 3]}\n'
+    return gzip.compress(line * rows, compresslevel=9)
+
+
+def test_a_gzip_bomb_stops_at_the_item_limit_while_it_streams(start_service: StartService) -> None:
+    service = start_service(sid_layout=LAYOUT_SPEC, max_items=1000)
+    bomb = _jsonl_gzip_bomb(400_000)  # ~14 MB of rows in ~30 KB
+    response = service.upload("shop", bomb)
+    assert response.status_code == 422, response.text
+    assert (
+        "line 1001: the catalog has more than its limit of 1000 items"
+        in (response.json()["error"]["message"])
+    )
+    _nothing_published(service)
+
+
+def test_gzip_input_is_inflated_as_it_is_parsed() -> None:
+    # The rows are parsed from the inflating stream: stopping at the item limit costs a few
+    # read buffers (1 MiB chunks) and the rows read so far, never the inflated text (~72 MB,
+    # which was inflated whole before parsing).
+    bomb = _jsonl_gzip_bomb(2_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CatalogError, match="more than its limit of 100 items"):
+            load_catalog(bomb, max_items=100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16_000_000, peak
+    with pytest.raises(CatalogError, match="inflates to more than the 4000000-byte limit"):
+        load_catalog(bomb, max_bytes=4_000_000)

@@ -1,7 +1,12 @@
-"""Row-at-a-time accumulation of a ``CatalogTable`` for the text and JSON-object formats."""
+"""Row-at-a-time accumulation of a ``CatalogTable`` for the text and JSON-object formats.
+
+Codes, popularity and row numbers go to typed arrays (8 bytes a value, not a Python object),
+metadata only for rows that have some, and ``max_items`` is checked as rows arrive: a parser
+streaming a huge or inflating input stops at the limit instead of after the whole input."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,15 +19,17 @@ from widebeam.services.catalog.types import CatalogError
 class TableBuilder:
     """Collects rows as flat Python lists; one numpy conversion at :meth:`finish`."""
 
-    def __init__(self, format: str, codebook_size: int | None = None) -> None:
+    def __init__(
+        self, format: str, codebook_size: int | None = None, max_items: int | None = None
+    ) -> None:
         self.format = format
         self.codebook_size = codebook_size
+        self.max_items = max_items
         self.item_ids: list[str] = []
-        self._codes: list[int] = []  # [num_items * L], row-major
-        self._popularity: list[float] = []
-        self._metadata: list[dict[str, Any]] = []
-        self._has_metadata = False
-        self._rows: list[int] = []
+        self._codes = array("q")  # [num_items * L] int64, row-major
+        self._popularity = array("d")  # [num_items] float64
+        self._metadata: dict[int, dict[str, Any]] = {}  # row index -> its non-empty metadata
+        self._rows = array("q")  # [num_items] int64
         self._depth: int | None = None
         self._depth_where = ""
 
@@ -36,6 +43,10 @@ class TableBuilder:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """Append one validated row; rejects a SID whose depth differs from the first row's."""
+        if self.max_items is not None and len(self.item_ids) >= self.max_items:
+            raise CatalogError(
+                f"{where}: the catalog has more than its limit of {self.max_items} items"
+            )
         if self._depth is None:
             if not codes:
                 raise CatalogError(f"{where}: item {item_id!r}: SID has no codes")
@@ -46,21 +57,22 @@ class TableBuilder:
                 f"{self._depth_where} has {self._depth} (mixed depths: all SIDs must have the "
                 f"same number of codes)"
             )
+        if metadata:
+            self._metadata[len(self.item_ids)] = metadata
         self.item_ids.append(item_id)
         self._codes.extend(codes)
         self._popularity.append(popularity)
         self._rows.append(source_row)
-        self._metadata.append(metadata or {})
-        self._has_metadata = self._has_metadata or bool(metadata)
 
     def finish(self) -> CatalogTable:
-        depth = self._depth or 0
+        depth, n = self._depth or 0, len(self.item_ids)
+        metadata = [self._metadata.get(i, {}) for i in range(n)] if self._metadata else None
         return CatalogTable(
             item_ids=self.item_ids,
-            sids=np.array(self._codes, dtype=np.int64).reshape(len(self.item_ids), depth),
-            popularity=np.array(self._popularity, dtype=np.float64),
-            metadata=self._metadata if self._has_metadata else None,
+            sids=np.frombuffer(self._codes, dtype=np.int64).reshape(n, depth).copy(),
+            popularity=np.frombuffer(self._popularity, dtype=np.float64).copy(),
+            metadata=metadata,
             format=self.format,
-            source_rows=np.array(self._rows, dtype=np.int64),
+            source_rows=np.frombuffer(self._rows, dtype=np.int64).copy(),
             codebook_size=self.codebook_size,
         )

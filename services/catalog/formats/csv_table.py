@@ -31,32 +31,32 @@ _LEVEL_COL = re.compile(r"sid_(0|[1-9][0-9]{0,5})")
 _CODE_SEP = re.compile(r"[,;\s]+")
 
 
-def parse_csv(stream: IO[bytes]) -> CatalogTable:
+def parse_csv(stream: IO[bytes], max_items: int | None = None) -> CatalogTable:
     """Parse a CSV catalog from a binary stream (UTF-8, optional BOM), record by record."""
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
     try:
-        return _parse(text)
+        return _parse(text, max_items)
     except UnicodeDecodeError as exc:
         raise CatalogError(f"CSV is not UTF-8 text: {exc.reason}") from None
     finally:
         text.detach()  # leave the caller's stream open
 
 
-def _parse(text: io.TextIOWrapper) -> CatalogTable:
+def _parse(text: io.TextIOWrapper, max_items: int | None) -> CatalogTable:
     first = text.readline()
     delimiter = "\t" if "\t" in first and "," not in first else ","
     # chain, not a generator: closing a generator would close the (detached) wrapper.
     # strict: a quote left open would otherwise swallow every later line into one field.
     reader = csv.reader(itertools.chain([first], text), delimiter=delimiter, strict=True)
     try:
-        return _parse_records(reader)
+        return _parse_records(reader, max_items)
     except csv.Error as exc:  # NUL bytes, oversized fields, bad quoting
         # line_num is the line the reader had reached: where the bad record ends, or the end
         # of the input for a quote never closed.
         raise CatalogError(f"line {reader.line_num}: malformed CSV: {exc}") from None
 
 
-def _parse_records(reader: _csv.Reader) -> CatalogTable:
+def _parse_records(reader: _csv.Reader, max_items: int | None) -> CatalogTable:
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
         raise CatalogError("line 1: CSV needs a header row naming 'item_id' and the SID columns")
@@ -79,7 +79,7 @@ def _parse_records(reader: _csv.Reader) -> CatalogTable:
     used = {"item_id", "sid", "popularity", *(names[i] for i in level_cols)}
     meta_cols = [(n, i) for i, n in enumerate(names) if n not in used and n]
 
-    builder = TableBuilder("csv")
+    builder = TableBuilder("csv", max_items=max_items)
     for row in reader:
         if not row or (len(row) == 1 and not row[0].strip()):
             continue  # blank line

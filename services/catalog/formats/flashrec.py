@@ -48,7 +48,9 @@ def is_sid_only(obj: dict[str, Any]) -> bool:
     )
 
 
-def parse_flashrec(obj: dict[str, Any], layout: SidLayout | None = None) -> CatalogTable:
+def parse_flashrec(
+    obj: dict[str, Any], layout: SidLayout | None = None, max_items: int | None = None
+) -> CatalogTable:
     """Table of a decoded FlashRec JSON object (see ``json_guard.loads`` for decoding).
 
     ``layout``: the SID layout the catalog is for; it decides whether a trailing code is
@@ -57,7 +59,7 @@ def parse_flashrec(obj: dict[str, Any], layout: SidLayout | None = None) -> Cata
     if not isinstance(obj, dict):
         raise CatalogError(f"FlashRec catalog must be a JSON object, got {type(obj).__name__}")
     sid_only = is_sid_only(obj)
-    builder = TableBuilder("flashrec")
+    builder = TableBuilder("flashrec", max_items=max_items)
     for pos, (key, value) in enumerate(obj.items(), start=1):
         where = f"key {key!r}"
         if sid_only:

@@ -25,9 +25,9 @@ from widebeam.services.catalog.types import CatalogError
 _LEVEL_KEY = re.compile(r"sid_(0|[1-9][0-9]{0,5})")  # no leading zeros: one key per level
 
 
-def parse_jsonl(stream: IO[bytes]) -> CatalogTable:
+def parse_jsonl(stream: IO[bytes], max_items: int | None = None) -> CatalogTable:
     """Parse a JSONL catalog from a binary stream (UTF-8, optional BOM), row by row."""
-    builder = TableBuilder("jsonl")
+    builder = TableBuilder("jsonl", max_items=max_items)
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline=None)
     lineno = 0
     try:

@@ -30,6 +30,7 @@ def load_catalog(
     codebook_size: int | None = None,
     max_bytes: int | None = None,
     layout: SidLayout | None = None,
+    max_items: int | None = None,
 ) -> CatalogTable:
     """Parse and validate a catalog; raises ``CatalogError`` naming the offending row/key.
 
@@ -39,7 +40,8 @@ def load_catalog(
     size C; unpacks sid2pid keys and, for every format, rejects codes >= C.
     ``max_bytes``: limit on the uncompressed input (default 2 GiB). ``layout``: when given,
     the catalog must fit it (depth, per-level sizes); it also decides sid2pid's C and whether
-    a FlashRec key's extra last code is its end marker.
+    a FlashRec key's extra last code is its end marker. ``max_items``: the most items a
+    catalog may have, checked as rows are read (None: no limit).
     """
     if format is not None and format not in FORMATS:
         raise CatalogError(f"unknown catalog format {format!r}; expected one of {list(FORMATS)}")
@@ -50,25 +52,33 @@ def load_catalog(
         head = raw.head(HEAD_BYTES + 1)
         format = sniff_format(head[:HEAD_BYTES], complete=len(head) <= HEAD_BYTES)
     with paused_gc():
-        table = _parse(raw, format, codebook_size, layout)
+        table = _parse(raw, format, codebook_size, layout, max_items)
         if codebook_size is not None:
             table.codebook_size = codebook_size
         return validate_table(table, layout)
 
 
 def _parse(
-    raw: RawInput, format: str, codebook_size: int | None, layout: SidLayout | None
+    raw: RawInput,
+    format: str,
+    codebook_size: int | None,
+    layout: SidLayout | None,
+    max_items: int | None,
 ) -> CatalogTable:
     if format == "parquet":
-        return parse_parquet(raw.path if raw.path is not None else io.BytesIO(raw.data or b""))
+        # Parquet seeks: a plain file is read in place, anything else whole (under the cap).
+        path = raw.seekable_path
+        stream = path if path is not None else io.BytesIO(raw.read_all())
+        return parse_parquet(stream, max_items=max_items)
     if format in ("jsonl", "csv"):
         with raw.open() as stream:
-            return parse_jsonl(stream) if format == "jsonl" else parse_csv(stream)
+            parse = parse_jsonl if format == "jsonl" else parse_csv
+            return parse(stream, max_items)
     obj = json_guard.loads(raw.read_all(), "input")
     if not isinstance(obj, dict):
         raise CatalogError(f"input: expected a JSON object at top level, got {type(obj).__name__}")
     if format == "json":
         format = json_object_format(obj)
     if format == "flashrec":
-        return parse_flashrec(obj, layout)
-    return parse_sid2pid(obj, codebook_size, layout)
+        return parse_flashrec(obj, layout, max_items)
+    return parse_sid2pid(obj, codebook_size, layout, max_items)

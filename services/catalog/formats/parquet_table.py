@@ -26,11 +26,18 @@ DEFAULT_BATCH_ROWS = 1 << 16
 
 
 def parse_parquet(
-    source: str | os.PathLike[str] | IO[bytes], batch_rows: int = DEFAULT_BATCH_ROWS
+    source: str | os.PathLike[str] | IO[bytes],
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    max_items: int | None = None,
 ) -> CatalogTable:
     """Parse a Parquet catalog from a path or a seekable binary stream."""
     try:
         pf = pq.ParquetFile(source)
+        rows = pf.metadata.num_rows
+        if max_items is not None and rows > max_items:
+            raise CatalogError(
+                f"the catalog has {rows} rows, more than its limit of {max_items} items"
+            )
         return _parse(pf, batch_rows)
     except (pa.ArrowException, OSError) as exc:
         raise CatalogError(f"malformed Parquet: {exc}") from None

@@ -101,7 +101,10 @@ def _base_from_layout(keys: list[int], layout: SidLayout) -> int:
 
 
 def parse_sid2pid(
-    obj: dict[str, Any], codebook_size: int | None = None, layout: SidLayout | None = None
+    obj: dict[str, Any],
+    codebook_size: int | None = None,
+    layout: SidLayout | None = None,
+    max_items: int | None = None,
 ) -> CatalogTable:
     """Table of a decoded sid2pid / sid2iid object; C from ``codebook_size`` or ``layout``."""
     if not isinstance(obj, dict):
@@ -109,7 +112,7 @@ def parse_sid2pid(
     # Keys are checked before C is inferred so that a junk key cannot inflate the inference.
     keys = [_packed_key(k) for k in obj]
     c = resolve_codebook_size(keys, codebook_size, layout)
-    builder = TableBuilder("sid2pid", codebook_size=c)
+    builder = TableBuilder("sid2pid", codebook_size=c, max_items=max_items)
     for pos, (key, packed, value) in enumerate(zip(obj, keys, obj.values(), strict=True), 1):
         where = f"key {key!r}"
         if packed >= c**DEPTH:

@@ -1,8 +1,9 @@
-"""Catalog input as uncompressed bytes: gzip detected by magic bytes and inflated under a cap.
+"""Catalog input as uncompressed bytes: gzip detected by magic bytes and inflated as it is read.
 
-A plain file on disk is read lazily (streamed by the line/batch parsers); everything else
-(``bytes``, a binary stream, any gzip) is held in memory, never above ``max_bytes``. The cap
-applies to the *decompressed* size, so a small gzip bomb is stopped after ``max_bytes``.
+Plain input (a file on disk or bytes) is read as it is; gzip input stays compressed and is
+inflated chunk by chunk while a parser reads it, so a line parser's working set is its rows, not
+the inflated text. The cap applies to the *decompressed* size and is checked as the stream is
+read: a small gzip bomb is stopped after ``max_bytes`` without ever holding them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from widebeam.services.catalog.types import CatalogError
 
@@ -22,88 +23,115 @@ _CHUNK = 1 << 20
 
 
 class RawInput:
-    """Uncompressed catalog bytes, either ``data`` in memory or the plain file ``path``."""
+    """Catalog input: ``data`` in memory or the file ``path``; with ``gzip`` those hold the
+    compressed bytes and every read inflates them, under ``max_bytes``."""
 
-    def __init__(self, data: bytes | None = None, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        data: bytes | None = None,
+        path: Path | None = None,
+        gzip: bool = False,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         if (data is None) == (path is None):
             raise ValueError("RawInput needs exactly one of data and path")
         self.data = data
         self.path = path
+        self.gzip = gzip
+        self.max_bytes = max_bytes
+
+    @property
+    def seekable_path(self) -> Path | None:
+        """The plain file itself, for readers that seek (Parquet); None for gzip or bytes."""
+        return None if self.gzip else self.path
 
     def head(self, n: int) -> bytes:
         """The first ``n`` bytes (fewer when the input is shorter)."""
-        if self.data is not None:
+        if self.data is not None and not self.gzip:
             return self.data[:n]
-        with open(self.path, "rb") as f:  # type: ignore[arg-type]
+        with self.open() as f:
             return f.read(n)
 
     def open(self) -> IO[bytes]:
-        """A fresh binary stream over the whole input; the caller closes it."""
+        """A fresh binary stream over the whole (uncompressed) input; the caller closes it."""
         if self.data is not None:
-            return io.BytesIO(self.data)
-        return open(self.path, "rb")  # type: ignore[arg-type]
+            raw: IO[bytes] = io.BytesIO(self.data)
+        else:
+            raw = open(self.path, "rb")  # type: ignore[arg-type]  # noqa: SIM115 (the caller closes it)
+        if not self.gzip:
+            return raw
+        return io.BufferedReader(_Inflating(raw, self.max_bytes), _CHUNK)
 
     def read_all(self) -> bytes:
-        if self.data is not None:
+        if self.data is not None and not self.gzip:
             return self.data
         with self.open() as f:
             return f.read()
 
 
+class _Inflating(io.RawIOBase):
+    """gzip (multi-member too) inflated on read; CatalogError once past ``max_bytes``, or on a
+    truncated or corrupt stream."""
+
+    def __init__(self, compressed: IO[bytes], max_bytes: int) -> None:
+        self._compressed = compressed
+        self._gz = gzip.GzipFile(fileobj=compressed, mode="rb")
+        self._max_bytes = max_bytes
+        self._total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            n = self._gz.readinto(buffer)
+        except EOFError:
+            raise CatalogError("gzip input is truncated (no end-of-stream marker)") from None
+        except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError; CRC errors too
+            raise CatalogError(f"gzip input is corrupt: {exc}") from None
+        self._total += n
+        if self._total > self._max_bytes:
+            raise CatalogError(f"gzip input inflates to more than the {self._max_bytes}-byte limit")
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._gz.close()
+            self._compressed.close()
+        super().close()
+
+
 def open_input(
     source: bytes | str | os.PathLike[str] | IO[bytes], max_bytes: int = DEFAULT_MAX_BYTES
 ) -> RawInput:
-    """Resolve ``source`` (content bytes, a path, or a binary stream) to uncompressed input.
+    """Resolve ``source`` (content bytes, a path, or a binary stream) to catalog input.
 
     A ``str`` is a path, never catalog text: pass text as ``bytes``.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        _check_size(len(data), max_bytes, "input")
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            size = path.stat().st_size
-            _check_size(size, max_bytes, f"file {str(path)!r}")
             with open(path, "rb") as f:
-                if f.read(2) != GZIP_MAGIC:
-                    return RawInput(path=path)
-                f.seek(0)
-                return RawInput(data=_gunzip(f, max_bytes))
+                compressed = f.read(2) == GZIP_MAGIC
+            if not compressed:
+                _check_size(path.stat().st_size, max_bytes, f"file {str(path)!r}")
+            return RawInput(path=path, gzip=compressed, max_bytes=max_bytes)
         except OSError as exc:
             raise CatalogError(f"cannot read catalog file {str(path)!r}: {exc}") from None
     elif hasattr(source, "read"):
         data = source.read(max_bytes + 1)
         if not isinstance(data, bytes):
             raise CatalogError("catalog stream must be binary (opened with 'rb'), got text")
-        _check_size(len(data), max_bytes, "input")
     else:
         raise CatalogError(f"unsupported catalog source type {type(source).__name__}")
-    if data[:2] == GZIP_MAGIC:
-        data = _gunzip(io.BytesIO(data), max_bytes)
-    return RawInput(data=data)
+    compressed = data[:2] == GZIP_MAGIC
+    if not compressed:
+        _check_size(len(data), max_bytes, "input")
+    return RawInput(data=data, gzip=compressed, max_bytes=max_bytes)
 
 
 def _check_size(size: int, max_bytes: int, what: str) -> None:
     if size > max_bytes:
         raise CatalogError(f"{what} is larger than the {max_bytes}-byte limit")
-
-
-def _gunzip(stream: IO[bytes], max_bytes: int) -> bytes:
-    """Inflate gzip (multi-member too) chunk by chunk, stopping once past ``max_bytes``."""
-    chunks: list[bytes] = []
-    total = 0
-    try:
-        with gzip.GzipFile(fileobj=stream, mode="rb") as gz:
-            while chunk := gz.read(_CHUNK):
-                total += len(chunk)
-                if total > max_bytes:
-                    raise CatalogError(
-                        f"gzip input inflates to more than the {max_bytes}-byte limit"
-                    )
-                chunks.append(chunk)
-    except EOFError:
-        raise CatalogError("gzip input is truncated (no end-of-stream marker)") from None
-    except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError; CRC errors too
-        raise CatalogError(f"gzip input is corrupt: {exc}") from None
-    return b"".join(chunks)

@@ -41,12 +41,18 @@ def load_trie(
     format: str | None = None,
     codebook_size: int | None = None,
     max_bytes: int | None = None,
+    max_items: int | None = None,
 ) -> tuple[SidTrie, str]:
     """Parse, validate against ``layout`` and build the trie; returns it and the input's format.
 
     Arguments as :func:`load_catalog`'s; raises ``CatalogError`` naming the row / key at fault.
     """
     table = load_catalog(
-        source, format=format, codebook_size=codebook_size, max_bytes=max_bytes, layout=layout
+        source,
+        format=format,
+        codebook_size=codebook_size,
+        max_bytes=max_bytes,
+        layout=layout,
+        max_items=max_items,
     )
     return build_trie(table, layout), table.format

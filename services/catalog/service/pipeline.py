@@ -45,7 +45,11 @@ def resolve_layout(state: ServiceState, name: str, spec: str | None) -> SidLayou
 
 
 def build(
-    source: bytes | Path, options: UploadOptions, layout: SidLayout, max_inflated: int
+    source: bytes | Path,
+    options: UploadOptions,
+    layout: SidLayout,
+    max_inflated: int,
+    max_items: int | None = None,
 ) -> tuple[SidTrie, str]:
     """Parse, validate against ``layout`` and build the trie; CatalogError names the row/key."""
     return load_trie(
@@ -54,6 +58,7 @@ def build(
         format=options.format,
         codebook_size=options.codebook_size,
         max_bytes=max_inflated,
+        max_items=max_items,
     )
 
 

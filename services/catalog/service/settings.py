@@ -35,6 +35,9 @@ class CatalogSettings(BaseSettings):
     max_inflated_bytes: int = Field(
         4 << 30, ge=1, description="limit on a catalog's uncompressed size (gzip bombs)"
     )
+    max_items: int = Field(
+        20_000_000, ge=1, description="most items of one catalog, checked as its rows are read"
+    )
     spool_memory_bytes: int = Field(
         8 << 20, ge=0, description="uploads up to this size stay in memory, larger go to disk"
     )

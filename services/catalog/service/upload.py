@@ -106,7 +106,12 @@ def create_router(require_write_key: ApiKeyDependency) -> APIRouter:
                 started = time.perf_counter()
                 try:
                     trie, fmt = await run_in_threadpool(
-                        pipeline.build, spool.source(), options, layout, settings.max_inflated_bytes
+                        pipeline.build,
+                        spool.source(),
+                        options,
+                        layout,
+                        settings.max_inflated_bytes,
+                        settings.max_items,
                     )
                 finally:
                     build_s = time.perf_counter() - started
