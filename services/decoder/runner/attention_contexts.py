@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -11,10 +12,10 @@ from widebeam.services.decoder.kv.kv_cache import KVCache
 
 
 @dataclass(frozen=True)
-class PrefillContext:
+class _WritingContext(ABC):
     cache: KVCache
-    write_slots: torch.Tensor  # [N] int64, prompt slots of the packed tokens
-    # the backend's prepare_prefill result, or a CUDA-graph bucket's static buffers
+    write_slots: torch.Tensor  # [N] int64, the slot of each token's (row's) new KV
+    # the backend's prepare_prefill / prepare_decode result, or a CUDA-graph bucket's buffers
     metadata: object
     backend: AttentionBackend
     scale: float
@@ -23,21 +24,28 @@ class PrefillContext:
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:  # q [N, Hq, D]; k, v [N, Hkv, D] -> [N, Hq, D]
         self.cache.write(layer_idx, self.write_slots, k, v)
+        return self._attend(layer_idx, q, k, v)
+
+    @abstractmethod
+    def _attend(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor: ...
+
+
+class PrefillContext(_WritingContext):
+    """Packed prompt tokens: each attends causally within its prompt (the batch's own K, V)."""
+
+    def _attend(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         return self.backend.prefill(q, k, v, self.metadata, self.scale)
 
 
-@dataclass(frozen=True)
-class DecodeContext:
-    cache: KVCache
-    write_slots: torch.Tensor  # [R] int64, one new slot per row
-    # the backend's prepare_decode result, or a CUDA-graph bucket's static buffers
-    metadata: object
-    backend: AttentionBackend
-    scale: float
+class DecodeContext(_WritingContext):
+    """One new token per row: each attends over its prompt and suffix slots in the cache."""
 
-    def attend(
+    def _attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor:  # q [R, Hq, D]; k, v [R, Hkv, D] -> [R, Hq, D]
-        self.cache.write(layer_idx, self.write_slots, k, v)
+    ) -> torch.Tensor:
         k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
         return self.backend.decode(q, k_cache, v_cache, self.metadata, self.scale)

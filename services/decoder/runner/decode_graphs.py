@@ -18,10 +18,8 @@ from typing import NamedTuple
 
 import torch
 
-from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.buckets import pow2
-from widebeam.kernels.attention.metadata import AttentionLayout
-from widebeam.services.decoder.runner.graph_capture import GraphCache
+from widebeam.services.decoder.runner.graph_capture import BucketedForward
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, DecodeShape, PreparedStep
 
 SMALL_ROWS = 1024  # up to here rows round to a power of two, beyond to a multiple of ROW_STEP
@@ -62,31 +60,12 @@ class _Entry(NamedTuple):
     hidden: torch.Tensor | None  # [rows, hidden] the graph's output (None in eager mode)
 
 
-class DecodeGraphs:
+class DecodeGraphs(BucketedForward[DecodeForward, DecodeShape, _Entry]):
     """Bucketed decode forward; `forward(tokens, positions, write_slots, metadata)` runs the
-    model (it must only launch device work: no host reads, so it can be captured). A step is
-    `prepare` (host work, can run while the device finishes the previous step) then `launch`."""
+    model. A step is `prepare` (host work, can run while the device finishes the previous step)
+    then `launch`."""
 
-    def __init__(
-        self,
-        forward: DecodeForward,
-        backend: AttentionBackend,
-        layout: AttentionLayout,
-        trash_slot: int,
-        device: torch.device,
-        use_graphs: bool,
-        max_graphs: int = 48,
-    ) -> None:
-        self.forward = forward
-        self.backend = backend
-        self.layout = layout
-        self.trash_slot = trash_slot
-        self.device = device
-        self.cache: GraphCache[DecodeShape, _Entry] = GraphCache(device, use_graphs, max_graphs)
-
-    @property
-    def captures(self) -> int:
-        return self.cache.captures
+    max_graphs = 48
 
     def prepare(self, inputs: DecodeInputs) -> PreparedStep:
         """The host part of a step (bucket, attention metadata); queues copies, never waits."""

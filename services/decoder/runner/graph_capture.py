@@ -1,18 +1,23 @@
-"""Capturing device work into a CUDA graph, and the per-bucket cache of such graphs (decode and
-prefill forwards, beam expansions)."""
+"""Capturing device work into a CUDA graph, the per-bucket cache of such graphs (decode and
+prefill forwards, beam expansions), and what the bucketed forwards share (`BucketedForward`)."""
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from dataclasses import InitVar, dataclass
+from typing import ClassVar, Generic, TypeVar
 
 import torch
+
+from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.attention.metadata import AttentionLayout
 
 Key = TypeVar("Key", bound=Hashable)
 Entry = TypeVar("Entry")
 Out = TypeVar("Out")
+Forward = TypeVar("Forward", bound=Callable[..., torch.Tensor])
 
 
 def capture(
@@ -63,3 +68,26 @@ class GraphCache(Generic[Key, Entry]):
         torch.cuda.synchronize(self.device)  # a capture is rare: its full cost, counted
         self.capture_seconds += time.perf_counter() - start
         return graph, out
+
+
+@dataclass(eq=False)
+class BucketedForward(Generic[Forward, Key, Entry]):
+    """A model forward run at bucketed shapes through one attention backend: per bucket, static
+    buffers (and, with `use_graphs`, the graph captured over them); padding tokens or rows write
+    their KV to the trash slot. `forward` only launches device work (no host reads), so it can
+    be captured."""
+
+    forward: Forward
+    backend: AttentionBackend
+    layout: AttentionLayout
+    trash_slot: int
+    device: torch.device
+    use_graphs: InitVar[bool]
+    max_graphs: ClassVar[int] = 16  # buckets kept; the least recently used is dropped beyond
+
+    def __post_init__(self, use_graphs: bool) -> None:
+        self.cache: GraphCache[Key, Entry] = GraphCache(self.device, use_graphs, self.max_graphs)
+
+    @property
+    def captures(self) -> int:
+        return self.cache.captures

@@ -118,11 +118,7 @@ class ModelRunner:
         host = torch.from_numpy(prefill_host_inputs(prompts, lengths, cu[-1], len(prompts)))
         ids, positions, last = split_prefill_inputs(to_device_async(host, self.device), cu[-1])
         metadata = self.backend.prepare_prefill(PrefillBatch(tuple(cu)), self.layout)
-        ctx = PrefillContext(
-            self.cache, torch.cat(prompt_slots), metadata, self.backend, self.scale
-        )
-        hidden = self.model(ids, positions, ctx)
-        return hidden[last]
+        return self._prefill_forward(ids, positions, torch.cat(prompt_slots), metadata, last)
 
     def prepare_decode(self, inputs: DecodeInputs) -> PreparedStep:
         """Host-side preparation of a decode step; nothing here waits for the device."""

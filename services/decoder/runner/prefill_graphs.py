@@ -18,9 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import AttentionLayout, PrefillBatch
-from widebeam.services.decoder.runner.graph_capture import GraphCache
+from widebeam.kernels.attention.metadata import PrefillBatch
+from widebeam.services.decoder.runner.graph_capture import BucketedForward
 
 TOKEN_STEP = 256
 # Larger batches stay eager: their kernels outlast the host's launches anyway, and at
@@ -90,27 +89,11 @@ class _Entry(NamedTuple):
     hidden: torch.Tensor | None  # [P, hidden] the graph's output (None in eager mode)
 
 
-class PrefillGraphs:
-    def __init__(
-        self,
-        forward: PrefillForward,
-        backend: AttentionBackend,
-        layout: AttentionLayout,
-        trash_slot: int,
-        device: torch.device,
-        use_graphs: bool,
-        max_graphs: int = 16,
-    ) -> None:
-        self.forward = forward
-        self.backend = backend
-        self.layout = layout
-        self.trash_slot = trash_slot
-        self.device = device
-        self.cache: GraphCache[PrefillShape, _Entry] = GraphCache(device, use_graphs, max_graphs)
+class PrefillGraphs(BucketedForward[PrefillForward, PrefillShape, _Entry]):
+    """Bucketed prefill forward; `forward(ids, positions, write_slots, metadata, last)` runs
+    the model and keeps each prompt's last token."""
 
-    @property
-    def captures(self) -> int:
-        return self.cache.captures
+    max_graphs = 16
 
     def run(
         self,
