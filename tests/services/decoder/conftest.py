@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
+from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 SID_LEVELS = (16, 16, 16)
@@ -18,6 +20,14 @@ class SidModel(NamedTuple):
     model_dir: Path
     catalog_path: Path
     catalog: list[tuple[str, tuple[int, ...]]]
+
+    def engine_config(self, **overrides: Any) -> EngineConfig:
+        """This model with its catalog as the default one; `overrides` set the other fields."""
+        fields = {"model_dir": str(self.model_dir), "catalog_path": str(self.catalog_path)}
+        return EngineConfig(**(fields | overrides))
+
+    def engine(self, **overrides: Any) -> Engine:
+        return Engine(self.engine_config(**overrides))
 
 
 def write_catalog(path: Path, num_items: int, levels: tuple[int, ...], seed: int) -> list:

@@ -8,8 +8,6 @@ import random
 import pytest
 
 from tests.services.decoder.conftest import SidModel
-from widebeam.services.decoder.config import EngineConfig
-from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest
 
@@ -55,12 +53,7 @@ def _same(a: RequestOutput, b: RequestOutput) -> None:
 @pytest.mark.parametrize("max_rows", [4096, 40])
 def test_batched_equals_alone(sid_model: SidModel, max_rows: int) -> None:
     """max_rows=40 forces queueing: requests join the running batch between steps."""
-    config = EngineConfig(
-        model_dir=str(sid_model.model_dir),
-        catalog_path=str(sid_model.catalog_path),
-        max_rows=max_rows,
-    )
-    engine = Engine(config)
+    engine = sid_model.engine(max_rows=max_rows)
     requests = _mixed_requests(3, engine.sid_layout.begin_token_id)
     together = engine.generate(requests)
     for req, out in zip(requests, together, strict=True):

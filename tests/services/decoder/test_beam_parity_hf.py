@@ -21,7 +21,6 @@ from transformers import AutoModelForCausalLM
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.hf_oracle import OracleBeam, hf_generate, trie_prefix_fn
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.search import beam_search
@@ -104,9 +103,7 @@ def _assert_same_beams(req: GenerationRequest, got: list, expected: list[OracleB
 
 @pytest.fixture(scope="module")
 def engine(sid_model: SidModel) -> Engine:
-    return Engine(
-        EngineConfig(model_dir=str(sid_model.model_dir), catalog_path=str(sid_model.catalog_path))
-    )
+    return sid_model.engine()
 
 
 @pytest.mark.parametrize(

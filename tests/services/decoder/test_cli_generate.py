@@ -20,6 +20,14 @@ def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProce
     )
 
 
+def _generate(
+    sid_model: SidModel, *flags: str, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    """`widebeam generate` over the test model, with its catalog, and `flags`."""
+    model = ["--model", str(sid_model.model_dir), "--catalog", str(sid_model.catalog_path)]
+    return _run(["generate", *model, *flags], stdin)
+
+
 def test_generate_jsonl_in_order_with_errors_and_items(sid_model: SidModel, tmp_path: Path) -> None:
     lines = [
         {
@@ -45,19 +53,7 @@ def test_generate_jsonl_in_order_with_errors_and_items(sid_model: SidModel, tmp_
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
     out = tmp_path / "out.jsonl"
-    proc = _run(
-        [
-            "generate",
-            "--model",
-            str(sid_model.model_dir),
-            "--catalog",
-            str(sid_model.catalog_path),
-            "--input",
-            str(src),
-            "--output",
-            str(out),
-        ]
-    )
+    proc = _generate(sid_model, "--input", str(src), "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r.get("id") for r in rows] == ["beam", None, "bad", "sid", "greedy"]
@@ -80,18 +76,7 @@ def test_generate_stdin_stdout_and_explicit_layout(sid_model: SidModel) -> None:
         "eos_token_id": [],
     }
     layout = "203:16,219:16,235:16"  # same codes as the tokenizer, without begin/end tokens
-    proc = _run(
-        [
-            "generate",
-            "--model",
-            str(sid_model.model_dir),
-            "--catalog",
-            str(sid_model.catalog_path),
-            "--sid-layout",
-            layout,
-        ],
-        json.dumps(request),
-    )
+    proc = _generate(sid_model, "--sid-layout", layout, stdin=json.dumps(request))
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)
     assert row["id"] == "1" and all(len(b["output_ids"]) == 3 for b in row["beams"])
@@ -111,14 +96,7 @@ def test_generate_passes_normalization_through(sid_model: SidModel) -> None:
         base | {"id": "bogus", "normalization": "softmax"},
     ]
     stdin = "".join(json.dumps(line) + "\n" for line in lines)
-    args = [
-        "generate",
-        "--model",
-        str(sid_model.model_dir),
-        "--catalog",
-        str(sid_model.catalog_path),
-    ]
-    proc = _run(args, stdin)
+    proc = _generate(sid_model, stdin=stdin)
     assert proc.returncode == 0, proc.stderr
     vocab, sid, plain, bogus = (json.loads(line) for line in proc.stdout.splitlines())
     by_path = {tuple(b["output_ids"]): b["cum_logprob"] for b in vocab["beams"]}

@@ -13,7 +13,7 @@ from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.digest import digest
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,24 +34,21 @@ def _requests(begin: int) -> list[GenerationRequest]:
             eos_token_id=(17, 23),
             early_stopping=True,
         ),
-        GenerationRequest(
-            "sid",
-            (9, 8, begin),
-            beam_width=64,
-            n=8,
-            max_new_tokens=5,
-            constrained=True,
-            return_logprobs=True,
-        ),
-        GenerationRequest(
-            "sid-normalised",
-            (7, 9, begin),
-            beam_width=48,
-            n=6,
-            max_new_tokens=5,
-            constrained=True,
-            return_logprobs=True,
-            normalization="sid",
+        *(
+            GenerationRequest(
+                name,
+                (*prompt, begin),
+                beam_width=k,
+                n=n,
+                max_new_tokens=5,
+                constrained=True,
+                return_logprobs=True,
+                normalization=normalization,
+            )
+            for name, prompt, k, n, normalization in (
+                ("sid", (9, 8), 64, 8, Normalization.VOCAB),  # the default
+                ("sid-normalised", (7, 9), 48, 6, "sid"),
+            )
         ),
         GenerationRequest("greedy", (6,), max_new_tokens=7, return_logprobs=True),
     ]

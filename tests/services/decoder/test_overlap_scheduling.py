@@ -7,7 +7,6 @@ import random
 
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.digest import digest
-from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.spec import GenerationRequest
 
@@ -56,13 +55,9 @@ def _requests(engine: Engine) -> list[GenerationRequest]:
 
 
 def _run(sid_model: SidModel, overlap: bool, abort: bool) -> tuple[str, list[str]]:
-    engine = Engine(
-        EngineConfig(
-            model_dir=str(sid_model.model_dir),
-            catalog_path=str(sid_model.catalog_path),
-            overlap_scheduling=overlap,
-            max_rows=60,  # requests queue and join mid-flight
-        )
+    engine = sid_model.engine(
+        overlap_scheduling=overlap,
+        max_rows=60,  # requests queue and join mid-flight
     )
     requests = _requests(engine)
     for req in requests:

@@ -13,15 +13,7 @@ from widebeam.services.decoder.requests.spec import GenerationRequest, RequestEr
 
 @pytest.fixture(scope="module")
 def engine(sid_model: SidModel) -> Engine:
-    return Engine(
-        EngineConfig(
-            model_dir=str(sid_model.model_dir),
-            catalog_path=str(sid_model.catalog_path),
-            max_rows=64,
-            max_kv_slots=2048,
-            max_model_len=64,
-        )
-    )
+    return sid_model.engine(max_rows=64, max_kv_slots=2048, max_model_len=64)
 
 
 @pytest.fixture(scope="module")

@@ -58,12 +58,7 @@ def _requests(layout: SidLayout, seed: int) -> list[GenerationRequest]:
 
 @pytest.mark.parametrize("path", ["dense", "streamed", "blocks"])
 def test_sid_normalization_matches_masked_transformers(sid_model: SidModel, path: str) -> None:
-    config = EngineConfig(
-        model_dir=str(sid_model.model_dir),
-        catalog_path=str(sid_model.catalog_path),
-        dense_expansion_limit=1 << 30 if path == "dense" else 0,
-    )
-    engine = Engine(config)
+    engine = sid_model.engine(dense_expansion_limit=1 << 30 if path == "dense" else 0)
     if path == "blocks":
         engine.step_policy = dataclasses.replace(engine.step_policy, one_pass_limit=0)
     layout = engine.sid_layout

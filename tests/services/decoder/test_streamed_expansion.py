@@ -40,13 +40,10 @@ def _requests(seed: int, begin: int) -> list[GenerationRequest]:
 @pytest.mark.parametrize("wide", [False, True])  # wide: every request ranks blocks, alone
 def test_streamed_matches_dense(sid_model: SidModel, seed: int, wide: bool) -> None:
     def engine(expansion: str) -> Engine:
-        config = EngineConfig(
-            model_dir=str(sid_model.model_dir),
-            catalog_path=str(sid_model.catalog_path),
+        built = sid_model.engine(
             beam_expansion=expansion,
             dense_expansion_limit=0,  # every beam request takes the chosen path
         )
-        built = Engine(config)
         if wide:
             built.step_policy = dataclasses.replace(built.step_policy, one_pass_limit=0)
         return built

@@ -9,16 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.services.decoder.conftest import SidModel
-from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.spec import GenerationRequest
 
 
 @pytest.fixture(scope="module")
 def engine(sid_model: SidModel) -> Engine:
-    return Engine(
-        EngineConfig(model_dir=str(sid_model.model_dir), catalog_path=str(sid_model.catalog_path))
-    )
+    return sid_model.engine()
 
 
 @pytest.mark.parametrize("k", [1, 6])
@@ -84,7 +81,7 @@ def test_fewer_valid_paths_than_n_returns_fewer_beams(sid_model: SidModel, tmp_p
     catalog.write_text(
         "".join(json.dumps({"item_id": f"x{i}", "sid": s}) + "\n" for i, s in enumerate(sids))
     )
-    engine = Engine(EngineConfig(model_dir=str(sid_model.model_dir), catalog_path=str(catalog)))
+    engine = sid_model.engine(catalog_path=str(catalog))
     out = engine.generate(
         [GenerationRequest("few", (8, 9), beam_width=8, n=8, max_new_tokens=6, constrained=True)]
     )[0]

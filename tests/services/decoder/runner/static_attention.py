@@ -32,13 +32,15 @@ class StaticPrefill:
     segment: torch.Tensor  # [N] int64, the prompt segment of each token
 
 
-def _clone(metadata: StaticDecode | StaticPrefill) -> StaticDecode | StaticPrefill:
-    return type(metadata)(**{f.name: getattr(metadata, f.name).clone() for f in fields(metadata)})
-
-
-def _copy(static: StaticDecode | StaticPrefill, metadata: StaticDecode | StaticPrefill) -> None:
-    for f in fields(static):
-        getattr(static, f.name).copy_(getattr(metadata, f.name))
+def _masked_attention(
+    q: torch.Tensor,  # [N, Hq, D]
+    k: torch.Tensor,  # [N, M, Hkv, D] or [M, Hkv, D]: the keys each query may see
+    v: torch.Tensor,  # like k
+    scale: float,
+    visible: torch.Tensor,  # [N, M] bool
+) -> torch.Tensor:  # [N, Hq, D] dtype of q
+    out, _ = attention_with_lse(q.float(), k.float(), v.float(), scale, visible)
+    return out.to(q.dtype)
 
 
 class StaticTorchAttention(AttentionBackend):
@@ -46,6 +48,19 @@ class StaticTorchAttention(AttentionBackend):
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+
+    def _capture_buffers(self, hook: str, metadata: object, kind: type) -> object:
+        """A capture's static buffers: a copy of the first step's metadata of this `kind`."""
+        self.calls[hook] += 1
+        assert isinstance(metadata, kind)
+        return kind(**{f.name: getattr(metadata, f.name).clone() for f in fields(kind)})
+
+    def _replay_into(self, hook: str, static: object, metadata: object, kind: type) -> None:
+        """Copy a step's metadata into the capture's buffers (what a replay reads)."""
+        self.calls[hook] += 1
+        assert isinstance(static, kind) and isinstance(metadata, kind)
+        for f in fields(kind):
+            getattr(static, f.name).copy_(getattr(metadata, f.name))
 
     def supports_graphs(self, device: torch.device) -> bool:
         self.calls["supports_graphs"] += 1
@@ -96,20 +111,13 @@ class StaticTorchAttention(AttentionBackend):
         in_prompt = torch.arange(prompt_cap, device=q.device) < metadata.prompt_len[group, None]
         in_suffix = torch.arange(suffix_cap, device=q.device) < metadata.suffix_len[:, None]
         visible = torch.cat((in_prompt, in_suffix), dim=1) & (metadata.row_group >= 0)[:, None]
-        out, _ = attention_with_lse(
-            q.float(), k_cache[keys].float(), v_cache[keys].float(), scale, visible
-        )
-        return out.to(q.dtype)
+        return _masked_attention(q, k_cache[keys], v_cache[keys], scale, visible)
 
     def init_decode_capture(self, metadata: object, layout: AttentionLayout) -> object:
-        self.calls["init_decode_capture"] += 1
-        assert isinstance(metadata, StaticDecode)
-        return _clone(metadata)
+        return self._capture_buffers("init_decode_capture", metadata, StaticDecode)
 
     def prepare_decode_replay(self, static: object, metadata: object) -> None:
-        self.calls["prepare_decode_replay"] += 1
-        assert isinstance(static, StaticDecode) and isinstance(metadata, StaticDecode)
-        _copy(static, metadata)
+        self._replay_into("prepare_decode_replay", static, metadata, StaticDecode)
 
     # ----- prefill ----------------------------------------------------------------------------
     def prefill_bucket(self, tokens: int, prompts: int, layout: AttentionLayout) -> Hashable:
@@ -137,15 +145,10 @@ class StaticTorchAttention(AttentionBackend):
         visible = (seg[:, None] == seg[None, :]) & torch.ones(
             len(seg), len(seg), dtype=torch.bool, device=q.device
         ).tril()
-        out, _ = attention_with_lse(q.float(), k.float(), v.float(), scale, visible)
-        return out.to(q.dtype)
+        return _masked_attention(q, k, v, scale, visible)
 
     def init_prefill_capture(self, metadata: object, layout: AttentionLayout) -> object:
-        self.calls["init_prefill_capture"] += 1
-        assert isinstance(metadata, StaticPrefill)
-        return _clone(metadata)
+        return self._capture_buffers("init_prefill_capture", metadata, StaticPrefill)
 
     def prepare_prefill_replay(self, static: object, metadata: object) -> None:
-        self.calls["prepare_prefill_replay"] += 1
-        assert isinstance(static, StaticPrefill) and isinstance(metadata, StaticPrefill)
-        _copy(static, metadata)
+        self._replay_into("prepare_prefill_replay", static, metadata, StaticPrefill)

@@ -7,7 +7,6 @@ import random
 import pytest
 
 from tests.services.decoder.conftest import SidModel
-from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest
@@ -15,13 +14,9 @@ from widebeam.services.decoder.runner.beam_cohorts import cohort_key
 
 
 def _engine(sid_model: SidModel, batched: bool) -> Engine:
-    return Engine(
-        EngineConfig(
-            model_dir=str(sid_model.model_dir),
-            catalog_path=str(sid_model.catalog_path),
-            batch_beam_steps=batched,
-            dense_expansion_limit=0,  # every beam request streams (and so may join a cohort)
-        )
+    return sid_model.engine(
+        batch_beam_steps=batched,
+        dense_expansion_limit=0,  # every beam request streams (and so may join a cohort)
     )
 
 
