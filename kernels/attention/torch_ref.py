@@ -2,16 +2,25 @@
 
 Computes in fp32. Decode is two-level ("cascade"): attention of a request's rows over its
 shared prompt KV, attention of each row over its private suffix, merged by log-sum-exp.
+
+Requests (decode groups, prefill segments) are batched: those of similar length run as one
+padded batch (padded keys masked out), so a step costs a few tensor ops rather than a few per
+request. Padding is bounded (`similar_lengths`) so one long prompt does not pad every short one.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Hashable, Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.metadata import DecodeBatch, PrefillBatch
+from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup, PrefillBatch
+
+# Requests batched together differ in length by at most max(shortest, this) tokens.
+PAD_SLACK = 16
 
 
 def expand_kv_heads(x: torch.Tensor, q_heads: int) -> torch.Tensor:
@@ -20,42 +29,78 @@ def expand_kv_heads(x: torch.Tensor, q_heads: int) -> torch.Tensor:
 
 
 def attention_with_lse(
-    q: torch.Tensor,  # [R, Hq, D] fp32
-    k: torch.Tensor,  # [T, Hkv, D] shared by all rows, or [R, T, Hkv, D] per row; fp32
+    q: torch.Tensor,  # [..., R, Hq, D] fp32
+    k: torch.Tensor,  # [..., T, Hkv, D] shared by the R rows, or [..., R, T, Hkv, D] per row
     v: torch.Tensor,  # same layout as k
     scale: float,
-    mask: torch.Tensor | None = None,  # [R, T] bool, True = visible
-) -> tuple[torch.Tensor, torch.Tensor]:  # out [R, Hq, D] fp32, lse [R, Hq] fp32
+    mask: torch.Tensor | None = None,  # [..., R, T] bool (broadcastable), True = visible
+) -> tuple[torch.Tensor, torch.Tensor]:  # out [..., R, Hq, D] fp32, lse [..., R, Hq] fp32
     """Grouped-query attention without copying K/V per query head: q is viewed as
-    [R, Hkv, group, D]; shared K/V are never broadcast to the rows."""
-    rows, q_heads, dim = q.shape
+    [..., R, Hkv, group, D]; shared K/V are never broadcast to the rows. Leading dims batch
+    independent attentions. A row that sees no key gets out 0, lse -inf."""
+    if k.dim() == q.dim() + 1:  # per-row K/V: each row is a batch of one query
+        out, lse = attention_with_lse(
+            q.unsqueeze(-3), k, v, scale, None if mask is None else mask.unsqueeze(-2)
+        )
+        return out.squeeze(-3), lse.squeeze(-2)
+    *batch, rows, q_heads, dim = q.shape
     kv_heads = k.shape[-2]
-    qg = q.view(rows, kv_heads, q_heads // kv_heads, dim)
-    if k.dim() == 3:
-        scores = torch.einsum("rkgd,tkd->rkgt", qg, k) * scale
-    else:
-        scores = torch.einsum("rkgd,rtkd->rkgt", qg, k) * scale
+    qg = q.reshape(*batch, rows, kv_heads, q_heads // kv_heads, dim)
+    scores = torch.einsum("...rkgd,...tkd->...rkgt", qg, k) * scale
     if mask is not None:
-        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # [R, Hkv, group]
+        scores = scores.masked_fill(~mask[..., :, None, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [..., R, Hkv, group]
     probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
-    if v.dim() == 3:
-        out = torch.einsum("rkgt,tkd->rkgd", probs, v)
-    else:
-        out = torch.einsum("rkgt,rtkd->rkgd", probs, v)
-    return out.reshape(rows, q_heads, dim), lse.reshape(rows, q_heads)
+    out = torch.einsum("...rkgt,...tkd->...rkgd", probs, v)
+    return out.reshape(*batch, rows, q_heads, dim), lse.reshape(*batch, rows, q_heads)
 
 
 def merge_attention_states(
-    out_a: torch.Tensor,  # [R, H, D] fp32
-    lse_a: torch.Tensor,  # [R, H] fp32
-    out_b: torch.Tensor,  # [R, H, D] fp32
-    lse_b: torch.Tensor,  # [R, H] fp32
+    out_a: torch.Tensor,  # [..., H, D] fp32
+    lse_a: torch.Tensor,  # [..., H] fp32
+    out_b: torch.Tensor,  # [..., H, D] fp32
+    lse_b: torch.Tensor,  # [..., H] fp32
 ) -> tuple[torch.Tensor, torch.Tensor]:
     lse = torch.logaddexp(lse_a, lse_b)
     weight_a = torch.exp(lse_a - lse).nan_to_num(0.0)[..., None]
     weight_b = torch.exp(lse_b - lse).nan_to_num(0.0)[..., None]
     return out_a * weight_a + out_b * weight_b, lse
+
+
+def similar_lengths(lengths: Sequence[int], keys: Sequence[Hashable]) -> list[list[int]]:
+    """Indices into `lengths` in batches: equal keys, and lengths within max(shortest,
+    PAD_SLACK) of the batch's shortest, so padding to the longest at most about doubles it."""
+    order = sorted(range(len(lengths)), key=lambda i: (keys[i], lengths[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        first = batches[-1][0] if batches else None  # the batch's shortest (sorted order)
+        if (
+            first is not None
+            and keys[first] == keys[i]
+            and lengths[i] - lengths[first] <= max(lengths[first], PAD_SLACK)
+        ):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def padded_index(
+    indices: Sequence[torch.Tensor],  # per request: [n_i] int64
+) -> tuple[torch.Tensor, torch.Tensor]:  # [B, max n_i] int64 (padding 0), [B, max n_i] bool
+    """Ragged index lists as one padded table and its mask (True = a real entry)."""
+    table = pad_sequence(list(indices), batch_first=True, padding_value=0)
+    lengths = torch.tensor([len(i) for i in indices], device=table.device)
+    return table, torch.arange(table.shape[1], device=table.device) < lengths[:, None]
+
+
+def _gather(
+    x: torch.Tensor,  # [slots, H, D]
+    index: torch.Tensor,  # [...] int64
+    valid: torch.Tensor,  # [...] bool
+) -> torch.Tensor:  # [..., H, D] fp32
+    """Padding entries read as 0 (the slot they point at may hold anything, even NaN)."""
+    return x[index].float().masked_fill(~valid[..., None, None], 0.0)
 
 
 def causal_prefill(
@@ -66,15 +111,19 @@ def causal_prefill(
     scale: float,
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     out = torch.empty_like(q)
-    for start, end in itertools.pairwise(cu_seqlens):
-        length = end - start
-        if length == 0:
-            continue
-        mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    spans = [(a, b) for a, b in itertools.pairwise(cu_seqlens) if b > a]
+    lengths = [b - a for a, b in spans]
+    for batch in similar_lengths(lengths, [None] * len(spans)):
+        tokens, real = padded_index(
+            [torch.arange(*spans[i], device=q.device) for i in batch]
+        )  # [B, L] each
+        width = tokens.shape[1]
+        causal = torch.ones(width, width, dtype=torch.bool, device=q.device).tril()
+        visible = causal & real[:, None, :]  # [B, L, L]
         seg, _ = attention_with_lse(
-            q[start:end].float(), k[start:end].float(), v[start:end].float(), scale, mask
-        )
-        out[start:end] = seg.to(q.dtype)
+            q[tokens].float(), _gather(k, tokens, real), _gather(v, tokens, real), scale, visible
+        )  # [B, L, Hq, D]
+        out[tokens[real]] = seg[real].to(q.dtype)
     return out
 
 
@@ -85,24 +134,41 @@ def cascade_decode(
     batch: DecodeBatch,
     scale: float,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
+    """Groups with the same row count and suffix length (and similar prompt lengths) run as one
+    batch; each group's prompt KV is read once for all its rows."""
     out = torch.empty_like(q)
-    for group in batch.groups:
-        rows = slice(group.row_start, group.row_start + group.num_rows)
-        qg = q[rows].float()
-        prompt_k = k_cache[group.prompt_slots].float()  # [P, Hkv, D], read once for all rows
-        prompt_v = v_cache[group.prompt_slots].float()
-        out_p, lse_p = attention_with_lse(qg, prompt_k, prompt_v, scale)
-        suffix_k = k_cache[group.suffix_slots].float()  # [rows, S, Hkv, D]
-        suffix_v = v_cache[group.suffix_slots].float()
-        out_s, lse_s = attention_with_lse(qg, suffix_k, suffix_v, scale)
+    groups = batch.groups
+    keys = [(g.num_rows, g.suffix_slots.shape[1]) for g in groups]
+    for members in similar_lengths([len(g.prompt_slots) for g in groups], keys):
+        chosen = [groups[i] for i in members]
+        rows = _group_rows(chosen, q.device)  # [B, n]
+        qb = q[rows].float()  # [B, n, Hq, D]
+        prompt, real = padded_index([g.prompt_slots for g in chosen])  # [B, P] each
+        out_p, lse_p = attention_with_lse(
+            qb,
+            _gather(k_cache, prompt, real),  # [B, P, Hkv, D], shared by the group's rows
+            _gather(v_cache, prompt, real),
+            scale,
+            real[:, None, :],
+        )
+        suffix = torch.stack([g.suffix_slots for g in chosen])  # [B, n, S]
+        out_s, lse_s = attention_with_lse(
+            qb, k_cache[suffix].float(), v_cache[suffix].float(), scale
+        )
         merged, _ = merge_attention_states(out_p, lse_p, out_s, lse_s)
-        out[rows] = merged.to(q.dtype)
+        out[rows.reshape(-1)] = merged.flatten(0, 1).to(q.dtype)
     return out
 
 
+def _group_rows(groups: Sequence[DecodeGroup], device: torch.device) -> torch.Tensor:
+    """[B, n] int64: the rows of groups that all have n rows."""
+    starts = torch.tensor([g.row_start for g in groups], device=device)
+    return starts[:, None] + torch.arange(groups[0].num_rows, device=device)
+
+
 class TorchAttention(AttentionBackend):
-    """The reference backend: eager steps only (it loops over groups on the host), its
-    metadata the batches themselves."""
+    """The reference backend: eager steps only (it batches groups on the host, with shapes
+    that vary per step), its metadata the batches themselves."""
 
     name = "torch"
 
