@@ -4,7 +4,7 @@
   scores with a full log_softmax), so a candidate's log-prob is `logit - lse` without ever
   writing a [rows, vocab] fp32 log-prob matrix;
 * `block_max`: the maximum of each `block` consecutive logits, so a row's top tokens can be
-  found by looking only inside its best blocks (`services/decoder/beam/row_topk.py`).
+  found by looking only inside its best blocks (`services/decoder/search/beam_row_topk.py`).
 
 The torch function is the reference (and the CPU path); on CUDA the Triton kernel reads the
 model-dtype logits once.

@@ -1,0 +1,3 @@
+"""The SID-trie constraint on the device: a catalog trie as tensors — allowed tokens and masks
+per row, the node advance of a step's rows (`trie_constraint.py`) — and the host-side lookup of
+a finished path's catalog items (`path_items.py`)."""

@@ -133,7 +133,7 @@ class BeamSearch:
         return self.advance_candidates(Candidates(scores, rows, tokens, logprobs[rows, tokens]))
 
     def advance_candidates(self, cands: Candidates) -> StepSelection:
-        """One step from the request's best `keep` candidates (`candidates.top_candidates`, or
+        """One step from the request's best `keep` candidates (`beam_candidates.top_candidates`, or
         `advance`'s exhaustive ranking). Never waits for the device: `done` is read later."""
         scores, rows, tokens, logprobs = (c[None] for c in cands)
         result = beam_step(

@@ -1,7 +1,7 @@
 """transformers' beam step, vectorised over B requests that move in lockstep.
 
 One request is B = 1 (`BeamSearch.advance_candidates`); a cohort of requests with the same
-width, step and search parameters (`beam/cohort.py`) runs the same operations once over
+width, step and search parameters (`runner/beam_cohorts.py`) runs the same operations once over
 [B, k] tensors instead of once per request. Every operation is transformers' (see
 `beam_search.py` for the semantics); nothing here reads from the device.
 """

@@ -1,0 +1,1 @@
+"""Proto package root `widebeam` (the folders mirror the proto package names)."""

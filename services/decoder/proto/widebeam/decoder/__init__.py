@@ -1,0 +1,1 @@
+"""Proto package `widebeam.decoder`: the decoder service's versions."""
