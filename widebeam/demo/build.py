@@ -12,10 +12,13 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from tokenizers import Tokenizer
 
 from widebeam.demo.catalog import sid_items, write_catalog, write_histories
@@ -57,25 +60,33 @@ def build_demo(
     force: bool = False,
     progress: bool = True,
 ) -> DemoArtifacts:
-    """Build (or reuse) the demo artifacts under ``out``; progress goes to stderr."""
+    """Build (or reuse) the demo artifacts under ``out``; progress bars and a line per step
+    (with its seconds) go to stderr."""
     cfg = cfg or DemoConfig()
     root = Path(out).resolve()
-    stamp = root / "stamp.json"
-    fingerprint = cfg.fingerprint()
     cached = None if force else cached_artifacts(root, cfg)
     if cached is not None:
         return cached
     root.mkdir(parents=True, exist_ok=True)
-    stamp.unlink(missing_ok=True)  # a build that dies half-way must not look complete
+    (root / "stamp.json").unlink(missing_ok=True)  # a build that dies half-way is no cache
     art = DemoArtifacts.at(root, rebuilt=True)
-    t0 = time.perf_counter()
+    with _torch_threads(cfg.threads):
+        facts = _build(art, cfg, progress)
+    art.eval_json.write_text(json.dumps(facts, indent=2) + "\n")
+    (root / "stamp.json").write_text(json.dumps({"fingerprint": cfg.fingerprint()}) + "\n")
+    return art
 
-    data = generate(cfg.data)
+
+def _build(art: DemoArtifacts, cfg: DemoConfig, progress: bool) -> dict[str, object]:
+    """Every step; returns eval.json's facts."""
+    clock = _StepClock()
+    data = generate(cfg.data, progress)
+    _log(f"data: {data.num_items} items, {len(data.sequences)} users ({clock.lap('data')} s)")
     sids = build_sids(data.item_embeddings, cfg.codebook_sizes, seed=cfg.data.seed)
-    _log(f"data: {data.num_items} items, {len(data.sequences)} users; SIDs: {sids.stats.summary()}")
     write_catalog(art.catalog, data, sids.codes)
+    _log(f"SIDs: {sids.stats.summary()}; catalog written ({clock.lap('sids_catalog')} s)")
 
-    staging = root / "model.tmp"
+    staging = art.root / "model.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     model = init_model_dir(staging, cfg.model, cfg.codebook_sizes, seed=cfg.train.seed)
     layout = SidLayout.from_tokenizer(staging)
@@ -83,14 +94,13 @@ def build_demo(
     pad = Tokenizer.from_file(str(staging / "tokenizer.json")).token_to_id("<|endoftext|>")
     tokens = item_token_table(layout, sids.codes)  # [I, P]
     fit = train(model, data.train_sequences(), tokens, layout, cfg.train, pad, progress)
-    _log(f"trained {fit.steps} steps in {fit.seconds:.0f} s; loss per epoch "
-         + ", ".join(f"{x:.3f}" for x in fit.epoch_loss))  # fmt: skip
-    save_model(model, staging, {"fingerprint": fingerprint, "config": cfg.to_dict()})
+    save_model(model, staging, {"fingerprint": cfg.fingerprint(), "config": cfg.to_dict()})
     shutil.rmtree(art.model_dir, ignore_errors=True)
     staging.rename(art.model_dir)
+    _log(f"trained {fit.steps} steps ({clock.lap('train')} s); loss per epoch "
+         + ", ".join(f"{x:.3f}" for x in fit.epoch_loss))  # fmt: skip
 
     users = _eval_users(len(data.sequences), cfg.eval.num_users, cfg.data.seed)
-    _log(f"evaluating on {len(users)} held-out users (beam width {cfg.eval.beam_width})")
     max_history = cfg.train.max_items - 1
     codes = sids.codes.tolist()
     prompts = [
@@ -100,19 +110,48 @@ def build_demo(
     targets = [item_id(int(i)) for i in data.held_out()[users]]
     popular = [item_id(int(i)) for i in np.argsort(-data.train_counts(), kind="stable")]
     report = evaluate(str(art.model_dir), str(art.catalog), layout, sid_items(art.catalog),
-                      prompts, targets, popular[: cfg.eval.k], cfg.eval)  # fmt: skip
+                      prompts, targets, popular[: cfg.eval.k], cfg.eval, progress)  # fmt: skip
     write_histories(art.histories, data, users, cfg.train.max_items)
-    facts = {
+    _log(f"evaluated {len(users)} held-out users x 2 beam methods (width "
+         f"{cfg.eval.beam_width}) through the engine ({clock.lap('eval')} s)")  # fmt: skip
+    return {
         "table": report.table(),
         "eval": report.to_dict(),
         "sids": asdict(sids.stats),
         "train": asdict(fit),
-        "build_seconds": round(time.perf_counter() - t0, 1),
+        "build_seconds": clock.total(),
+        "step_seconds": clock.seconds,
         "config": cfg.to_dict(),
     }
-    art.eval_json.write_text(json.dumps(facts, indent=2) + "\n")
-    stamp.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
-    return art
+
+
+class _StepClock:
+    """Wall seconds of each build step, rounded to 0.1 s."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._start = self._last = time.perf_counter()
+
+    def lap(self, step: str) -> float:
+        """Seconds since the previous lap (or the start), recorded as `step`'s."""
+        now = time.perf_counter()
+        self.seconds[step] = round(now - self._last, 1)
+        self._last = now
+        return self.seconds[step]
+
+    def total(self) -> float:
+        return round(time.perf_counter() - self._start, 1)
+
+
+@contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set for the block (it is process-wide), then restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def cached_artifacts(out: str | Path, cfg: DemoConfig) -> DemoArtifacts | None:

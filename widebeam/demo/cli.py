@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
     add("--out", default=".cache/demo", help="artifact directory (default .cache/demo)")
     add("--force", action="store_true", help="rebuild even when the cached artifacts match")
     add("--tiny", action="store_true", help="a seconds-long toy build (tests, smoke checks)")
-    add("--no-progress", action="store_true", help="no training progress bar")
+    add("--no-progress", action="store_true", help="no progress bars (data, training, evaluation)")
     build.set_defaults(handler=run_build)
     return commands
 

@@ -50,7 +50,6 @@ class TrainConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 30
     grad_clip: float = 1.0
-    threads: int = 2
     seed: int = 0
 
 
@@ -59,6 +58,7 @@ class EvalConfig:
     num_users: int = 1000  # held-out users evaluated (0: all)
     beam_width: int = 32
     k: int = 10
+    max_rows: int = 1024  # the engine's rows at once: 32 requests of width 32
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,11 @@ class DemoConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # torch threads for training and evaluation. One: with two on a 2-core machine that other
+    # work also uses, every small op waits for whichever thread was descheduled (many times
+    # slower than one thread); and the count changes float sums, so a fixed one keeps a seed's
+    # results the same on a machine.
+    threads: int = 1
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

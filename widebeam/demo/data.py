@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from widebeam.demo.config import DataConfig
+from widebeam.demo.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def item_title(index: int, category: int) -> str:
     return f"Item {index:04d} (category {category})"
 
 
-def generate(cfg: DataConfig) -> Interactions:
+def generate(cfg: DataConfig, progress: bool = False) -> Interactions:
+    """The seeded world of ``cfg`` (a progress bar over users on stderr with ``progress``)."""
     if not 2 <= cfg.min_len <= cfg.max_len:
         raise ValueError(f"need 2 <= min_len <= max_len, got {cfg.min_len}, {cfg.max_len}")
     if cfg.neighbours >= cfg.num_items:
@@ -78,7 +80,8 @@ def generate(cfg: DataConfig) -> Interactions:
     in_cat_cdf = [np.cumsum(weight[m]) / weight[m].sum() for m in members]
     alive = np.array([len(m) > 0 for m in members], dtype=np.float64)  # [C]: empty never drawn
     sequences = []
-    for _ in range(cfg.num_users):
+    users = progress_bar("data", "user", progress, items=range(cfg.num_users))
+    for _ in users:
         taste = rng.dirichlet(np.full(cats, cfg.taste_concentration))  # [C]
         length = int(rng.integers(cfg.min_len, cfg.max_len + 1))
         u = rng.random((length, 3))  # [T, 3]: stay?, which neighbour / category, which item

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from widebeam.demo.config import EvalConfig
+from widebeam.demo.progress import progress_bar
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.engine import Engine
@@ -76,10 +77,13 @@ def evaluate(
     targets: Sequence[str],  # per user: the held-out item id
     popular: Sequence[str],  # item ids, most popular (in training data) first
     cfg: EvalConfig,
+    progress: bool = False,
 ) -> EvalReport:
+    """Both beam methods' requests go to the engine as one continuous batch (a progress bar
+    over finished requests on stderr with ``progress``)."""
     start = time.perf_counter()
     engine = Engine(
-        EngineConfig(model_dir=model_dir, catalog_path=catalog_path, max_rows=32 * cfg.beam_width)
+        EngineConfig(model_dir=model_dir, catalog_path=catalog_path, max_rows=cfg.max_rows)
     )
     # Generated tokens of a legal path: the SID's prompt tokens minus the leading `begin`.
     skip = 0 if layout.begin_token_id is None else 1
@@ -87,11 +91,14 @@ def evaluate(
         tuple(sid_to_tokens(layout, sid)[skip:]): items for sid, items in sid_items.items()
     }
     steps = layout.path_length(include_begin=False)
+    modes = (True, False)  # constrained, unconstrained
+    requests = [_request(prompt, i, cfg, steps, constrained)
+                for constrained in modes for i, prompt in enumerate(prompts)]  # fmt: skip
+    outs = _run(engine, requests, progress)
     rows = []
-    for constrained in (True, False):
-        outs = _run(engine, prompts, cfg, steps, constrained)
+    for m, constrained in enumerate(modes):
         ranked, illegal, returned = [], 0, 0
-        for out in outs:
+        for out in outs[m * len(prompts) : (m + 1) * len(prompts)]:
             items: list[str] = []
             for beam in out.beams:
                 named = beam.item_ids if constrained else path_items.get(tuple(beam.output_ids))
@@ -107,23 +114,34 @@ def evaluate(
     return EvalReport(cfg.k, cfg.beam_width, len(targets), time.perf_counter() - start, tuple(rows))
 
 
+def _request(
+    prompt: list[int], user: int, cfg: EvalConfig, steps: int, constrained: bool
+) -> GenerationRequest:
+    return GenerationRequest(
+        f"{'constrained' if constrained else 'unconstrained'}-user-{user}",
+        tuple(prompt),
+        beam_width=cfg.beam_width,
+        n=cfg.k,
+        max_new_tokens=steps,
+        eos_token_id=(),  # as the Recommend RPC: a full SID path ends the beam
+        constrained=constrained,
+    )
+
+
 def _run(
-    engine: Engine, prompts: Sequence[list[int]], cfg: EvalConfig, steps: int, constrained: bool
+    engine: Engine, requests: Sequence[GenerationRequest], progress: bool
 ) -> list[RequestOutput]:
-    requests = [
-        GenerationRequest(
-            f"user-{i}",
-            tuple(prompt),
-            beam_width=cfg.beam_width,
-            n=cfg.k,
-            max_new_tokens=steps,
-            eos_token_id=(),  # as the Recommend RPC: a full SID path ends the beam
-            constrained=constrained,
-        )
-        for i, prompt in enumerate(prompts)
-    ]
-    outs = engine.generate(requests)
-    failed = [o.error for o in outs if o.error]
+    """`Engine.generate`'s loop, with a progress bar; outputs in request order."""
+    for request in requests:
+        engine.submit(request)  # a refused request is a demo bug: let its RequestError out
+    done: dict[str, RequestOutput] = {}
+    bar = progress_bar("evaluating", "req", progress, len(requests))
+    while engine.has_unfinished():
+        for out in engine.step():
+            done[out.request_id] = out
+            bar.update(1)
+    bar.close()
+    failed = [o.error for o in done.values() if o.error]
     if failed:
         raise RuntimeError(f"{len(failed)} evaluation request(s) failed, e.g.: {failed[0]}")
-    return outs
+    return [done[r.request_id] for r in requests]

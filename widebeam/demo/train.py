@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from widebeam.demo.config import TrainConfig
 from widebeam.demo.model import sequence_logits
+from widebeam.demo.progress import progress_bar
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.server.prompting import sid_to_tokens
@@ -91,7 +91,6 @@ def train(
     pad_id: int,
     progress: bool = True,
 ) -> TrainResult:
-    torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     pattern = _loss_pattern(layout)
@@ -110,7 +109,7 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg.warmup_steps, total))
     model.train()
     start, step, epoch_loss = time.perf_counter(), 0, []
-    bar = tqdm(total=total, desc="training", unit="step", disable=not progress, leave=False)
+    bar = progress_bar("training", "step", progress, total)
     for _ in range(cfg.epochs):
         loss_sum, count = 0.0, 0
         for tokens, mask, labels in batches(sequences, item_tokens, pattern, cfg, rng, pad_id):
@@ -125,7 +124,7 @@ def train(
             loss_sum += loss.item() * len(labels)
             count += len(labels)
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
         epoch_loss.append(loss_sum / max(count, 1))
     bar.close()
     model.eval().requires_grad_(False)

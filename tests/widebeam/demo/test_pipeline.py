@@ -54,6 +54,22 @@ def test_eval_report(tiny: DemoArtifacts) -> None:
         assert 0.0 <= row["ndcg"] <= row["recall"] <= 1.0
     assert "Recall@10" in facts["table"] and "popularity" in facts["table"]
     assert facts["train"]["steps"] == 5 and facts["sids"]["num_items"] == 200
+    assert set(facts["step_seconds"]) == {"data", "sids_catalog", "train", "eval"}
+
+
+def test_a_seed_builds_the_same_model_and_table(
+    tiny: DemoArtifacts, tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    threads = torch.get_num_threads()
+    again = build_demo(tmp_path, tiny_config(), force=True, progress=True)
+    assert torch.get_num_threads() == threads  # the build's thread count does not leak
+    assert again.eval_table() == tiny.eval_table()
+    model = "model/model.safetensors"
+    assert (again.root / model).read_bytes() == (tiny.root / model).read_bytes()
+    log = capfd.readouterr().err
+    for bar in ("demo: data:", "demo: training:", "demo: evaluating:"):
+        assert bar in log, log
+    assert "demo: trained 5 steps (" in log and "demo: evaluated 40 held-out users" in log
 
 
 def test_cache_hit_and_invalidation(tiny: DemoArtifacts) -> None:
