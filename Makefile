@@ -4,11 +4,18 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch is enough for tests and the demo; a CUDA machine can install `.[gpu]`.
 TORCH_SPEC ?= torch==2.13.0
-STAMP := $(VENV)/.widebeam-installed
+RUNTIME_STAMP := $(VENV)/.widebeam-runtime
+DEV_STAMP := $(VENV)/.widebeam-dev
+PIP := $(BIN)/python -m pip install -q
+QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither" || true
 
-.PHONY: install test lint demo clean system-deps
+.PHONY: install install-dev test lint demo clean system-deps
 
-install: $(STAMP) system-deps
+# Runtime dependencies only: what `make demo` and serving need (no Triton, transformers, ...).
+install: $(RUNTIME_STAMP) system-deps
+
+# Runtime plus the dev extras: pytest, ruff, transformers (parity tests), Triton's interpreter.
+install-dev: $(DEV_STAMP) system-deps
 
 # Tests and `widebeam up` start real redis-server processes; install it from the distribution
 # when it is missing (root, or sudo without a password).
@@ -21,17 +28,22 @@ system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "redis-server is required: install it (e.g. apt-get install redis-server)"; exit 1; }
 
-$(STAMP): pyproject.toml setup.py
+$(RUNTIME_STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" 2>&1 | grep -v "is ignored: it is neither" || true
-	$(BIN)/python -m pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
-	$(BIN)/python -c "import torch, transformers, widebeam.services.decoder"
+	$(PIP) "$(TORCH_SPEC)" $(QUIET_PIP)
+	$(PIP) -e . $(QUIET_PIP)
+	$(BIN)/python -c "import torch, widebeam.services.decoder, widebeam.showcase"
 	@touch $@
 
-lint: install
+$(DEV_STAMP): $(RUNTIME_STAMP)
+	$(PIP) -e ".[dev]" $(QUIET_PIP)
+	$(BIN)/python -c "import pytest, transformers"
+	@touch $@
+
+lint: install-dev
 	$(BIN)/ruff check .
 
-test: install lint
+test: install-dev lint
 	$(BIN)/python -m pytest -q
 
 # DEMO_ONCE=1: exit after the examples instead of serving until Ctrl-C; DEMO_TINY=1: the

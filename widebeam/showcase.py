@@ -114,28 +114,24 @@ def show_recommendation(gateway: str, items: dict[str, dict[str, Any]], out: Pat
 
 
 def show_completion(gateway: str, history: list[str], items: dict[str, dict[str, Any]]) -> None:
-    from openai import OpenAI
-
-    client = OpenAI(base_url=f"{gateway}/v1", api_key="demo")
-    model = client.models.list().data[0].id
+    """An OpenAI-style completion with widebeam's beam fields, over plain HTTP (the OpenAI SDK
+    sends the same body with `extra_body`; `make demo` installs runtime dependencies only)."""
+    model = httpx.get(f"{gateway}/v1/models", timeout=30).json()["data"][0]["id"]
     prompt = "".join(_sid_text(items[i]["sid"]) for i in history) + "<|sid_begin|>"
-    completion = client.completions.create(
-        model=model,
-        prompt=prompt,
-        max_tokens=5,
-        n=4,
-        extra_body={"beam_width": 4, "constrained": True},
-    )
-    print("\n== POST /v1/completions (OpenAI client, beam_width=4, constrained) ==")
+    body = {"model": model, "prompt": prompt, "max_tokens": 5, "n": 4, "beam_width": 4,
+            "constrained": True}  # fmt: skip
+    reply = httpx.post(f"{gateway}/v1/completions", json=body, timeout=120)
+    reply.raise_for_status()
+    completion = reply.json()
+    print("\n== POST /v1/completions (OpenAI-compatible, beam_width=4, constrained) ==")
     print(f"prompt: {prompt[:90]}{'…' if len(prompt) > 90 else ''}")
-    for choice in completion.choices:
-        extra = choice.model_extra or {}
+    for choice in completion["choices"]:
         print(
-            f"    choice {choice.index}: {choice.text:<40} "
-            f"score={extra.get('sequence_score', float('nan')):.3f} "
-            f"items={extra.get('item_ids')}"
+            f"    choice {choice['index']}: {choice['text']:<40} "
+            f"score={choice.get('sequence_score', float('nan')):.3f} "
+            f"items={choice.get('item_ids')}"
         )
-    print(f"usage: {completion.usage.total_tokens} tokens")
+    print(f"usage: {completion['usage']['total_tokens']} tokens")
 
 
 def _sid_text(codes: list[int]) -> str:
