@@ -10,6 +10,8 @@ decoder's check, after tokenizing."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from widebeam.services.gateway.state import GatewayState
 from widebeam.services.gateway.text_codec import TextCodec
@@ -40,9 +42,12 @@ async def encode_text(state: GatewayState, codec: TextCodec, text: str, param: s
 
 
 async def encode_chat(
-    state: GatewayState, codec: TextCodec, messages: list[dict[str, str]]
+    state: GatewayState,
+    codec: TextCodec,
+    messages: list[dict[str, str]],
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> list[int]:
-    """The chat template's prompt; the bound counts the messages' content (the template adds
-    a few characters per message)."""
+    """The chat template's prompt (`template_kwargs`: the template's extra variables); the
+    bound counts the messages' content (the template adds a few characters per message)."""
     check_prompt_chars(state, sum(len(m["content"]) for m in messages), "messages")
-    return await asyncio.to_thread(codec.chat_prompt, messages)
+    return await asyncio.to_thread(codec.chat_prompt, messages, template_kwargs)

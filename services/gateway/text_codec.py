@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -50,22 +52,33 @@ class TextCodec:
     def tokens(self, ids: list[int]) -> list[str]:
         return [self.tokenizer.id_to_token(i) or "" for i in ids]
 
-    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+    def chat_prompt(
+        self, messages: list[dict[str, str]], template_kwargs: Mapping[str, Any] | None = None
+    ) -> list[int]:
         # The template already writes the special tokens; the post-processor must not add more.
-        return self.encode(self.chat.render(messages), add_special_tokens=False)
+        text = self.chat.render(messages, template_kwargs)
+        return self.encode(text, add_special_tokens=False)
+
+
+# transformers' named special tokens: the chat template sees those the tokenizer has.
+SPECIAL_TOKEN_NAMES = (
+    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+)  # fmt: skip
 
 
 def _special_tokens(root: Path) -> dict[str, str]:
-    """bos_token / eos_token strings for the chat template (HF stores str or {"content": ...})."""
+    """The special token strings the chat template sees, as transformers passes them: only
+    those the tokenizer config sets (HF stores a str or {"content": ...})."""
     config_file = root / "tokenizer_config.json"
     try:
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
     except (OSError, ValueError):
         config = {}
     out: dict[str, str] = {}
-    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+    for key in SPECIAL_TOKEN_NAMES:
         value = config.get(key)
         if isinstance(value, dict):
             value = value.get("content")
-        out[key] = value if isinstance(value, str) else ""
+        if isinstance(value, str):
+            out[key] = value
     return out
