@@ -113,7 +113,10 @@ async def generate(
     prompt: list[int],
     max_tokens: int | None,
     logprobs: bool,
+    eos_token_ids: list[int] | None = None,
 ) -> Generated:
+    """The decoder's beams for `prompt`. `eos_token_ids`, when given, replace the model's EOS
+    ids (SGLang's stop_token_ids, added to them by its route)."""
     unsupported(body)
     state.check_model(body.model)
     settings = state.settings
@@ -157,6 +160,9 @@ async def generate(
         # "sid" without constrained=true is the decoder's INVALID_ARGUMENT (one rule, one place).
         normalization=NORMALIZATION_PB[body.normalization],
     )
+    if eos_token_ids is not None:
+        request.custom_eos = True
+        request.eos_token_ids.extend(eos_token_ids)
     # proto3 `optional`: only fields the client gave, so the decoder's defaults apply otherwise.
     for name, value in (
         ("min_new_tokens", body.min_tokens),
