@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from widebeam.services.http.client_guard_settings import ClientGuardSettings
+
+# `default_constrained` entry meaning every name the gateway serves.
+ALL_MODEL_NAMES = "*"
 
 
 def _split_commas(value: object) -> object:
@@ -14,7 +19,7 @@ def _split_commas(value: object) -> object:
     return value
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(ClientGuardSettings):
     model_config = SettingsConfigDict(
         env_prefix="WIDEBEAM_GATEWAY_", extra="forbid", env_ignore_empty=True
     )
@@ -62,44 +67,47 @@ class GatewaySettings(BaseSettings):
 
     # What /v1/models reports; default: the decoder's model name.
     model_name: str | None = None
+    served_model_names: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="more names clients may give as `model` (comma-separated); /v1/models "
+        "lists them after the model's own name",
+    )
+    default_constrained: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="served model names whose completions and chat requests are catalog-"
+        "constrained unless they say constrained=false ('*': every name; comma-separated)",
+    )
     # Tokenizer (chat template, text <-> ids); default: the decoder's model path, if readable.
     model_dir: str | None = None
+    # The playground's item search and titles (GET /v1/items); the served catalog keeps no titles.
+    items_file: str | None = Field(
+        None,
+        description="catalog file (any catalog format) whose items /v1/items searches by id "
+        "or title (its `title` column); default: none, /v1/items answers 404",
+    )
     log_level: str = "INFO"
-
-    # Slow and hostile clients (widebeam.services.http.connections): deadlines, connection caps
-    # and a log rate limit, so idle or dribbling connections cannot exhaust the server or its log.
-    header_timeout_s: float = Field(
-        10.0, gt=0, description="seconds a client has to send a request's headers; then 408, closed"
-    )
-    body_timeout_s: float = Field(
-        30.0, gt=0, description="longest pause in a request body being read; then 408, closed"
-    )
-    keep_alive_timeout_s: float = Field(
-        5.0, gt=0, description="an idle kept-alive connection is closed after this"
-    )
-    max_connections: int = Field(
-        2048, ge=1, description="open connections in all; beyond: 503 (capped by ulimit -n)"
-    )
-    max_connections_per_client: int = Field(
-        256,
-        ge=1,
-        description="open connections from one client address; beyond: 429 "
-        "(behind a proxy, where all clients share its address: raise it to max_connections)",
-    )
-    log_rate_limit: int = Field(
-        20, ge=1, description="log records of one kind let through per log_rate_interval_s"
-    )
-    log_rate_interval_s: float = Field(60.0, gt=0, description="window of log_rate_limit")
 
     @field_validator("decoders", mode="before")
     @classmethod
     def _split_decoders(cls, value: object) -> object:
         return _split_commas(value)
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "served_model_names", "default_constrained", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         return _split_commas(value)
+
+    @model_validator(mode="after")
+    def _default_constrained_names_are_served(self) -> GatewaySettings:
+        served = {self.model_name, *self.served_model_names} - {None}
+        unknown = sorted(set(self.default_constrained) - served - {ALL_MODEL_NAMES})
+        if unknown:
+            raise ValueError(
+                f"default_constrained names {unknown} are not served model names "
+                f"({sorted(served) or 'none configured'}); add them to served_model_names / "
+                f"model_name, or give {ALL_MODEL_NAMES!r} for every name"
+            )
+        return self
 
     @field_validator("decoders")
     @classmethod

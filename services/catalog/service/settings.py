@@ -10,12 +10,13 @@ from __future__ import annotations
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.http.client_guard_settings import ClientGuardSettings
 
 
-class CatalogSettings(BaseSettings):
+class CatalogSettings(ClientGuardSettings):
     model_config = SettingsConfigDict(
         env_prefix="WIDEBEAM_CATALOG_", extra="forbid", env_ignore_empty=True
     )
@@ -54,30 +55,10 @@ class CatalogSettings(BaseSettings):
     )
     log_level: str = "INFO"
 
-    # Slow and hostile clients (widebeam.services.http.connections): deadlines, connection caps
-    # and a log rate limit, so idle or dribbling connections cannot exhaust the server or its log.
-    header_timeout_s: float = Field(
-        10.0, gt=0, description="seconds a client has to send a request's headers; then 408, closed"
-    )
-    body_timeout_s: float = Field(
-        30.0, gt=0, description="longest pause in a request body being read; then 408, closed"
-    )
+    # The catalog service's own default; the gateway keeps ClientGuardSettings' 5 s.
     keep_alive_timeout_s: float = Field(
         10.0, gt=0, description="an idle kept-alive connection is closed after this"
     )
-    max_connections: int = Field(
-        2048, ge=1, description="open connections in all; beyond: 503 (capped by ulimit -n)"
-    )
-    max_connections_per_client: int = Field(
-        256,
-        ge=1,
-        description="open connections from one client address; beyond: 429 "
-        "(behind a proxy, where all clients share its address: raise it to max_connections)",
-    )
-    log_rate_limit: int = Field(
-        20, ge=1, description="log records of one kind let through per log_rate_interval_s"
-    )
-    log_rate_interval_s: float = Field(60.0, gt=0, description="window of log_rate_limit")
 
     @field_validator("sid_layout")
     @classmethod
