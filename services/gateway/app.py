@@ -19,7 +19,7 @@ from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.info_poller import InfoPoller
 from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.middleware import BodyLimitMiddleware, MetricsMiddleware
-from widebeam.services.gateway.routes import chat, completions, health, models, recommend
+from widebeam.services.gateway.routes import chat, completions, generate, health, models, recommend
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.shedding import LoadShedMiddleware
 from widebeam.services.gateway.state import GatewayState
@@ -61,7 +61,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     api_keys = ApiKeyCheck(settings.key_values(), API_KEY_REALM, "invalid_api_key")
     require_api_key = api_keys.dependency()
     v1 = APIRouter(dependencies=[Depends(require_api_key)])
-    for module in (recommend, completions, chat, models):
+    for module in (recommend, completions, chat, models, generate):
         v1.include_router(module.create_router())
     batch = batch_settings_for(settings)
     row_limits = RowLimits.from_settings(settings)
@@ -78,5 +78,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
 
 
 def _under_v1(scope: Scope) -> bool:
-    """Whether a request's route is behind the API key (every `/v1` route)."""
-    return str(scope["path"]).startswith("/v1/")
+    """Whether a request's route is behind the API key (every `/v1` route, and SGLang's
+    `/generate`)."""
+    path = str(scope["path"])
+    return path.startswith("/v1/") or path == generate.ROUTE

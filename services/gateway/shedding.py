@@ -1,10 +1,11 @@
 """Shed excess load before doing any work for it.
 
 When every decoder already has the gateway's `max_in_flight_per_decoder` calls, a new model
-request (recommend, completions, chat) would be refused by the pool anyway; this middleware
-answers it 429 with `Retry-After` before the route parses and validates the body, so refusing
-costs the gateway little CPU while it is busiest. The pool's own check stays authoritative (a
-slot taken between here and the call is still a 429), so this is only the cheap early path.
+request (recommend, completions, chat, SGLang's /generate) would be refused by the pool anyway;
+this middleware answers it 429 with `Retry-After` before the route parses and validates the
+body, so refusing costs the gateway little CPU while it is busiest. The pool's own check stays
+authoritative (a slot taken between here and the call is still a 429), so this is only the cheap
+early path.
 
 The API key is checked first (the same constant-time compare as the route dependency, from
 the `Authorization` header alone): a wrong or missing key gets its 401 whether or not the
@@ -20,7 +21,7 @@ from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.middleware import ROUTE_LABEL
 from widebeam.services.http.api_keys import ApiKeyCheck
 
-MODEL_ROUTES = frozenset({"/v1/recommend", "/v1/completions", "/v1/chat/completions"})
+MODEL_ROUTES = frozenset({"/v1/recommend", "/v1/completions", "/v1/chat/completions", "/generate"})
 
 
 class LoadShedMiddleware:
