@@ -6,16 +6,20 @@ or a hang guard, never by how fast the machine is."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.client_guard import (
+    check_per_client_cap,
+    guard_env,
+    send_bad_request_lines,
+    wait_served,
+)
 from tests.support.raw_http import (
     answer,
     closed_by_server,
     connect,
-    get,
     read_to_close,
     request_head,
     send_counted,
@@ -34,31 +38,13 @@ BODY = 3_900_000  # under the gateway's 4 MiB body limit
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     env = {
         "WIDEBEAM_GATEWAY_API_KEYS": KEY,
-        "WIDEBEAM_GATEWAY_HEADER_TIMEOUT_S": "2",
-        "WIDEBEAM_GATEWAY_BODY_TIMEOUT_S": "2",
-        "WIDEBEAM_GATEWAY_KEEP_ALIVE_TIMEOUT_S": "600",  # held connections stay for the test
-        "WIDEBEAM_GATEWAY_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
-        "WIDEBEAM_GATEWAY_LOG_RATE_LIMIT": str(LOG_RATE_LIMIT),
-        "WIDEBEAM_GATEWAY_LOG_RATE_INTERVAL_S": "36000",  # one window for the whole module
+        **guard_env("WIDEBEAM_GATEWAY_", PER_CLIENT, LOG_RATE_LIMIT),
     }
     args = ["gateway", "serve", "--port", "0", "--decoder", f"127.0.0.1:{free_port()}"]
     log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
     with service_process(args, env, log_path, max_open_files=OPEN_FILES) as proc:
-        _wait_served(proc.port)
+        wait_served(proc.port)
         yield proc
-
-
-def _wait_served(port: int, source: str = "127.0.0.1") -> None:
-    """/healthz answers 200 from `source` (the server may still be closing earlier ones)."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if get(port, "/healthz", source) == 200:
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"/healthz not served to {source}"
-        time.sleep(0.1)
 
 
 def test_partial_heads_are_closed_and_new_clients_served(gateway: ServiceProcess) -> None:
@@ -73,22 +59,12 @@ def test_partial_heads_are_closed_and_new_clients_served(gateway: ServiceProcess
     assert set(statuses) <= {408, 503, None}, statuses
     assert statuses.count(408) >= PER_CLIENT  # admitted ones timed out; the excess got 503
     assert statuses.count(503) >= 1  # more than the descriptors allow: refused, not accepted
-    _wait_served(gateway.port)
-    _wait_served(gateway.port, "127.0.1.1")  # an address of the flood is served again too
+    wait_served(gateway.port)
+    wait_served(gateway.port, "127.0.1.1")  # an address of the flood is served again too
 
 
 def test_connections_per_client_are_capped(gateway: ServiceProcess) -> None:
-    held = [connect(gateway.port, "127.0.2.1") for _ in range(PER_CLIENT)]
-    for sock in held:  # served, then idle in keep-alive: each holds its slot
-        sock.sendall(request_head("GET", "/healthz"))
-        assert answer(sock) == 200
-    with connect(gateway.port, "127.0.2.1") as excess:
-        assert answer(excess) == 429  # refused at once, before it sends anything
-    assert get(gateway.port, "/healthz", "127.0.2.2") == 200  # another client is served
-    held.pop().close()
-    _wait_served(gateway.port, "127.0.2.1")  # a slot freed: served again
-    for sock in held:
-        sock.close()
+    check_per_client_cap(gateway.port, PER_CLIENT)
 
 
 def test_a_stalled_body_is_dropped(gateway: ServiceProcess) -> None:
@@ -97,7 +73,7 @@ def test_a_stalled_body_is_dropped(gateway: ServiceProcess) -> None:
         sock.sendall(request_head("POST", "/v1/recommend", headers) + b"x" * (BODY // 2))
         assert answer(sock) == 408
         read_to_close(sock)  # and closed: what the gateway had read of the body is dropped
-    _wait_served(gateway.port, "127.0.3.1")
+    wait_served(gateway.port, "127.0.3.1")
 
 
 def test_a_body_without_a_key_is_not_read(gateway: ServiceProcess) -> None:
@@ -126,10 +102,7 @@ def test_the_log_stays_bounded(gateway: ServiceProcess) -> None:
     # Each bad connection below logs one line without the limit: far more than the window lets
     # through (LOG_RATE_LIMIT per kind of line: bad request, timed-out head, refused).
     lines_before = len(gateway.log_lines())
-    for i in range(150):
-        with connect(gateway.port, f"127.0.6.{1 + i // PER_CLIENT}") as sock:
-            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-            assert answer(sock) == 400
+    send_bad_request_lines(gateway.port, PER_CLIENT, "127.0.6", 150)
     partial = [connect(gateway.port, f"127.0.7.{1 + i // PER_CLIENT}") for i in range(80)]
     for sock in partial:
         sock.sendall(b"GET / HTTP/1.1\r\n")
@@ -137,6 +110,6 @@ def test_the_log_stays_bounded(gateway: ServiceProcess) -> None:
     assert set(closed_by_server(partial + refused)) <= {408, 429, None}
     for sock in partial + refused:
         sock.close()
-    _wait_served(gateway.port)
+    wait_served(gateway.port)
     new_lines = gateway.log_lines()[lines_before:]
     assert len(new_lines) <= 3 * LOG_RATE_LIMIT + 5, "\n".join(new_lines[-40:])

@@ -6,18 +6,22 @@ or a hang guard, never by how fast the machine is."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.services.catalog.service.conftest import LAYOUT_SPEC
+from tests.support.client_guard import (
+    check_per_client_cap,
+    guard_env,
+    send_bad_request_lines,
+    wait_served,
+)
 from tests.support.raw_http import (
     answer,
     closed_by_server,
     connect,
-    get,
     read_to_close,
     request_head,
     send_counted,
@@ -39,31 +43,14 @@ def catalog(
         redis_server.start()
     env = {
         "WIDEBEAM_CATALOG_API_KEY": KEY,
-        "WIDEBEAM_CATALOG_HEADER_TIMEOUT_S": "2",
-        "WIDEBEAM_CATALOG_BODY_TIMEOUT_S": "2",
-        "WIDEBEAM_CATALOG_KEEP_ALIVE_TIMEOUT_S": "600",  # held connections stay for the test
-        "WIDEBEAM_CATALOG_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
-        "WIDEBEAM_CATALOG_LOG_RATE_LIMIT": str(LOG_RATE_LIMIT),
-        "WIDEBEAM_CATALOG_LOG_RATE_INTERVAL_S": "36000",  # one window for the whole module
+        **guard_env("WIDEBEAM_CATALOG_", PER_CLIENT, LOG_RATE_LIMIT),
     }
     args = ["catalog", "serve", "--port", "0", "--redis-url", redis_server.url,
             "--namespace", "slow-clients", "--sid-layout", LAYOUT_SPEC]  # fmt: skip
     log_path = tmp_path_factory.mktemp("catalog") / "catalog.log"
     with service_process(args, env, log_path) as proc:
-        _wait_served(proc.port)
+        wait_served(proc.port)
         yield proc
-
-
-def _wait_served(port: int, source: str = "127.0.0.1") -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if get(port, "/healthz", source) == 200:
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"/healthz not served to {source}"
-        time.sleep(0.1)
 
 
 def test_partial_heads_are_closed_and_new_clients_served(catalog: ServiceProcess) -> None:
@@ -74,21 +61,11 @@ def test_partial_heads_are_closed_and_new_clients_served(catalog: ServiceProcess
     for sock in partial:
         sock.close()
     assert statuses == [408] * len(partial)
-    _wait_served(catalog.port)
+    wait_served(catalog.port)
 
 
 def test_connections_per_client_are_capped(catalog: ServiceProcess) -> None:
-    held = [connect(catalog.port, "127.0.2.1") for _ in range(PER_CLIENT)]
-    for sock in held:
-        sock.sendall(request_head("GET", "/healthz"))
-        assert answer(sock) == 200
-    with connect(catalog.port, "127.0.2.1") as excess:
-        assert answer(excess) == 429
-    assert get(catalog.port, "/healthz", "127.0.2.2") == 200
-    held.pop().close()
-    _wait_served(catalog.port, "127.0.2.1")
-    for sock in held:
-        sock.close()
+    check_per_client_cap(catalog.port, PER_CLIENT)
 
 
 def test_an_upload_without_the_key_is_not_read(catalog: ServiceProcess) -> None:
@@ -122,19 +99,16 @@ def test_a_stalled_upload_is_dropped_and_nothing_published(catalog: ServiceProce
         assert answer(sock) == 408
         read_to_close(sock)
     assert httpx.get(f"http://127.0.0.1:{catalog.port}/v1/catalogs/stalled").status_code == 404
-    _wait_served(catalog.port, "127.0.4.1")
+    wait_served(catalog.port, "127.0.4.1")
 
 
 def test_the_log_stays_bounded(catalog: ServiceProcess) -> None:
     lines_before = len(catalog.log_lines())
-    for i in range(150):
-        with connect(catalog.port, f"127.0.5.{1 + i // PER_CLIENT}") as sock:
-            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-            assert answer(sock) == 400
+    send_bad_request_lines(catalog.port, PER_CLIENT, "127.0.5", 150)
     refused = [connect(catalog.port, "127.0.6.1") for _ in range(PER_CLIENT + 60)]
     assert set(closed_by_server(refused)) <= {429, None}
     for sock in refused:
         sock.close()
-    _wait_served(catalog.port)
+    wait_served(catalog.port)
     new_lines = catalog.log_lines()[lines_before:]
     assert len(new_lines) <= 3 * LOG_RATE_LIMIT + 5, "\n".join(new_lines[-40:])
