@@ -12,59 +12,43 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.reliability.batch_job import ROWS, running_job
 from tests.reliability.faults_support import restart_keeping_data
 from tests.reliability.support import GatewayApp
-from tests.services.gateway.batch.conftest import (
-    Worker,
-    batch_settings,
-    make_client,
-    store_of,
-    wait_for,
-)
-from tests.services.gateway.batch.test_worker_e2e import (
-    assert_complete,
-    finished,
-    requests,
-    result_rows,
-    submit,
-)
+from tests.services.gateway.batch.conftest import Worker, batch_settings, wait_for
+from tests.services.gateway.batch.test_worker_e2e import assert_complete, requests
 from tests.services.gateway.support import gateway_settings
 from tests.support.redis_server import RedisServer
 from widebeam.services.decoder.server.background import BackgroundServer
 
 pytestmark = pytest.mark.slow
 
-TOTAL = 200
-
 
 def test_a_worker_killed_mid_chunk_twice_loses_and_duplicates_nothing(
     own_redis: RedisServer, rel_decoder: BackgroundServer, tmp_path: Path
 ) -> None:
     settings = batch_settings(own_redis.url, rel_decoder.address)
-    store = store_of(settings)
     size = settings.chunk_size
     workers: list[Worker] = []
     try:
-        with make_client(settings) as client:
-            workers.append(Worker(settings, tmp_path / "worker-0.log").wait_ready())
-            began = time.monotonic()
-            job_id = submit(client, TOTAL)
-            results_key = store.keys(job_id)[1]
+        workers.append(Worker(settings, tmp_path / "worker-0.log").wait_ready())
+        began = time.monotonic()
+        with running_job(settings) as job_run:
             partial_chunks: list[int] = []
 
             def new_partial() -> list[int]:
                 # Chunks with some but not half their rows written, other than the one killed
                 # before (it stays partial until redelivered): the worker is inside one.
-                written = {int(k) for k in store.client.hkeys(results_key)}
+                written = job_run.written()
                 return [
-                    c for c in range(TOTAL // size)
+                    c for c in range(ROWS // size)
                     if c not in partial_chunks
                     and 1 <= len(written & set(range(c * size, (c + 1) * size))) <= size // 2
                 ]  # fmt: skip
 
             for kill, past in enumerate((3 * size, 8 * size)):
                 wait_for(
-                    lambda past=past: store.client.hlen(results_key) >= past and new_partial(),
+                    lambda past=past: job_run.written_count() >= past and new_partial(),
                     90, f"kill {kill + 1} to land in a chunk", step=0.002,
                 )  # fmt: skip
                 workers[-1].kill(signal.SIGKILL)
@@ -73,23 +57,18 @@ def test_a_worker_killed_mid_chunk_twice_loses_and_duplicates_nothing(
                 partial_chunks += partial
                 log = tmp_path / f"worker-{kill + 1}.log"
                 workers.append(Worker(settings, log).wait_ready())
-            job: dict[str, Any] = wait_for(
-                lambda: finished(client, job_id), 90, "the job to finish", step=0.1
-            )
+            job, rows = job_run.wait_finished(90)
             elapsed = time.monotonic() - began
-            rows = result_rows(client, job_id)
     finally:
         for worker in workers:
             worker.stop()
     print(
-        f"\nworker kill x2: rows {TOTAL}, partial chunks at the kills {partial_chunks}, "
+        f"\nworker kill x2: rows {ROWS}, partial chunks at the kills {partial_chunks}, "
         f"status {job['status']}, done {job['done']}, failed {job['failed']}, "
         f"rows returned {len(rows)}, distinct {len({r['row'] for r in rows})}, "
         f"job time {elapsed:.1f} s"
     )
-    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
-    assert len(rows) == TOTAL and store.client.hlen(results_key) == TOTAL
-    assert_complete(rows, TOTAL)
+    job_run.assert_every_row_once(job, rows)
 
 
 # Rows done before each restart: three restarts per job, each at a different point of a chunk,
@@ -113,7 +92,7 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
             GatewayApp(gw_settings) as gateway,
             httpx.Client(base_url=gateway.url, timeout=30) as http,
         ):
-            submitted = http.post("/v1/batch-jobs", json={"requests": requests(TOTAL)})
+            submitted = http.post("/v1/batch-jobs", json={"requests": requests(ROWS)})
             assert submitted.status_code == 202, submitted.text
             job_id = submitted.json()["id"]
 
@@ -132,7 +111,7 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
                 gateway_back.append(time.monotonic() - restarted)
                 # ... and the worker writes rows again (counted from the gateway's first read).
                 wait_for(
-                    lambda seen=seen: (progress_or_none(http, job_id) or 0) > seen or seen == TOTAL,
+                    lambda seen=seen: (progress_or_none(http, job_id) or 0) > seen or seen == ROWS,
                     30, "the worker to write rows again", step=0.01,
                 )  # fmt: skip
                 worker_back.append(time.monotonic() - restarted)
@@ -154,14 +133,14 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
     finally:
         worker.stop()
     print(
-        f"\nredis restart x{len(RESTART_AT)} mid-job: rows {TOTAL}, redis down "
+        f"\nredis restart x{len(RESTART_AT)} mid-job: rows {ROWS}, redis down "
         f"{max(downs):.2f} s at most, gateway reads again {max(gateway_back):.2f} s and the "
         f"worker writes again {max(worker_back):.2f} s after a restart (at most), chunks "
         f"requeued {log.count('requeued')}, status {job['status']}, done {job['done']}, failed "
         f"{job['failed']}, rows returned {len(rows)}, distinct {len({r['row'] for r in rows})}"
     )
-    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
-    assert_complete(rows, TOTAL)
+    assert (job["status"], job["done"], job["failed"]) == ("succeeded", ROWS, 0)
+    assert_complete(rows, ROWS)
     assert "raised unexpected" not in log, "a chunk task failed on the restart"
 
 
@@ -176,41 +155,27 @@ def test_redis_down_longer_than_the_retry_budget_hands_the_chunk_back(
     visibility timeout), not fail: a failed task is acknowledged, and its rows would be lost."""
     monkeypatch.setenv("WIDEBEAM_BATCH_REDIS_RETRY_S", "0.2")  # read by the worker process
     settings = batch_settings(own_redis.url, rel_decoder.address)
-    store = store_of(settings)
     worker = Worker(settings, tmp_path / "worker.log")
     try:
         worker.wait_ready()
-        with make_client(settings) as client:
-            began = time.monotonic()
-            job_id = submit(client, TOTAL)
-            results_key = store.keys(job_id)[1]
-            size = settings.chunk_size
-
-            def inside_a_chunk() -> bool:  # with half a chunk or more still to write
-                done = int(store.client.hlen(results_key))
-                return done >= 4 * size and 1 <= done % size <= size // 2
-
-            wait_for(inside_a_chunk, 60, "the worker to be inside a chunk", step=0.002)
+        began = time.monotonic()
+        with running_job(settings) as job_run:
+            job_run.wait_inside_a_chunk(settings.chunk_size, after_chunks=4)
             down_s = restart_keeping_data(own_redis, down_s=2.0)
-            job: dict[str, Any] = wait_for(
-                lambda: finished(client, job_id), 60, "the job to finish", step=0.1
-            )
+            job, rows = job_run.wait_finished(60)
             elapsed = time.monotonic() - began
-            rows = result_rows(client, job_id)
         assert worker.proc.poll() is None, "the worker died with Redis"
         log = worker.log_path.read_text(errors="replace")
     finally:
         worker.stop()
     print(
-        f"\nredis down {down_s:.1f} s mid-job (worker retry budget 0.2 s): rows {TOTAL}, chunks "
+        f"\nredis down {down_s:.1f} s mid-job (worker retry budget 0.2 s): rows {ROWS}, chunks "
         f"handed back {log.count('requeued')}, status {job['status']}, done {job['done']}, "
         f"failed {job['failed']}, rows returned {len(rows)}, job time {elapsed:.1f} s"
     )
     assert log.count("requeued") >= 1, "the outage did not reach a running chunk"
     assert "raised unexpected" not in log, "a chunk task failed on the outage"
-    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
-    assert len(rows) == TOTAL and store.client.hlen(results_key) == TOTAL
-    assert_complete(rows, TOTAL)
+    job_run.assert_every_row_once(job, rows)
 
 
 def progress_or_none(http: httpx.Client, job_id: str) -> int | None:

@@ -13,30 +13,18 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.reliability.batch_job import ROWS, running_job
 from tests.reliability.support import free_port
 from tests.reliability.test_faults_batch_lost_worker import run_summaries
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings
-from tests.services.gateway.batch.conftest import (
-    AUTH,
-    Worker,
-    batch_settings,
-    make_client,
-    store_of,
-    wait_for,
-)
-from tests.services.gateway.batch.test_worker_e2e import (
-    assert_complete,
-    finished,
-    result_rows,
-    submit,
-)
+from tests.services.gateway.batch.conftest import AUTH, Worker, batch_settings, wait_for
+from tests.services.gateway.batch.test_worker_e2e import assert_complete, finished, result_rows
 from tests.support.redis_server import RedisServer
 from widebeam.services.decoder.server.background import BackgroundServer
 
 pytestmark = pytest.mark.slow
 
-TOTAL = 200
 WAITING = re.compile(r"decoders unavailable \(\w+\); rows wait")
 
 
@@ -87,8 +75,8 @@ def test_rows_wait_for_a_stopped_decoder_and_the_job_completes(
     worker = Worker(settings, tmp_path / "worker.log")
     try:
         worker.wait_ready()
-        with make_client(settings) as client:
-            job_id = submit(client, TOTAL)
+        with running_job(settings) as job_run:
+            client, job_id = job_run.client, job_run.id
             done_at_stop = stop_after(decoder, client, job_id, 40)
             # Down until the worker has waited for it at least three times (or, as before the
             # fix, the job ended without it).
@@ -98,18 +86,15 @@ def test_rows_wait_for_a_stopped_decoder_and_the_job_completes(
             )  # fmt: skip
             waited = waits(worker)
             decoder.start()
-            job: dict[str, Any] = wait_for(
-                lambda: finished(client, job_id), 120, "the job to finish", step=0.1
-            )
-            rows = result_rows(client, job_id)
+            job, rows = job_run.wait_finished()
     finally:
         worker.stop()
     print(
         f"\ndecoder stopped mid-job after {done_at_stop} rows: the worker waited {waited} "
         f"times, then the job {job['status']}: done {job['done']}, failed {job['failed']}"
     )
-    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
-    assert_complete(rows, TOTAL)
+    assert (job["status"], job["done"], job["failed"]) == ("succeeded", ROWS, 0)
+    assert_complete(rows, ROWS)
 
 
 def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once(
@@ -117,12 +102,11 @@ def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once
 ) -> None:
     # Rows stop waiting for decoders one second after the job was submitted.
     settings = batch_settings(own_redis.url, decoder.address, job_deadline_s=1.0)
-    store = store_of(settings)
     worker = Worker(settings, tmp_path / "worker.log")
     try:
         worker.wait_ready()
-        with make_client(settings) as client:
-            job_id = submit(client, TOTAL)
+        with running_job(settings) as job_run:
+            client, job_id = job_run.client, job_run.id
             done_at_stop = stop_after(decoder, client, job_id, 40)
             ended: dict[str, Any] = wait_for(
                 lambda: finished(client, job_id), 120, "the job to end", step=0.1
@@ -152,13 +136,13 @@ def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once
         f"), rows sent again {sent_after_retry}; then {job['status']}, failed {job['failed']}"
     )
     assert ended["status"] == "completed_with_errors", ended
-    assert ended["done"] == TOTAL and 0 < ended["failed"] == len(failed_rows) < TOTAL
+    assert ended["done"] == ROWS and 0 < ended["failed"] == len(failed_rows) < ROWS
     assert {before[r]["error"]["code"] for r in failed_rows} == {"decoder_unavailable"}
     assert retried.status_code == 202 and retried.json()["requeued"] == len(failed_rows)
     assert retried.json()["status"] in ("queued", "running") and retried.json()["retries"] == 1
     assert again.status_code == 202 and again.json()["requeued"] == 0
     assert sent_after_retry == len(failed_rows)  # the rows that had succeeded were not re-run
-    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
-    assert_complete(after, TOTAL)
+    assert (job["status"], job["done"], job["failed"]) == ("succeeded", ROWS, 0)
+    assert_complete(after, ROWS)
     assert all(after[row] == before[row] for row in set(before) - failed_rows)
-    assert store.client.hlen(store.keys(job_id)[1]) == TOTAL
+    assert job_run.written_count() == ROWS

@@ -14,25 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.services.gateway.batch.conftest import (
-    Worker,
-    batch_settings,
-    make_client,
-    store_of,
-    wait_for,
-)
-from tests.services.gateway.batch.test_worker_e2e import (
-    assert_complete,
-    finished,
-    result_rows,
-    submit,
-)
+from tests.reliability.batch_job import ROWS, running_job
+from tests.services.gateway.batch.conftest import Worker, batch_settings, wait_for
 from tests.support.redis_server import RedisServer
 from widebeam.services.decoder.server.background import BackgroundServer
 
 pytestmark = pytest.mark.slow
 
-TOTAL = 200
 # Far past the hang guards below: a chunk that waited for the broker's redelivery would fail.
 VISIBILITY_S = 900
 SUMMARY = re.compile(r"succeeded in [0-9.]+s: (\{.*\})")
@@ -49,26 +37,18 @@ def test_a_killed_workers_chunk_resumes_through_its_lease(
     settings = batch_settings(
         own_redis.url, rel_decoder.address, visibility_timeout_s=VISIBILITY_S, lease_s=2
     )
-    store = store_of(settings)
     size = settings.chunk_size
     first = Worker(settings, tmp_path / "worker-0.log")
     second: Worker | None = None
     try:
         first.wait_ready()
-        with make_client(settings) as client:
-            job_id = submit(client, TOTAL)
-            results_key = store.keys(job_id)[1]
-
-            def inside_a_chunk() -> bool:
-                done = int(store.client.hlen(results_key))
-                return done >= 3 * size and 1 <= done % size <= size // 2
-
-            wait_for(inside_a_chunk, 60, "the worker to be inside a chunk", step=0.002)
+        with running_job(settings) as job_run:
+            job_run.wait_inside_a_chunk(size)
             first.kill(signal.SIGKILL)
             killed_at = time.monotonic()
-            written = {int(k) for k in store.client.hkeys(results_key)}
+            written = job_run.written()
             partial = [
-                c for c in range(TOTAL // size)
+                c for c in range(ROWS // size)
                 if 0 < len(written & set(range(c * size, (c + 1) * size))) < size
             ]  # fmt: skip
             assert len(partial) == 1, f"the kill did not land inside one chunk: {partial}"
@@ -78,14 +58,11 @@ def test_a_killed_workers_chunk_resumes_through_its_lease(
             second = Worker(settings, tmp_path / "worker-1.log").wait_ready()
             chunk_rows = set(range(chunk * size, (chunk + 1) * size))
             wait_for(
-                lambda: chunk_rows <= {int(k) for k in store.client.hkeys(results_key)},
+                lambda: chunk_rows <= job_run.written(),
                 120, "the killed chunk to be resumed", step=0.05,
             )  # fmt: skip
             resumed_s = time.monotonic() - killed_at
-            job: dict[str, Any] = wait_for(
-                lambda: finished(client, job_id), 120, "the job to finish", step=0.1
-            )
-            rows = result_rows(client, job_id)
+            job, rows = job_run.wait_finished()
         log = second.log_path.read_text(errors="replace")
     finally:
         first.stop()
@@ -101,6 +78,4 @@ def test_a_killed_workers_chunk_resumes_through_its_lease(
     )
     assert f"chunk {chunk}: nobody is running it; sent again" in log
     assert sent == size - kept, runs  # the rows written before the kill were not redone
-    assert (job["status"], job["done"], job["failed"]) == ("succeeded", TOTAL, 0)
-    assert len(rows) == TOTAL and store.client.hlen(results_key) == TOTAL
-    assert_complete(rows, TOTAL)
+    job_run.assert_every_row_once(job, rows)

@@ -1,0 +1,74 @@
+"""One batch job of the batch-fault tests, run through the batch API (`make_client`) while the
+test breaks something: submitted by `running_job(settings)`, its rows watched in the job store
+as a worker writes them, its end awaited, and the check that it succeeded with every row
+exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.services.gateway.batch.conftest import make_client, store_of, wait_for
+from tests.services.gateway.batch.test_worker_e2e import (
+    assert_complete,
+    finished,
+    result_rows,
+    submit,
+)
+from widebeam.services.gateway.batch.job_store import JobStore
+from widebeam.services.gateway.batch.settings import BatchSettings
+
+ROWS = 200  # a job's rows: 20 chunks of batch_settings' 10
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    client: TestClient
+    store: JobStore
+    id: str
+    rows: int
+
+    @property
+    def results_key(self) -> str:
+        return self.store.keys(self.id)[1]
+
+    def written_count(self) -> int:
+        return int(self.store.client.hlen(self.results_key))
+
+    def written(self) -> set[int]:
+        return {int(k) for k in self.store.client.hkeys(self.results_key)}
+
+    def wait_inside_a_chunk(self, chunk_size: int, after_chunks: int = 3) -> None:
+        """Waits until at least `after_chunks` chunks are written and the worker is inside the
+        next one, half of it or more still to write. Chunks run in queue order, one at a time:
+        a row count a few rows past a chunk boundary means the worker is inside a chunk."""
+
+        def inside_a_chunk() -> bool:
+            done = self.written_count()
+            return done >= after_chunks * chunk_size and 1 <= done % chunk_size <= chunk_size // 2
+
+        wait_for(inside_a_chunk, 60, "the worker to be inside a chunk", step=0.002)
+
+    def wait_finished(self, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The job's status once it no longer runs, and its result rows."""
+        job: dict[str, Any] = wait_for(
+            lambda: finished(self.client, self.id), timeout, "the job to finish", step=0.1
+        )
+        return job, result_rows(self.client, self.id)
+
+    def assert_every_row_once(self, job: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        """The job succeeded; each row was written and returned exactly once, in order."""
+        assert (job["status"], job["done"], job["failed"]) == ("succeeded", self.rows, 0)
+        assert len(rows) == self.rows and self.written_count() == self.rows
+        assert_complete(rows, self.rows)
+
+
+@contextmanager
+def running_job(settings: BatchSettings, rows: int = ROWS) -> Iterator[RunningJob]:
+    """A job of `rows` rows submitted through a batch API client that lives for the block."""
+    with make_client(settings) as client:
+        yield RunningJob(client, store_of(settings), submit(client, rows), rows)
