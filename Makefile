@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.widebeam-dev
 PIP := $(BIN)/python -m pip install -q
 QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither" || true
 
-.PHONY: install install-dev test lint demo clean system-deps
+.PHONY: install install-dev test lint demo clean system-deps browser-deps
 
 # Runtime dependencies only: what `make demo` and serving need (no Triton, transformers, ...).
 install: $(RUNTIME_STAMP) system-deps
@@ -28,6 +28,26 @@ system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "redis-server is required: install it (e.g. apt-get install redis-server)"; exit 1; }
 
+# The playground's browser test drives Debian's chromium through chromedriver (Selenium).
+# Installed when missing and apt-get can run (root, or sudo without a password); elsewhere the
+# test skips and says why. An install that apt-get refuses fails `make test`, so CI never
+# skips the test silently.
+BROWSER_PACKAGES := chromium chromium-driver
+browser-deps:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		:; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "no apt-get: the playground's browser test will skip (needs chromium, chromedriver)"; \
+	elif [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
+		echo "not root: the playground's browser test will skip (apt-get install $(BROWSER_PACKAGES))"; \
+	else \
+		echo "installing $(BROWSER_PACKAGES)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			$(BROWSER_PACKAGES) >/dev/null; \
+	fi
+
 $(RUNTIME_STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) "$(TORCH_SPEC)" $(QUIET_PIP)
@@ -43,7 +63,7 @@ $(DEV_STAMP): $(RUNTIME_STAMP)
 lint: install-dev
 	$(BIN)/ruff check .
 
-test: install-dev lint
+test: install-dev browser-deps lint
 	$(BIN)/python -m pytest -q
 
 # DEMO_ONCE=1: exit after the examples instead of serving until Ctrl-C; DEMO_TINY=1: the

@@ -19,7 +19,17 @@ from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.info_poller import InfoPoller
 from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.middleware import BodyLimitMiddleware, MetricsMiddleware
-from widebeam.services.gateway.routes import chat, completions, generate, health, models, recommend
+from widebeam.services.gateway.routes import (
+    api_docs,
+    chat,
+    completions,
+    generate,
+    health,
+    items,
+    models,
+    playground,
+    recommend,
+)
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.shedding import LoadShedMiddleware
 from widebeam.services.gateway.state import GatewayState
@@ -54,7 +64,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         summary="Generative recommendation: SID-constrained wide beam search over HTTP.",
         version="1",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # /docs and /redoc come from api_docs, with assets served here
+        redoc_url=None,
     )
     app.state.gateway = state
     install_error_handlers(app, "gateway")
@@ -66,8 +77,11 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     batch = batch_settings_for(settings)
     row_limits = RowLimits.from_settings(settings)
     v1.include_router(create_batch_router(batch, row_limits, api_keys))  # jobs owned by keys
+    v1.include_router(items.create_router(settings.items_file))
     app.include_router(v1)
     app.include_router(health.create_router())
+    app.include_router(api_docs.create_router(app.title, app.openapi_url or "/openapi.json"))
+    app.include_router(playground.create_router())
     # After the body is read: keep-alive. A bad API key is a 401 there too, never a 429.
     app.add_middleware(LoadShedMiddleware, pool=pool, api_keys=api_keys)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -21,6 +21,7 @@ _FIELDS = {
     "api_key": "api_keys",
     "model_name": "model_name",
     "model_dir": "model_dir",
+    "items_file": "items_file",
     "max_beam_width": "max_beam_width",
     "max_n": "max_n",
     "max_history": "max_history",
@@ -47,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--model-name", help="model name to report (default: the decoder's)")
     add("--model-dir", help="tokenizer directory (default: the decoder's model path)")
+    add(
+        "--items-file",
+        help="catalog file with item titles for /v1/items and the playground "
+        "[WIDEBEAM_GATEWAY_ITEMS_FILE]",
+    )
     add("--max-beam-width", type=int)
     add("--max-n", type=int)
     add("--max-history", type=int)
