@@ -2,4 +2,6 @@
 it; `routes/` holds one router factory per API (`schemas/` their bodies); `recommender.py` is
 the one recommend implementation, used by `/v1/recommend` and the batch worker alike;
 `decoder_pool.py` / `decoder_info.py` call the decoders and read their GetInfo; `batch/` runs
-recommend jobs in bulk on Celery. Errors, API keys and handlers follow `widebeam.services.http`."""
+recommend jobs in bulk on Celery; `playground/` is the page served at `/`, `item_index.py` the
+items file it searches (`/v1/items`). Errors, API keys and handlers follow
+`widebeam.services.http`."""

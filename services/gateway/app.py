@@ -3,7 +3,8 @@
 Lifespan: open the decoder pool, poll the decoders' GetInfo (metrics, cached limits/catalogs),
 close both at shutdown. Layers, outermost first: metrics, the API key of a `/v1` request with a
 body (401 before the body is read), body limit, load shedding, exception handlers, routes (the
-`/v1` ones, batch jobs included, behind the API-key dependency)."""
+`/v1` ones, batch jobs included, behind the API-key dependency; health, the API docs and the
+playground page open)."""
 
 from __future__ import annotations
 
