@@ -282,6 +282,22 @@ def write_json(name: str, data: object) -> None:
     (out / f"{name}.json").write_text(json.dumps(data, indent=2))
 
 
+# The columns that set a workload's time against transformers and the FLOP floor.
+VERSUS_HEADERS = ["HF ms", "vs HF", "floor ms", "linear-graph ms", "of floor"]
+
+
+def versus_cells(ms: float, hf_ms: float | None, floor_ms: float, graph_ms: float) -> list[object]:
+    """The VERSUS_HEADERS cells of a row timed at `ms`: HF's time and how much faster this is
+    ("-" where HF was not run), the floor, the linear layers' graph time, the floor's share."""
+    return [
+        hf_ms if hf_ms else "-",
+        f"{hf_ms / ms:.1f}x" if hf_ms else "-",
+        floor_ms,
+        graph_ms,
+        f"{100 * floor_ms / ms:.1f}%",
+    ]
+
+
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
     fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

@@ -15,6 +15,7 @@ import torch
 from catalogs import dict_trie, prefix_fn, random_catalog
 from floor import linear_step_ms, request_flops
 from harness import (
+    VERSUS_HEADERS,
     add_engine_args,
     drive,
     engine_options,
@@ -23,6 +24,7 @@ from harness import (
     markdown_table,
     matmul_tflops,
     model_dir,
+    versus_cells,
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
@@ -116,11 +118,7 @@ def main() -> None:
                 single["p50_ms"],
                 online["throughput_rps"],
                 PUBLIC[ctx],
-                hf if hf else "-",
-                f"{hf / single['mean_ms']:.1f}x" if hf else "-",
-                floor_ms,
-                graph_ms,
-                f"{100 * floor_ms / single['mean_ms']:.1f}%",
+                *versus_cells(single["mean_ms"], hf, floor_ms, graph_ms),
             ]
         )
     env = environment() | {
@@ -138,11 +136,7 @@ def main() -> None:
                 "single p50 ms",
                 "req/s @c4",
                 "public H100 ms",
-                "HF ms",
-                "vs HF",
-                "floor ms",
-                "linear-graph ms",
-                "of floor",
+                *VERSUS_HEADERS,
             ],
             rows,
         )

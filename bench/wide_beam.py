@@ -17,6 +17,7 @@ import torch
 from e2e import DecoderProcess, drive_grpc, generate_request
 from floor import linear_step_ms, request_flops
 from harness import (
+    VERSUS_HEADERS,
     add_engine_args,
     drive,
     engine_options,
@@ -25,6 +26,7 @@ from harness import (
     markdown_table,
     matmul_tflops,
     model_dir,
+    versus_cells,
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
@@ -171,11 +173,7 @@ def main() -> None:
                 stats["p90_ms"],
                 alone,
                 PUBLIC_MEAN_MS[tokens],
-                hf if hf else "-",
-                f"{hf / alone:.1f}x" if hf else "-",
-                floor_ms,
-                practical_ms,
-                f"{100 * floor_ms / alone:.1f}%",
+                *versus_cells(alone, hf, floor_ms, practical_ms),
             ]
         )
     if args.e2e:
@@ -213,11 +211,7 @@ def main() -> None:
                 "p90 ms",
                 "alone ms",
                 "public mean ms",
-                "HF ms",
-                "vs HF",
-                "floor ms",
-                "linear-graph ms",
-                "of floor",
+                *VERSUS_HEADERS,
             ],
             rows,
         )
