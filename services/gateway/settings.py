@@ -36,7 +36,9 @@ class GatewaySettings(ClientGuardSettings):
 
     # Limits on what one request may ask for.
     max_beam_width: int = Field(512, ge=1)
-    max_n: int = Field(128, ge=1)
+    max_n: int = Field(
+        512, ge=1, description="most items / choices per request (default: max_beam_width)"
+    )
     max_history: int = Field(1000, ge=1)
     max_exclude: int = Field(
         10_000, ge=0, description="/v1/recommend (and batch row) exclude ids per request"
@@ -86,6 +88,15 @@ class GatewaySettings(ClientGuardSettings):
         "or title (its `title` column); default: none, /v1/items answers 404",
     )
     log_level: str = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _max_n_follows_max_beam_width(cls, data: object) -> object:
+        """Without a value of its own, max_n is max_beam_width, so n = beam_width is allowed at
+        any width (SGLang's wide fan-out asks for n = beam)."""
+        if isinstance(data, dict) and data.get("max_n") is None and "max_beam_width" in data:
+            return data | {"max_n": data["max_beam_width"]}
+        return data
 
     @field_validator("decoders", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ from widebeam.launcher.readiness import (
     wait_until,
 )
 from widebeam.launcher.restart_policy import RestartPolicy, RestartState
+from widebeam.launcher.widths import Widths, add_width_arguments
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.config import DType
 from widebeam.services.decoder.security.bearer_token import TOKEN_ENV, TOKEN_FILE_ENV
@@ -85,6 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=RestartPolicy.max_restarts,
         help="consecutive restarts of a crashed child before the stack stops (0: stop at once)",
     )
+    add_width_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -110,6 +112,7 @@ class Stack:
 
     def start(self) -> str:
         args = self.args
+        widths = Widths.from_args(args)
         env = (
             {"WIDEBEAM_CATALOG_API_KEY": args.api_key, "WIDEBEAM_GATEWAY_API_KEYS": args.api_key}
             if args.api_key
@@ -129,14 +132,16 @@ class Stack:
                                "--model", args.model], env)  # fmt: skip
         self.spawn("decoder", [*PY, "decoder", "serve", "--model", args.model, "--device",
                                args.device, "--dtype", dtype, "--port",
-                               decoder.rsplit(":", 1)[1]], env)  # fmt: skip
+                               decoder.rsplit(":", 1)[1],
+                               *widths.decoder_flags()], env)  # fmt: skip
         self.wait(http_ok(f"{catalog_url}/readyz"), "the catalog service", 120)
         if args.catalog:
             self._upload(catalog_url, env)
         gateway = self.spawn("gateway", [*PY, "gateway", "serve", "--host", args.host, "--port",
-                                         str(args.port), "--decoder", decoder],
+                                         str(args.port), "--decoder", decoder,
+                                         *widths.gateway_flags()],
                              env, GATEWAY_LISTENING)  # fmt: skip
-        self.spawn("worker", [*PY, "worker", "--decoder", decoder], env)
+        self.spawn("worker", [*PY, "worker", "--decoder", decoder], env | widths.worker_env())
         port = args.port or self._bound_port(gateway)
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
         gateway_url = f"http://{host}:{port}"

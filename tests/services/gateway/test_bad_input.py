@@ -28,8 +28,9 @@ CASES: list[tuple[str, dict[str, Any], int, str]] = [
     (REC, {"history": ["item-1"] * 1001}, 400, "history has 1001 items; the limit is 1000"),
     # more recommend
     (REC, {"history": HISTORY, "n": 0}, 400, "n: Input should be greater than or equal to 1"),
-    (REC, {"history": HISTORY, "n": 129, "beam_width": 200}, 400, "n must be <= 128"),
-    (REC, {"history": HISTORY, "n": 10**20}, 400, "n must be <= 128"),
+    # max_n follows the gateway's max_beam_width (48 here) unless set
+    (REC, {"history": HISTORY, "n": 49, "beam_width": 200}, 400, "n must be <= 48"),
+    (REC, {"history": HISTORY, "n": 10**20}, 400, "n must be <= 48"),
     (REC, {"history": HISTORY, "n": 10**30}, 400, "an integer of 31 characters is too long"),
     (REC, {"history": HISTORY, "n": "ten"}, 400, "n: Input should be a valid integer"),
     (REC, {"history": "item-3"}, 400, "history: Input should be a valid list"),
