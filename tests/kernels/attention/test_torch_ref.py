@@ -48,16 +48,21 @@ def test_cascade_decode_equals_dense_attention(q_heads: int, kv_heads: int) -> N
             torch.testing.assert_close(out[g.row_start + r], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_ragged_causal_prefill_equals_per_sequence() -> None:
-    torch.manual_seed(1)
-    lengths = [5, 1, 9]
-    total = sum(lengths)
-    q, k, v = torch.randn(total, 4, 8), torch.randn(total, 2, 8), torch.randn(total, 2, 8)
-    cu = (0, 5, 6, 15)
-    out = causal_prefill(q, k, v, cu, 0.3)
+@pytest.mark.parametrize(
+    ("seed", "lengths", "scale"),
+    [(1, [5, 1, 9], 0.3), (3, [7, 1, 12, 3, 40, 9, 0, 18], 0.25)],
+    ids=["three-sequences", "many-lengths-one-empty"],
+)
+def test_ragged_causal_prefill_equals_per_sequence(
+    seed: int, lengths: list[int], scale: float
+) -> None:
+    torch.manual_seed(seed)
+    cu = (0, *itertools.accumulate(lengths))
+    q, k, v = torch.randn(cu[-1], 4, 8), torch.randn(cu[-1], 2, 8), torch.randn(cu[-1], 2, 8)
+    out = causal_prefill(q, k, v, cu, scale)
     for start, end in itertools.pairwise(cu):
         for t in range(start, end):
-            expected = _dense(q[t], k[start : t + 1], v[start : t + 1], 0.3)
+            expected = _dense(q[t], k[start : t + 1], v[start : t + 1], scale)
             torch.testing.assert_close(out[t], expected, rtol=1e-5, atol=1e-5)
 
 
@@ -86,18 +91,6 @@ def test_batched_groups_equal_dense_attention_and_read_no_padding() -> None:
             idx = torch.cat((g.prompt_slots, g.suffix_slots[r]))
             expected = _dense(q[g.row_start + r], k_cache[idx], v_cache[idx], 0.3)
             torch.testing.assert_close(out[g.row_start + r], expected, rtol=1e-5, atol=1e-5)
-
-
-def test_batched_prefill_of_many_lengths_equals_per_sequence() -> None:
-    torch.manual_seed(3)
-    lengths = [7, 1, 12, 3, 40, 9, 0, 18]
-    cu = (0, *itertools.accumulate(lengths))
-    q, k, v = torch.randn(cu[-1], 4, 8), torch.randn(cu[-1], 2, 8), torch.randn(cu[-1], 2, 8)
-    out = causal_prefill(q, k, v, cu, 0.25)
-    for start, end in itertools.pairwise(cu):
-        for t in range(start, end):
-            expected = _dense(q[t], k[start : t + 1], v[start : t + 1], 0.25)
-            torch.testing.assert_close(out[t], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_similar_lengths_bounds_padding() -> None:
