@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.redis_server import RedisServer, find_redis_server
+from tests.support.redis_server import RedisServer
+from tests.support.served_redis import served_redis
 
 try:  # property tests: CI replays a fixed set of examples so a run is reproducible
     from hypothesis import settings as _hypothesis_settings
@@ -25,12 +26,7 @@ except ImportError:  # hypothesis is a dev dependency; GPU machines may lack it
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server for the session (``.url``, ``.port``, ``.restart()``); lazily started."""
-    if find_redis_server() is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server / make install)")
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
+    yield from served_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture

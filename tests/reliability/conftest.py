@@ -15,7 +15,8 @@ from tests.services.catalog.formats import catalog_writers as cw
 from tests.services.decoder.conftest import SidModel, sid_model  # noqa: F401 (fixture)
 from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.support import gateway_settings
-from tests.support.redis_server import RedisServer, find_redis_server
+from tests.support.redis_server import RedisServer
+from tests.support.served_redis import served_redis
 from widebeam.services.catalog.service import CatalogSettings
 from widebeam.services.decoder.server.background import BackgroundServer
 
@@ -26,21 +27,13 @@ GATEWAY_LIMITS = {"max_beam_width": 16, "max_n": 8, "max_tokens": 8, "max_histor
 
 @pytest.fixture(scope="session")
 def rel_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if find_redis_server() is None:
-        pytest.skip("redis-server is not installed")
-    server = RedisServer(tmp_path_factory.mktemp("rel-redis"))
-    server.start()
-    yield server
-    server.stop()
+    yield from served_redis(tmp_path_factory.mktemp("rel-redis"))
 
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of the test's own: fault tests kill and restart it."""
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    yield server
-    server.stop()
+    yield from served_redis(tmp_path / "redis")
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from typing import Any, Self
 import httpx
 import uvicorn
 
+from tests.support.child_process import stop_child
 from widebeam.services.catalog.service import CatalogSettings
 from widebeam.services.catalog.service import create_app as create_catalog_app
 from widebeam.services.catalog.service.server import bind
@@ -103,12 +104,7 @@ def process(
             time.sleep(0.05)
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_child(proc)
 
 
 def listening_url(log_path: Path, marker: str) -> str:

@@ -9,6 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.child_process import stop_child
+from widebeam.services.started_in_with import StartedInWith
+
 
 def find_redis_server() -> str | None:
     """Path of the redis-server binary, or None when it is not installed."""
@@ -33,8 +36,9 @@ def ping(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-class RedisServer:
-    """One redis-server process; :meth:`restart` keeps the port (the data is lost)."""
+class RedisServer(StartedInWith):
+    """One redis-server process; :meth:`restart` keeps the port (the data is lost); `with
+    RedisServer(dir) as server:` runs it for the block."""
 
     def __init__(self, workdir: Path, executable: str | None = None) -> None:
         exe = executable or find_redis_server()
@@ -54,14 +58,14 @@ class RedisServer:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, timeout: float = 10.0) -> RedisServer:
         """Start on the current port, or on a free one the first time (retrying port races)."""
         attempts = 1 if self.port else 3
         for attempt in range(attempts):
             port = self.port or free_port()
             if self._spawn(port, timeout):
                 self.port = port
-                return
+                return self
             if attempt == attempts - 1:
                 log = (self.workdir / "redis.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"redis-server did not start on port {port}:\n{log}")
@@ -96,12 +100,7 @@ class RedisServer:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_child(proc, grace_s=5)
 
     def restart(self) -> None:
         """Stop and start again on the same port; without persistence all data is gone."""

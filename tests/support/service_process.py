@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.child_process import stop_child
+
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
@@ -63,9 +65,4 @@ def service_process(
             time.sleep(0.05)
         yield ServiceProcess(proc, int(match[1]), log_path)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_child(proc)

@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from types import TracebackType
 
 import redis
 from redis.backoff import NoBackoff
@@ -24,6 +23,7 @@ from redis.retry import Retry
 from widebeam.services.catalog.store.keys import validate_name
 from widebeam.services.catalog.store.store import CatalogStore
 from widebeam.services.catalog.store.types import CatalogStoreError, LoadedCatalog
+from widebeam.services.started_in_with import StartedInWith
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 2.0
 
 
-class CatalogSubscriber:
+class CatalogSubscriber(StartedInWith):
     """Follow catalogs ``names`` (None = every catalog in the namespace)."""
 
     def __init__(
@@ -83,17 +83,6 @@ class CatalogSubscriber:
             self._thread.join(timeout if timeout is not None else self.poll_block_ms / 1000 + 5)
         if self._client is not None:
             self._client.close()
-
-    def __enter__(self) -> CatalogSubscriber:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- readers ------------------------------------------------------------------------------
 

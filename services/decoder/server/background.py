@@ -6,16 +6,16 @@ import asyncio
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any, TypeVar
 
 from widebeam.services.decoder.server.app import DecoderServer
 from widebeam.services.decoder.server.settings import DecoderSettings
+from widebeam.services.started_in_with import StartedInWith
 
 T = TypeVar("T")
 
 
-class BackgroundServer:
+class BackgroundServer(StartedInWith):
     """`with BackgroundServer(settings) as srv:` serves on `srv.address` until the block ends."""
 
     def __init__(self, settings: DecoderSettings, start_timeout: float = 120.0) -> None:
@@ -47,14 +47,3 @@ class BackgroundServer:
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return future.result(timeout)
-
-    def __enter__(self) -> BackgroundServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

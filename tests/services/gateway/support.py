@@ -5,16 +5,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import uvicorn
 
 from widebeam.services.gateway.app import create_app
 from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.started_in_with import StartedInWith
 
 
-class GatewayServer:
+class GatewayServer(StartedInWith):
     """`with GatewayServer(settings) as gw:` serves on `gw.url` until the block ends."""
 
     def __init__(self, settings: GatewaySettings) -> None:
@@ -48,17 +48,6 @@ class GatewayServer:
         self.server.should_exit = True
         self._thread.join(15)
         self._sock.close()
-
-    def __enter__(self) -> GatewayServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def gateway_settings(decoders: list[str], **overrides: Any) -> GatewaySettings:

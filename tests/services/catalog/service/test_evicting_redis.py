@@ -22,10 +22,8 @@ pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """This module's own redis-server (its policy changes): `start_service` serves over it."""
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    yield server.url
-    server.stop()
+    with RedisServer(tmp_path / "redis") as server:
+        yield server.url
 
 
 def test_upload_on_an_evicting_redis_is_503_and_publishes_nothing(

@@ -21,14 +21,8 @@ pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis
 def own_redis(tmp_path: Path) -> Iterator[redis.Redis]:
     """A redis-server of this test's own: its policy is changed, which the shared one's
     other users must not see."""
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    client = redis.Redis.from_url(server.url)
-    try:
+    with RedisServer(tmp_path / "redis") as server, redis.Redis.from_url(server.url) as client:
         yield client
-    finally:
-        client.close()
-        server.stop()
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru",
