@@ -12,6 +12,7 @@ cap; then `exhausted=true` tells the client there really are no more. Usage sums
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
@@ -81,6 +82,25 @@ def check_limits(body: RecommendRequest, limits: RecommendLimits, cap: int, who:
     return beam
 
 
+def check_history_left(
+    body: RecommendRequest, skipped: Sequence[str], catalog: pb.CatalogRef
+) -> None:
+    """The empty-history rule once the decoder has dropped the unknown ids
+    (`skip_unknown_items`): a history left empty is an empty history, so it follows `fallback`
+    as one does (`check_limits`) instead of silently decoding from the prior."""
+    if body.fallback != "none" or not body.history or not set(body.history) <= set(skipped):
+        return
+    unknown = list(dict.fromkeys(body.history))
+    shown = ", ".join(repr(item) for item in unknown[:10])
+    more = f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else ""
+    raise bad_request(
+        f"history is empty once its unknown ids are skipped: none of {shown}{more} is in "
+        f"catalog {catalog.name!r} version {catalog.version}; give at least one known item id, "
+        "or set fallback='prior' to get the model's unconditional recommendations",
+        param="history",
+    )
+
+
 @dataclass(frozen=True)
 class Recommender:
     """Decodes recommend requests through `pool`. `max_beam_width` caps the widening (the
@@ -127,6 +147,7 @@ class Recommender:
             if self.metrics is not None:
                 self.metrics.beam_width.labels(ROUTE).observe(beam)
             response = await self.pool.recommend(request, timeout=remaining)
+            check_history_left(body, response.skipped_history_item_ids, response.catalog)
             prompt_tokens += response.usage.prompt_tokens
             completion_tokens += response.usage.completion_tokens
             more_may_exist = response.beams_returned >= beam and beam < cap

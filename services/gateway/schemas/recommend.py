@@ -46,8 +46,9 @@ class RecommendRequest(BaseModel):
     )
     fallback: Literal["none", "prior"] = Field(
         "none",
-        description="empty history: 'none' rejects it; 'prior' decodes from the SID begin "
-        "token alone (the model's unconditional next-item distribution)",
+        description="empty history, or one that skip_unknown_items emptied: 'none' rejects "
+        "it (400); 'prior' decodes from the SID begin token alone (the model's unconditional "
+        "next-item distribution)",
     )
     normalization: Normalization = Field("vocab", description=NORMALIZATION_DOC)
 

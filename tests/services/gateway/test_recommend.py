@@ -87,3 +87,25 @@ def test_numeric_ids_and_unknown_history_items(client: httpx.Client) -> None:
 def test_empty_history_with_the_prior_fallback(client: httpx.Client) -> None:
     result = recommend(client, history=[], n=3, beam_width=4, fallback="prior")
     assert len(item_ids(result)) == 3 and result["usage"]["prompt_tokens"] == 1
+
+
+def test_a_history_emptied_by_skip_unknown_items_follows_fallback_as_an_empty_one(
+    client: httpx.Client,
+) -> None:
+    empty = {"history": [], "n": 3, "beam_width": 4}
+    all_unknown = empty | {"history": ["ghost", 12345, "ghost"], "skip_unknown_items": True}
+    answers = {}
+    for name, body in (("empty", empty), ("all unknown", all_unknown)):
+        refused = client.post("/v1/recommend", json=body)  # fallback "none", the default
+        assert refused.status_code == 400, (name, refused.text)
+        error = refused.json()["error"]
+        assert error["param"] == "history" and "fallback='prior'" in error["message"], name
+        answers[name] = recommend(client, **body, fallback="prior")
+    assert "'ghost', '12345'" in error["message"] and "catalog 'default'" in error["message"]
+    # Both decode the same prompt, the SID begin token alone: the same items.
+    assert item_ids(answers["empty"]) == item_ids(answers["all unknown"])
+    assert answers["all unknown"]["usage"]["prompt_tokens"] == 1
+    assert set(answers["all unknown"]["skipped_history_item_ids"]) == {"ghost", "12345"}
+    # One known id is a history: decoded from it, the unknown ones skipped.
+    known = recommend(client, **all_unknown | {"history": ["ghost", "item-3"]})
+    assert known["skipped_history_item_ids"] == ["ghost"] and len(item_ids(known)) == 3
