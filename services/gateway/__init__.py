@@ -3,5 +3,8 @@ it; `routes/` holds one router factory per API (`schemas/` their bodies); `recom
 the one recommend implementation, used by `/v1/recommend` and the batch worker alike;
 `decoder_pool.py` / `decoder_info.py` call the decoders and read their GetInfo; `batch/` runs
 recommend jobs in bulk on Celery; `playground/` is the page served at `/`, `item_index.py` the
-items file it searches (`/v1/items`). Errors, API keys and handlers follow
+items file it searches (`/v1/items`). The OpenAI routes share `generation.py` (request ->
+decoder Generate -> choices), `chat_template.py` (the model's template, rendered as
+transformers does), `served_models.py` (the names `model` may give, default-constrained ones)
+and `streaming.py` (`stream: true` as Server-Sent Events). Errors, API keys and handlers follow
 `widebeam.services.http`."""

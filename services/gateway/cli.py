@@ -7,7 +7,7 @@ import logging
 import signal
 import socket
 
-from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.gateway.settings import ALL_MODEL_NAMES, GatewaySettings
 from widebeam.settings_cli import settings_from_flags
 
 log = logging.getLogger("widebeam.gateway")
@@ -20,6 +20,8 @@ _FIELDS = {
     "redis_url": "redis_url",
     "api_key": "api_keys",
     "model_name": "model_name",
+    "served_model_name": "served_model_names",
+    "default_constrained": "default_constrained",
     "model_dir": "model_dir",
     "items_file": "items_file",
     "max_beam_width": "max_beam_width",
@@ -47,6 +49,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="accepted Bearer key; repeat for several [WIDEBEAM_GATEWAY_API_KEYS, comma-separated]",
     )
     add("--model-name", help="model name to report (default: the decoder's)")
+    add(
+        "--served-model-name",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="more names clients may give as `model`, e.g. flashrec; repeatable "
+        "[WIDEBEAM_GATEWAY_SERVED_MODEL_NAMES, comma-separated]",
+    )
+    add(
+        "--default-constrained",
+        nargs="*",
+        metavar="NAME",
+        help="completions/chat requests that never say `constrained` are catalog-constrained: "
+        "for these served model names, or for every name when none is given "
+        "[WIDEBEAM_GATEWAY_DEFAULT_CONSTRAINED: names or '*']",
+    )
     add("--model-dir", help="tokenizer directory (default: the decoder's model path)")
     add(
         "--items-file",
@@ -69,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    if getattr(args, "default_constrained", None) == []:  # the bare flag: every served name
+        args = argparse.Namespace(**(vars(args) | {"default_constrained": [ALL_MODEL_NAMES]}))
     return settings_from_flags(GatewaySettings, args, _FIELDS, "gateway")
 
 

@@ -35,6 +35,7 @@ FINISH_REASONS = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "lengt
 class Generated:
     response: pb.GenerateResponse
     codec: TextCodec | None
+    model: str  # the name the response reports: the requested one, or the served model's
 
     def text(self, beam: pb.Beam) -> str:
         return self.codec.decode(list(beam.output_ids)) if self.codec is not None else ""
@@ -48,11 +49,13 @@ class Generated:
         }
 
     def extensions(self, beam: pb.Beam) -> dict[str, object]:
-        """widebeam's per-choice additions to the OpenAI shape."""
+        """widebeam's per-choice additions to the OpenAI shape, and SGLang's `sglext` (where
+        FlashRec's and SGLang's clients read a beam's score: the same value)."""
         extra: dict[str, object] = {
             "sequence_score": beam.score,
             "cum_logprob": beam.cum_logprob,
             "token_ids": list(beam.output_ids),
+            "sglext": {"sequence_score": beam.score},
         }
         if self.response.HasField("catalog"):
             extra["item_ids"] = list(beam.item_ids)
@@ -118,7 +121,7 @@ async def generate(
     """The decoder's beams for `prompt`. `eos_token_ids`, when given, replace the model's EOS
     ids (SGLang's stop_token_ids, added to them by its route)."""
     unsupported(body)
-    state.check_model(body.model)
+    model = state.check_model(body.model)
     settings = state.settings
     if not prompt:
         raise bad_request("the prompt is empty: it needs at least one token", param="prompt")
@@ -142,8 +145,11 @@ async def generate(
             "it unset for beam search",
             param="temperature",
         )
+    constrained = body.constrained
+    if constrained is None:
+        constrained = state.served_models.constrained_by_default(model)
     catalog = ""
-    if body.constrained:
+    if constrained:
         catalog = (await state.require_catalog(body.catalog or DEFAULT_CATALOG)).name
     elif body.catalog is not None:
         raise bad_request("catalog is only used with constrained=true", param="catalog")
@@ -154,7 +160,7 @@ async def generate(
         max_new_tokens=max_tokens,
         early_stopping=_EARLY_STOPPING[body.early_stopping],
         ignore_eos=body.ignore_eos,
-        constrained=body.constrained,
+        constrained=constrained,
         catalog=catalog,
         return_logprobs=logprobs,
         # "sid" without constrained=true is the decoder's INVALID_ARGUMENT (one rule, one place).
@@ -176,4 +182,4 @@ async def generate(
             setattr(request, name, value)
     state.metrics.beam_width.labels(route).observe(beam)
     response = await state.pool.generate(request, timeout=settings.request_timeout_s)
-    return Generated(response, await state.codec())
+    return Generated(response, await state.codec(), model)

@@ -16,6 +16,7 @@ from widebeam.services.gateway.decoder_info import beam_cap, find_catalog, repor
 from widebeam.services.gateway.decoder_pool import DecoderPool
 from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.recommender import Recommender
+from widebeam.services.gateway.served_models import ServedModels
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.text_codec import TextCodec
 from widebeam.services.http.errors import ApiError
@@ -27,12 +28,14 @@ class GatewayState:
     pool: DecoderPool
     metrics: GatewayMetrics
     recommender: Recommender = field(init=False)
+    served_models: ServedModels = field(init=False)
     _codec: TextCodec | None = None
     _codec_settled: bool = False
     _codec_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self.served_models = ServedModels.from_settings(settings)
         self.recommender = Recommender(
             self.pool, self.info_of, settings.max_beam_width, settings.model_name, self.metrics
         )
@@ -52,17 +55,14 @@ class GatewayState:
     def model_name(self) -> str:
         return reported_model_name(self.settings.model_name, self.pool.latest_info())
 
-    def check_model(self, name: str) -> None:
-        """Unknown model names are refused, as OpenAI does, so a typo is not silently served."""
-        info = self.pool.latest_info()
-        known = {n for n in (self.settings.model_name, info.model_name if info else None) if n}
-        if known and name not in known:
-            raise ApiError(
-                404,
-                f"model {name!r} is not served here; available: {', '.join(sorted(known))}",
-                "model_not_found",
-                param="model",
-            )
+    def check_model(self, name: str | None) -> str:
+        """The name to report for a request's `model` (the served model's when None); unknown
+        names are refused (404), as OpenAI does, so a typo is not silently served."""
+        return self.served_models.resolve(name, self.pool.latest_info())
+
+    def model_names(self) -> list[str]:
+        """Every name the served model answers to, its own first (see `served_models`)."""
+        return self.served_models.names(self.pool.latest_info())
 
     async def codec(self) -> TextCodec | None:
         """The tokenizer, loaded once; None when neither the settings nor the decoder name a

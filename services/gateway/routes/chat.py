@@ -1,11 +1,13 @@
 """OpenAI-compatible `POST /v1/chat/completions`: messages through the model's chat template
-(see `chat_template`), then the same beam generation as `/v1/completions`."""
+(see `chat_template`; `chat_template_kwargs` are its variables), then the same beam generation
+as `/v1/completions`; `stream: true` answers as Server-Sent Events (see `streaming`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.generation import (
@@ -17,7 +19,7 @@ from widebeam.services.gateway.prompt_tokens import encode_chat
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import ChatCompletionRequest
 from widebeam.services.gateway.state import State
-from widebeam.services.http.errors import bad_request
+from widebeam.services.gateway.streaming import STREAM_RESPONSE_DOC, sse_response
 from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 ROUTE = "/v1/chat/completions"
@@ -39,22 +41,30 @@ def create_router() -> APIRouter:
     router = APIRouter(tags=["openai"], route_class=StrictJsonRoute)
 
     @router.post(
-        ROUTE, responses=ERROR_RESPONSES, summary="Chat completion; beams as choices (OpenAI)"
+        ROUTE,
+        responses=ERROR_RESPONSES | STREAM_RESPONSE_DOC,
+        response_model=None,
+        summary="Chat completion; beams as choices (OpenAI)",
     )
-    async def chat_completions(body: ChatCompletionRequest, state: State) -> dict[str, Any]:
-        if body.max_tokens is not None and body.max_completion_tokens is not None:
-            raise bad_request(
-                "give max_tokens or max_completion_tokens, not both", param="max_tokens"
-            )
+    async def chat_completions(
+        body: ChatCompletionRequest, state: State
+    ) -> dict[str, Any] | StreamingResponse:
+        max_tokens = body.new_tokens()
         codec = await require_codec(state, "a chat request")
-        ids = await encode_chat(state, codec, [m.as_template_input() for m in body.messages])
-        max_tokens = body.max_completion_tokens or body.max_tokens
+        messages = [m.as_template_input() for m in body.messages]
+        ids = await encode_chat(state, codec, messages, body.chat_template_kwargs)
         want_logprobs = bool(body.logprobs)
         generated = await generate(state, body, ROUTE, ids, max_tokens, want_logprobs)
+        # A stream's one chunk carries each whole message as the choice's delta.
+        part = "delta" if body.stream else "message"
         choices = generated.choices(
-            lambda beam: {"message": {"role": "assistant", "content": generated.text(beam)}},
+            lambda beam: {part: {"role": "assistant", "content": generated.text(beam)}},
             _logprobs if want_logprobs else None,
         )
-        return generated.envelope("chat.completion", "chatcmpl", body.model, choices)
+        response = generated.envelope("chat.completion", "chatcmpl", generated.model, choices)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return sse_response(response, "chat.completion.chunk", include_usage)
+        return response
 
     return router

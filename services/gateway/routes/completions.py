@@ -1,10 +1,12 @@
-"""OpenAI-compatible `POST /v1/completions`: one choice per returned beam, best first."""
+"""OpenAI-compatible `POST /v1/completions`: one choice per returned beam, best first;
+`stream: true` answers as Server-Sent Events (see `streaming`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.generation import (
@@ -16,6 +18,7 @@ from widebeam.services.gateway.prompt_tokens import encode_text
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import CompletionRequest
 from widebeam.services.gateway.state import GatewayState, State
+from widebeam.services.gateway.streaming import STREAM_RESPONSE_DOC, sse_response
 from widebeam.services.http.errors import bad_request
 from widebeam.services.http.strict_json_route import StrictJsonRoute
 
@@ -57,9 +60,14 @@ def create_router() -> APIRouter:
     router = APIRouter(tags=["openai"], route_class=StrictJsonRoute)
 
     @router.post(
-        ROUTE, responses=ERROR_RESPONSES, summary="Text completion; beams as choices (OpenAI)"
+        ROUTE,
+        responses=ERROR_RESPONSES | STREAM_RESPONSE_DOC,
+        response_model=None,
+        summary="Text completion; beams as choices (OpenAI)",
     )
-    async def completions(body: CompletionRequest, state: State) -> dict[str, Any]:
+    async def completions(
+        body: CompletionRequest, state: State
+    ) -> dict[str, Any] | StreamingResponse:
         ids = await prompt_ids(state, body.prompt)
         want_logprobs = body.logprobs is not None
         generated = await generate(state, body, ROUTE, ids, body.max_tokens, want_logprobs)
@@ -67,6 +75,11 @@ def create_router() -> APIRouter:
             lambda beam: {"text": generated.text(beam)},
             _logprobs if want_logprobs else None,
         )
-        return generated.envelope("text_completion", "cmpl", body.model, choices)
+        response = generated.envelope("text_completion", "cmpl", generated.model, choices)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            # OpenAI names streamed completion chunks "text_completion" too.
+            return sse_response(response, "text_completion", include_usage)
+        return response
 
     return router

@@ -1,5 +1,6 @@
-"""`/healthz` (the process answers), `/readyz` (a decoder answers GetInfo and serves at least
-one catalog), `/metrics` (Prometheus text). None of them needs an API key."""
+"""`/healthz` (the process answers), `/health` (SGLang's meaning: the server can serve — a
+decoder answers GetInfo), `/readyz` (a decoder answers GetInfo and serves at least one catalog),
+`/metrics` (Prometheus text). None of them needs an API key."""
 
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ def create_router() -> APIRouter:
     @router.get("/healthz", summary="Liveness: the gateway process answers")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @router.get(
+        "/health",
+        summary="Health as SGLang answers it: 200 when a decoder answers, else 503",
+        responses={503: {"description": "no decoder answers (see Retry-After)"}},
+    )
+    async def health(state: State) -> Response:
+        try:
+            await state.pool.info(timeout=READY_TIMEOUT_S)
+        except ApiError as exc:
+            return _unavailable(f"no decoder answers GetInfo: {exc.message}", state)
+        return JSONResponse({"status": "ok"})
 
     @router.get(
         "/readyz",
@@ -55,8 +68,12 @@ def create_router() -> APIRouter:
 
 
 def _not_ready(reason: str, state: GatewayState) -> JSONResponse:
+    return _unavailable(reason, state, status="not_ready")
+
+
+def _unavailable(reason: str, state: GatewayState, status: str = "unavailable") -> JSONResponse:
     body = {
-        "status": "not_ready",
+        "status": status,
         "reason": reason,
         "decoders": {r.address: r.up for r in state.pool.replicas},
     }

@@ -1,4 +1,5 @@
-"""OpenAI-compatible `GET /v1/models` and `GET /v1/models/{model}`."""
+"""OpenAI-compatible `GET /v1/models` and `GET /v1/models/{model}`: one entry per name the
+served model answers to (its own first, then the `served_model_names` aliases)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.state import GatewayState, State
 
 
-def _model(state: GatewayState) -> dict[str, Any]:
+def _model(state: GatewayState, name: str) -> dict[str, Any]:
     info = state.pool.latest_info()
     entry: dict[str, Any] = {
-        "id": state.model_name(),
+        "id": name,
         "object": "model",
         "created": 0,
         "owned_by": "widebeam",
@@ -33,12 +34,11 @@ def create_router() -> APIRouter:
     @router.get("/v1/models", responses=ERROR_RESPONSES, summary="The served model (OpenAI)")
     async def list_models(state: State) -> dict[str, Any]:
         await state.refresh_info()
-        return {"object": "list", "data": [_model(state)]}
+        return {"object": "list", "data": [_model(state, name) for name in state.model_names()]}
 
     @router.get("/v1/models/{model}", responses=ERROR_RESPONSES, summary="One model (OpenAI)")
     async def get_model(model: str, state: State) -> dict[str, Any]:
         await state.refresh_info()
-        state.check_model(model)
-        return _model(state)
+        return _model(state, state.check_model(model))
 
     return router

@@ -1,8 +1,9 @@
 """OpenAI-compatible `/v1/completions` and `/v1/chat/completions` request bodies.
 
 Fields OpenAI defines that widebeam cannot honour are accepted only at their neutral value
-(e.g. `stream=false`, `echo=false`, penalties 0) and answered with a 400 otherwise, never
-silently ignored (`unsupported` below). Unknown fields are a 400 too."""
+(e.g. `echo=false`, penalties 0) and answered with a 400 otherwise, never silently ignored
+(`unsupported` below). Unknown fields are a 400 too. `stream=true` is served as Server-Sent
+Events (`streaming.py`)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,30 @@ TokenId = Annotated[Int, Field(ge=0, lt=2**31)]
 INT32 = 2**31  # proto int32 fields: larger values must be a 400 here, not a ValueError later
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: Bool | None = Field(
+        None, description="a last chunk, with no choices, carries the usage"
+    )
+
+
 class BeamFields(BaseModel):
     """Sampling / beam parameters shared by both endpoints; the beam ones are extensions."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: Text = Field(description="the served model's name (GET /v1/models)")
+    model: Text | None = Field(
+        None, description="one of the served model's names (GET /v1/models); default: it"
+    )
     max_tokens: Int | None = Field(None, ge=1, lt=INT32, description="default 16")
     temperature: Float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
     top_p: Float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     n: Int = Field(1, ge=1, lt=INT32, description="choices returned; <= beam_width")
     seed: Int | None = Field(None, ge=-(2**63), lt=2**63)
     user: Text | None = Field(None, description="accepted and ignored")
-    stream: Bool | None = False
-    stream_options: dict[str, Any] | None = None
+    stream: Bool | None = Field(False, description="answer as Server-Sent Events")
+    stream_options: StreamOptions | None = None
     stop: Text | list[Text] | None = None
     presence_penalty: Float | None = Field(None, allow_inf_nan=False)
     frequency_penalty: Float | None = Field(None, allow_inf_nan=False)
@@ -40,7 +51,11 @@ class BeamFields(BaseModel):
     beam_width: Int | None = Field(
         None, ge=1, lt=INT32, description="beam search with this many beams"
     )
-    constrained: Bool = Field(False, description="only catalog SIDs (walk the catalog trie)")
+    constrained: Bool | None = Field(
+        None,
+        description="only catalog SIDs (walk the catalog trie); default: the gateway's "
+        "default_constrained for the requested model name, else false",
+    )
     catalog: Text | None = Field(None, description="catalog of a constrained request")
     # Bounded: the decoder raises `(steps + 1) ** length_penalty`, which overflows past ~±100.
     length_penalty: Float | None = Field(None, ge=-20, le=20, allow_inf_nan=False)
@@ -89,15 +104,35 @@ class ChatCompletionRequest(BeamFields):
     logprobs: Bool | None = False
     top_logprobs: Int | None = Field(None, ge=0, le=20)
     max_completion_tokens: Int | None = Field(
-        None, ge=1, lt=INT32, description="alias of max_tokens"
+        None, ge=1, lt=INT32, description="alias of max_tokens (both given: they must be equal)"
     )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None,
+        description="variables for the model's chat template, as transformers' "
+        'apply_chat_template(**kwargs) passes them (e.g. {"enable_thinking": false})',
+    )
+
+    def new_tokens(self) -> int | None:
+        """`max_completion_tokens` or `max_tokens` (OpenAI's newer and older name); a client
+        may send both (FlashRec's do) when they agree."""
+        both = (self.max_tokens, self.max_completion_tokens)
+        if None not in both and both[0] != both[1]:
+            raise bad_request(
+                f"max_tokens ({both[0]}) and max_completion_tokens ({both[1]}) differ; give "
+                "one of them, or the same value in both",
+                param="max_completion_tokens",
+            )
+        return self.max_completion_tokens or self.max_tokens
 
 
 def unsupported(body: BeamFields) -> None:
     """400 for OpenAI features widebeam does not implement, naming the field."""
     checks: list[tuple[str, bool, str]] = [
-        ("stream", bool(body.stream), "streaming is not supported; set stream=false"),
-        ("stream_options", body.stream_options is not None, "streaming is not supported"),
+        (
+            "stream_options",
+            body.stream_options is not None and not body.stream,
+            "only allowed with stream=true",
+        ),
         ("stop", bool(body.stop), "stop sequences are not supported; use max_tokens / EOS"),
         ("presence_penalty", bool(body.presence_penalty), "only 0 is supported"),
         ("frequency_penalty", bool(body.frequency_penalty), "only 0 is supported"),

@@ -41,7 +41,7 @@ CASES: list[tuple[str, dict[str, Any], int, str]] = [
     (REC, {"history": HISTORY, "fallback": "popular"}, 400, "fallback:"),
     (REC, {"history": HISTORY, "catalog": ""}, 400, "catalog:"),
     # completions
-    (CMPL, {"prompt": [1]}, 400, "model: Field required"),
+    (CMPL, {"prompt": []}, 400, "the prompt is empty"),  # model is optional
     (CMPL, OK_CMPL | {"model": "gpt-4"}, 404, "model 'gpt-4' is not served"),
     (CMPL, OK_CMPL | {"prompt": ""}, 400, "the prompt is empty"),
     (CMPL, OK_CMPL | {"prompt": []}, 400, "the prompt is empty"),
@@ -55,7 +55,19 @@ CASES: list[tuple[str, dict[str, Any], int, str]] = [
     (CMPL, OK_CMPL | {"max_tokens": 0}, 400, "max_tokens:"),
     (CMPL, OK_CMPL | {"temperature": 0.7, "beam_width": 2}, 400, "temperature > 0 samples"),
     (CMPL, OK_CMPL | {"temperature": 3}, 400, "temperature:"),
-    (CMPL, OK_CMPL | {"stream": True}, 400, "stream: streaming is not supported"),
+    (CMPL, OK_CMPL | {"stream": 1}, 400, "stream: Input should be a valid boolean"),
+    (
+        CMPL,
+        OK_CMPL | {"stream_options": {"include_usage": True}},
+        400,
+        "stream_options: only allowed with stream=true",
+    ),
+    (
+        CMPL,
+        OK_CMPL | {"stream": True, "stream_options": {"usage": True}},
+        400,
+        "unknown field 'stream_options.usage'",
+    ),
     (CMPL, OK_CMPL | {"stop": ["\n"]}, 400, "stop: stop sequences are not supported"),
     (CMPL, OK_CMPL | {"logprobs": 2}, 400, "only logprobs=0 is supported"),
     (CMPL, OK_CMPL | {"echo": True}, 400, "echo"),
@@ -70,7 +82,25 @@ CASES: list[tuple[str, dict[str, Any], int, str]] = [
     (CHAT, OK_CHAT | {"messages": [{"role": "robot", "content": "x"}]}, 400, "role"),
     (CHAT, OK_CHAT | {"messages": [{"role": "user", "content": 5}]}, 400, "content"),
     (CHAT, OK_CHAT | {"logprobs": True, "top_logprobs": 3}, 400, "top_logprobs"),
-    (CHAT, OK_CHAT | {"max_tokens": 3, "max_completion_tokens": 3}, 400, "not both"),
+    (
+        CHAT,
+        OK_CHAT | {"max_tokens": 3, "max_completion_tokens": 4},
+        400,
+        "max_tokens (3) and max_completion_tokens (4) differ",
+    ),
+    (
+        CHAT,
+        OK_CHAT | {"chat_template_kwargs": ["enable_thinking"]},
+        400,
+        "chat_template_kwargs: Input should be a valid dictionary",
+    ),
+    (
+        CHAT,
+        OK_CHAT | {"chat_template_kwargs": {"add_generation_prompt": False}},
+        400,
+        "chat_template_kwargs.add_generation_prompt: not a template variable",
+    ),
+    (CHAT, OK_CHAT | {"model": "flashrec"}, 404, "model 'flashrec' is not served"),
 ]
 
 
@@ -138,7 +168,7 @@ FIELDS = {
            "logprobs", "constrained", "catalog", "length_penalty", "early_stopping", "min_tokens",
            "stop", "user", "model", "normalization"],
     CHAT: ["messages", "n", "max_completion_tokens", "logprobs", "top_logprobs", "constrained",
-           "normalization"],
+           "normalization", "chat_template_kwargs", "stream", "stream_options", "model"],
 }  # fmt: skip
 
 

@@ -112,8 +112,8 @@ def test_client_errors_surface_as_openai_exceptions(oai: openai.OpenAI) -> None:
         oai.completions.create(model="model", prompt=[1], n=4, extra_body={"beam_width": 2})
     with pytest.raises(openai.NotFoundError, match="not served"):
         oai.completions.create(model="gpt-4", prompt=[1])
-    with pytest.raises(openai.BadRequestError, match="stream"):
-        oai.completions.create(model="model", prompt=[1], stream=True)
+    with pytest.raises(openai.BadRequestError, match="stream_options: only allowed"):
+        oai.completions.create(model="model", prompt=[1], stream_options={"include_usage": True})
 
 
 def test_without_a_tokenizer_only_token_ids_work(
