@@ -7,7 +7,8 @@ Keys (`P` = settings.namespace), all expiring `result_ttl_s` after the job's las
   P:job:{id}:results  HASH   row index -> the row's JSON result line (written with HSETNX)
   P:job:{id}:failed   SET    row indexes whose result is an error
 A new job's chunks are also entered in the chunks-queued set (`chunk_leases`), in the same
-transaction, so a chunk whose broker message is lost is still sent.
+transaction, so a chunk whose broker message is lost is still sent; and the job in its key's
+list of jobs (`job_listing`), newest first.
 
 `done` is HLEN of the results and `failed` SCARD of the failed set, so a redelivered chunk
 can neither duplicate a row nor count it twice. Status changes are compare-and-set Lua
@@ -31,6 +32,7 @@ from redis.retry import Retry
 from widebeam.services.gateway.batch import job_scripts
 from widebeam.services.gateway.batch.chunk_leases import queue_in, queued_key
 from widebeam.services.gateway.batch.job_ids import new_job_id
+from widebeam.services.gateway.batch.job_listing import drop_expired_oldest, index_in
 from widebeam.services.gateway.batch.redis_errors import RETRIED_TYPES, is_transient
 
 QUEUED, RUNNING = "queued", "running"
@@ -179,7 +181,9 @@ class JobStore:
             pipe.hset(job_key, mapping=record)
             pipe.expire(job_key, self.ttl_s)
             queue_in(pipe, self.namespace, job_id, range(len(chunks)))
+            index_in(pipe, self.namespace, job_id, owner, now)
             pipe.execute()
+        drop_expired_oldest(self.client, self.namespace, owner)
         return self._record(record, 0, 0, self.ttl_s)
 
     def get(self, job_id: str) -> JobRecord | None:

@@ -1,5 +1,5 @@
-"""`/v1/batch-jobs`: submit recommend requests in bulk, follow progress, stream results, cancel,
-retry the failed rows.
+"""`/v1/batch-jobs`: submit recommend requests in bulk, list them, follow progress, stream
+results, cancel, retry the failed rows.
 
 Mounted by the gateway's `create_app` under its `/v1` router (API-key dependency included) via
 `create_batch_router(batch_settings, row_limits, api_keys)`; with keys configured a job answers
@@ -18,10 +18,17 @@ from starlette.concurrency import run_in_threadpool
 
 from widebeam.services.gateway.batch.backend import BatchBackend
 from widebeam.services.gateway.batch.job_ids import JOB_ID
+from widebeam.services.gateway.batch.job_listing import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    UnknownCursor,
+    list_jobs,
+)
 from widebeam.services.gateway.batch.job_store import ACTIVE, CANCELLED, JobRecord
 from widebeam.services.gateway.batch.ownership import owner_resolver, visible_to
 from widebeam.services.gateway.batch.schemas import (
     BatchJobCreated,
+    BatchJobList,
     BatchJobRequest,
     BatchJobRetried,
     BatchJobStatus,
@@ -129,6 +136,44 @@ def create_batch_router(
         except Exception:  # Redis or the broker is down: nothing usable was enqueued
             return _store_down()
         return JSONResponse({"id": job.id, "status": job.status}, status_code=202)
+
+    @router.get(
+        "",
+        response_model=BatchJobList,
+        responses=_errors({400: "bad `limit` or `after` (the message names it)"}),
+    )
+    async def listing(
+        request: Request,
+        limit: int = Query(
+            DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description=f"jobs per page, 1..{MAX_LIMIT}"
+        ),
+        after: str | None = Query(
+            None, description="the previous page's `last_id`: list the jobs older than it"
+        ),
+    ) -> Any:
+        """This API key's jobs (every job when the gateway has no keys), newest first, one page
+        at a time: follow `last_id` as `after` while `has_more`. Expired jobs are not listed."""
+        if after is not None and not JOB_ID.match(after):
+            message = f"after must be a job id (32 hex digits), not {after[:64]!r}"
+            return ApiError(400, message, "invalid_value", param="after").response()
+        try:
+            page = await run_in_threadpool(
+                list_jobs, backend.store, owner_of(request), limit, after
+            )
+        except UnknownCursor:
+            message = (
+                f"after: no job {after!r} in this API key's list (unknown, expired, or another "
+                "key's); list again without after"
+            )
+            return ApiError(400, message, "invalid_cursor", param="after").response()
+        except redis.RedisError:
+            return _store_down()
+        return BatchJobList(
+            data=[_status(job) for job in page.jobs],
+            first_id=page.jobs[0].id if page.jobs else None,
+            last_id=page.jobs[-1].id if page.jobs else None,
+            has_more=page.has_more,
+        )
 
     @router.get("/{job_id}", response_model=BatchJobStatus, responses=_errors())
     async def status(job_id: str, request: Request) -> Any:

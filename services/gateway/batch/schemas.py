@@ -87,5 +87,15 @@ class BatchJobStatus(BaseModel):
     expires_in_s: int | None = Field(description="seconds until the job and its results expire")
 
 
+class BatchJobList(BaseModel):
+    """`GET /v1/batch-jobs`: one page of the caller's jobs, newest first."""
+
+    object: str = Field("list", description="always 'list'")
+    data: list[BatchJobStatus] = Field(description="jobs, newest first")
+    first_id: str | None = Field(description="id of the first job of the page (None: empty)")
+    last_id: str | None = Field(description="id of the last job: the next page's `after`")
+    has_more: bool = Field(description="older jobs follow: ask again with after=last_id")
+
+
 class BatchJobRetried(BatchJobStatus):
     requeued: int = Field(description="rows queued again by this call (0: nothing to retry)")
