@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ import openai
 import pytest
 
 from tests.services.decoder.conftest import SID_LEVELS, SidModel
+from tests.support.child_process import stop_child
 from tests.support.redis_server import find_redis_server, free_port
 from tests.widebeam.stack import start_stack
 
@@ -49,11 +48,7 @@ def stack(sid_model: SidModel, tmp_path_factory: pytest.TempPathFactory) -> Iter
     try:
         yield Stack(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{catalog_port}", sid_model)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_child(proc, grace_s=60)
         assert KEY not in log.read_text()  # the key never reaches a log
 
 

@@ -5,8 +5,6 @@ reported, not scored."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -14,6 +12,7 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 
+from tests.support.child_process import stop_child
 from tests.support.redis_server import find_redis_server, free_port
 from tests.widebeam.eval.recif_files import RecifRow, write_recif
 from tests.widebeam.stack import start_stack
@@ -43,11 +42,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         yield Demo(root, f"http://127.0.0.1:{port}", json.loads((root / "eval.json").read_text()),
                    {row["item_id"]: tuple(row["sid"]) for row in catalog})  # fmt: skip
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_child(proc, grace_s=60)
         assert KEY not in log.read_text()
 
 
