@@ -17,6 +17,7 @@ from tests.services.gateway.batch.test_worker_e2e import (
     assert_complete,
     finished,
     result_rows,
+    status,
     submit,
 )
 from widebeam.services.gateway.batch.job_store import JobStore
@@ -53,11 +54,19 @@ class RunningJob:
 
         wait_for(inside_a_chunk, 60, "the worker to be inside a chunk", step=0.002)
 
-    def wait_finished(self, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def status(self) -> dict[str, Any]:
+        """The job as the batch API shows it (status, done, failed, ...)."""
+        return status(self.client, self.id)
+
+    def finished(self) -> dict[str, Any] | None:
+        """The job's status once it no longer runs, else None."""
+        return finished(self.client, self.id)
+
+    def wait_finished(
+        self, timeout: float = 120, what: str = "the job to finish"
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The job's status once it no longer runs, and its result rows."""
-        job: dict[str, Any] = wait_for(
-            lambda: finished(self.client, self.id), timeout, "the job to finish", step=0.1
-        )
+        job: dict[str, Any] = wait_for(self.finished, timeout, what, step=0.1)
         return job, result_rows(self.client, self.id)
 
     def assert_every_row_once(self, job: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -8,18 +8,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from tests.reliability.batch_job import ROWS, running_job
+from tests.reliability.batch_job import ROWS, RunningJob, running_job
 from tests.reliability.support import free_port
 from tests.reliability.test_faults_batch_lost_worker import run_summaries
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.batch.conftest import AUTH, Worker, batch_settings, wait_for
-from tests.services.gateway.batch.test_worker_e2e import assert_complete, finished, result_rows
+from tests.services.gateway.batch.test_worker_e2e import assert_complete
 from tests.support.redis_server import RedisServer
 from widebeam.services.decoder.server.background import BackgroundServer
 
@@ -57,11 +55,11 @@ def waits(worker: Worker) -> int:
     return len(WAITING.findall(worker.log_path.read_text(errors="replace")))
 
 
-def stop_after(decoder: Decoder, client: TestClient, job_id: str, rows: int) -> int:
-    """Stops the decoder once `rows` rows are done; how many were done then."""
+def stop_after(decoder: Decoder, job: RunningJob, rows: int) -> int:
+    """Stops the decoder once `rows` rows of `job` are done; how many were done then."""
 
     def done() -> int:
-        return int(client.get(f"/v1/batch-jobs/{job_id}", headers=AUTH).json()["done"])
+        return int(job.status()["done"])
 
     wait_for(lambda: done() >= rows, 60, f"{rows} rows done", step=0.01)
     decoder.stop()
@@ -76,12 +74,11 @@ def test_rows_wait_for_a_stopped_decoder_and_the_job_completes(
     try:
         worker.wait_ready()
         with running_job(settings) as job_run:
-            client, job_id = job_run.client, job_run.id
-            done_at_stop = stop_after(decoder, client, job_id, 40)
+            done_at_stop = stop_after(decoder, job_run, 40)
             # Down until the worker has waited for it at least three times (or, as before the
             # fix, the job ended without it).
             wait_for(
-                lambda: waits(worker) >= 3 or finished(client, job_id), 120,
+                lambda: waits(worker) >= 3 or job_run.finished(), 120,
                 "the worker to wait for the decoder", step=0.05,
             )  # fmt: skip
             waited = waits(worker)
@@ -106,23 +103,17 @@ def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once
     try:
         worker.wait_ready()
         with running_job(settings) as job_run:
-            client, job_id = job_run.client, job_run.id
-            done_at_stop = stop_after(decoder, client, job_id, 40)
-            ended: dict[str, Any] = wait_for(
-                lambda: finished(client, job_id), 120, "the job to end", step=0.1
-            )
-            before = {r["row"]: r for r in result_rows(client, job_id)}
+            done_at_stop = stop_after(decoder, job_run, 40)
+            ended, ended_rows = job_run.wait_finished(what="the job to end")
+            before = {r["row"]: r for r in ended_rows}
             failed_rows = {row for row, r in before.items() if "error" in r}
 
             decoder.start()
             log_before_retry = len(worker.log_path.read_bytes())
-            url = f"/v1/batch-jobs/{job_id}/retry-failed"
-            retried = client.post(url, headers=AUTH)
-            again = client.post(url, headers=AUTH)  # nothing left to retry: queues nothing
-            job: dict[str, Any] = wait_for(
-                lambda: finished(client, job_id), 120, "the retried job to finish", step=0.1
-            )
-            after = result_rows(client, job_id)
+            url = f"/v1/batch-jobs/{job_run.id}/retry-failed"
+            retried = job_run.client.post(url, headers=AUTH)
+            again = job_run.client.post(url, headers=AUTH)  # nothing left to retry: queues nothing
+            job, after = job_run.wait_finished(what="the retried job to finish")
         log = worker.log_path.read_bytes()[log_before_retry:].decode(errors="replace")
     finally:
         worker.stop()
