@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import pytest
 
 from tests.services.catalog.formats import catalog_writers as cw
 from tests.services.catalog.service.conftest import LAYOUT_SPEC
+from tests.support.output_lines import OutputLines
 from widebeam.cli import build_parser, main
 from widebeam.services.catalog import cli as catalog_cli
 from widebeam.services.catalog.service.settings import redact_url
@@ -40,24 +38,11 @@ def served(redis_url: str) -> Iterator[tuple[str, list[str]]]:
                "--redis-url", redis_url, "--sid-layout", LAYOUT_SPEC]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stderr=subprocess.STDOUT, stdout=subprocess.PIPE,
                             text=True)  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-    log: list[str] = []
-    match = None
-    deadline = time.monotonic() + 30
-    while match is None and time.monotonic() < deadline and proc.poll() is None:
-        try:
-            log.append(lines.get(timeout=0.2))
-        except queue.Empty:
-            continue
-        match = LISTENING.search(log[-1])
-    assert match, "no 'listening on' line:\n" + "".join(log)
-    yield match[1], log
+    output = OutputLines(proc.stdout)
+    yield output.wait_for(LISTENING, proc, timeout=30)[1], output.lines
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
-    while not lines.empty():
-        log.append(lines.get())
-    assert KEY not in "".join(log)  # the key is never logged
+    assert KEY not in "".join(output.drain())  # the key is never logged
 
 
 def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import grpc
@@ -16,15 +14,11 @@ from google.protobuf import empty_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.services.decoder.conftest import SidModel
+from tests.support.output_lines import OutputLines
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 
 SERVING = re.compile(r"decoder serving on (\S+):(\d+)")
-
-
-def _lines(stream: object, out: queue.Queue[str]) -> None:
-    for line in stream:  # type: ignore[attr-defined]
-        out.put(line)
 
 
 def test_serve_command(sid_model: SidModel) -> None:
@@ -33,17 +27,9 @@ def test_serve_command(sid_model: SidModel) -> None:
                str(sid_model.model_dir), "--catalog", str(sid_model.catalog_path), "--port", "0",
                "--max-rows", "32", "--max-kv-slots", "4096"]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(proc.stderr, lines), daemon=True).start()
+    output = OutputLines(proc.stderr)
     try:
-        deadline, match, log = time.monotonic() + 60, None, []
-        while match is None and time.monotonic() < deadline and proc.poll() is None:
-            try:
-                log.append(lines.get(timeout=0.5))
-            except queue.Empty:
-                continue
-            match = SERVING.search(log[-1])
-        assert match, "no 'decoder serving on' line:\n" + "".join(log)
+        match = output.wait_for(SERVING, proc, timeout=60)
         with grpc.insecure_channel(f"{match[1]}:{match[2]}") as channel:
             health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
             assert health.status == health_pb2.HealthCheckResponse.SERVING
