@@ -135,12 +135,13 @@ def _request_ids(rid: str | list[str] | None, count: int, batch: bool) -> list[s
     return rid
 
 
-def _beam_fields(state: GatewayState, params: SamplingParams) -> BeamFields:
+def _beam_fields(params: SamplingParams) -> BeamFields:
     """The OpenAI fields generate() reads, from SGLang's sampling params. Only fields the
-    client gave are set, so the gateway's defaults for the others apply as for /v1 requests."""
+    client gave are set, so the gateway's defaults for the others apply as for /v1 requests
+    (`constrained` never given: the served model's `default_constrained`)."""
     given = params.model_fields_set
     n = params.n if params.n is not None else (params.beam_width or 1)
-    fields: dict[str, Any] = {"model": state.model_name(), "n": n}
+    fields: dict[str, Any] = {"n": n}  # no model: the served model's (its default-constrained)
     renamed = {"min_new_tokens": "min_tokens", "sampling_seed": "seed"}
     for name in (
         "beam_width",
@@ -245,7 +246,7 @@ async def _generate_one(state: GatewayState, prompt: PromptInput) -> dict[str, A
             f"max_new_tokens must be <= {state.settings.max_tokens} (the gateway's limit)",
             param=f"{prompt.params_at}.max_new_tokens",
         )
-    fields = _beam_fields(state, params)
+    fields = _beam_fields(params)
     beam_search = bool(params.use_beam_search) or (fields.beam_width or fields.n) > 1
     try:
         generated = await generate(

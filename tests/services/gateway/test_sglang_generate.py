@@ -166,7 +166,10 @@ def test_stop_token_ids_end_beams(client: httpx.Client) -> None:
         ({"input_ids": [[1, 2], [3, "x"]]}, "input_ids[1][1]"),
         ({"input_ids": [1], "sampling_params": {"n": 1000}}, "sampling_params.n"),
         ({"input_ids": [1], "sampling_params": {"beam_width": 2, "n": 3}}, "sampling_params.n"),
-        ({"input_ids": [1], "sampling_params": {"beam_width": 49}}, "sampling_params.beam_width"),
+        (
+            {"input_ids": [1], "sampling_params": {"beam_width": 49, "n": 2}},
+            "sampling_params.beam_width",
+        ),
         ({"input_ids": [1], "sampling_params": {"n": True}}, "sampling_params.n"),
         ({"input_ids": [1], "sampling_params": {"nn": 2}}, "sampling_params.nn"),
         ({"input_ids": [1], "sampling_params": {"stop": "x"}}, "sampling_params.stop"),
@@ -207,3 +210,20 @@ def test_generate_needs_the_api_key(decoder_server: BackgroundServer) -> None:
         assert http.post("/generate", json=body).status_code == 401
         ok = http.post("/generate", json=body, headers={"Authorization": "Bearer k-1"})
         assert ok.status_code == 200, ok.text
+
+
+def test_requests_that_never_say_constrained_follow_default_constrained(
+    decoder_server: BackgroundServer, catalog_of: dict[str, tuple[int, ...]]
+) -> None:
+    settings = gateway_settings([decoder_server.address], default_constrained=["*"])
+    sid_prompt = "<|sid_begin|><s_a_1><s_b_2><s_c_3><|sid_end|>"
+    with GatewayServer(settings) as gateway, httpx.Client(base_url=gateway.url) as http:
+        body = {"text": sid_prompt, "sampling_params": {"n": 4, "max_new_tokens": 5}}
+        answer = generate(http, body)
+        assert answer["meta_info"]["catalog"]["name"] == "default"
+        for beam in check_shape(answer, 4):
+            assert SID_TEXT.match(beam["text"]), beam["text"]
+            assert all(item in catalog_of for item in beam["meta_info"]["item_ids"])
+        free = {"text": sid_prompt, "sampling_params": {"n": 4, "max_new_tokens": 5,
+                                                       "constrained": False}}  # fmt: skip
+        assert "catalog" not in generate(http, free)["meta_info"]
