@@ -14,7 +14,7 @@ STARTUP_LIMIT_S = 600
 
 
 def start_stack(
-    model_dir: Path, catalog: Path, port: int, tmp_path: Path, *extra: str
+    model_dir: Path, catalog: Path | None, port: int, tmp_path: Path, *extra: str
 ) -> tuple[subprocess.Popen, Path]:
     """Run `widebeam up` until it prints its gateway line; returns the process and its log."""
     proc, log = launch(model_dir, catalog, port, tmp_path, *extra)
@@ -25,9 +25,13 @@ def start_stack(
 def launch(
     model_dir: Path, catalog: Path | None, port: int, tmp_path: Path, *extra: str
 ) -> tuple[subprocess.Popen, Path]:
-    """Start `widebeam up` (in a process group of its own) without waiting for it."""
+    """Start `widebeam up` (in a process group of its own) without waiting for it. Every other
+    service takes a free port (the defaults may be in use while tests run) and Redis keeps its
+    data in `tmp_path/state` (`extra` may override both)."""
     log = tmp_path / "up.log"
     argv = [sys.executable, "-m", "widebeam", "up", "--model", str(model_dir), "--port", str(port)]
+    argv += ["--catalog-port", "0", "--decoder-port", "0", "--redis-port", "0"]
+    argv += ["--state-dir", str(tmp_path / "state")]
     if catalog is not None:
         argv += ["--catalog", str(catalog)]
     proc = subprocess.Popen(
@@ -48,3 +52,13 @@ def gateway_url(proc: subprocess.Popen, log: Path) -> str:
         time.sleep(0.5)
     proc.kill()
     raise AssertionError("widebeam up did not become ready:\n" + log.read_text()[-3000:])
+
+
+SUMMARY_ROW = re.compile(
+    r"^  (gateway|API docs|catalog service|metrics|decoder \(gRPC\)|Redis) +(\S+)", re.MULTILINE
+)
+
+
+def summary_urls(log: Path) -> dict[str, str]:
+    """Service -> URL, from the table `widebeam up` prints once the stack is ready."""
+    return dict(SUMMARY_ROW.findall(log.read_text().split("widebeam up: ready", 1)[1]))

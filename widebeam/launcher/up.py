@@ -1,6 +1,9 @@
 """`widebeam up`: redis-server (unless --redis-url), catalog, decoder, gateway and one worker as
-child processes on this machine; uploads the catalog; prints `gateway: http://HOST:PORT` once
-everything is ready; stops all of them on Ctrl-C or SIGTERM (at once, also during start-up).
+child processes on this machine, on fixed default ports (`ports.py`); uploads the catalog;
+once everything is ready prints a table of every service's URL (`summary.py`) and then
+`gateway: http://HOST:PORT`; stops all of them on Ctrl-C or SIGTERM (at once, also during
+start-up). Its redis-server keeps its data under the state directory (`redis_state.py`), so
+catalogs and batch jobs survive a restart of the stack, unless --no-persist.
 
 The launcher is their supervisor: a child that dies after start-up is restarted with back-off
 (`restart_policy.py`), on the same port and with the same settings; a crash loop stops the
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from widebeam.launcher.children import COLORS, Child, die_with_parent
+from widebeam.launcher.ports import DEFAULT_PORTS, check_free
 from widebeam.launcher.readiness import (
     StartupError,
     StartupInterrupted,
@@ -36,7 +40,9 @@ from widebeam.launcher.readiness import (
     redis_ping,
     wait_until,
 )
+from widebeam.launcher.redis_state import StateDirLock, default_state_dir, redis_config
 from widebeam.launcher.restart_policy import RestartPolicy, RestartState
+from widebeam.launcher.summary import StackUrls, persistence_note, summary_table
 from widebeam.launcher.widths import Widths, add_width_arguments
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.config import DType
@@ -45,6 +51,7 @@ from widebeam.services.decoder.security.bearer_token import TOKEN_ENV, TOKEN_FIL
 PY = [sys.executable, "-m", "widebeam"]
 GRACE_S = 15.0
 GATEWAY_LISTENING = "gateway listening on "
+DECODER_SERVING = "decoder serving on "  # logged once the model is loaded and Redis's catalogs read
 # Each service reads its Redis from its own settings prefix; the URL can hold a password.
 REDIS_URL_ENV = (
     "WIDEBEAM_CATALOG_REDIS_URL",
@@ -52,23 +59,48 @@ REDIS_URL_ENV = (
     "WIDEBEAM_GATEWAY_REDIS_URL",
     "WIDEBEAM_BATCH_REDIS_URL",
 )
+# On a 2-core machine a second intra-op thread made the tiny model's beam search several times
+# slower (each small op waits for whichever thread was descheduled); see the README.
+DEFAULT_DECODER_THREADS = 1
+
+
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` shows every default, except None and False (the help says what no value or
+    no flag means) and secrets (a key taken from the environment would be printed)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or action.dest in ("api_key", "redis_url"):
+            return action.help or ""
+        return super()._get_help_string(action) or ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = _DefaultsHelp
     add = parser.add_argument
     add("--model", required=True, help="HF model directory (with SID tokens)")
     add("--catalog", help="catalog file to upload (any format `widebeam catalog upload` takes)")
-    add("--catalog-name", default=DEFAULT_CATALOG)
+    add("--catalog-name", default=DEFAULT_CATALOG, help="name to upload --catalog as")
     add("--host", default="127.0.0.1", help="bind address of the gateway")
-    add("--port", type=int, default=8000, help="gateway port (0: a free one, printed)")
-    add("--device", default="cpu", choices=["cpu", "cuda"])
+    add("--port", type=int, default=DEFAULT_PORTS.gateway,
+        help="gateway port (0: a free one, printed)")  # fmt: skip
+    add("--device", default="cpu", choices=["cpu", "cuda"], help="where the decoder runs")
     add(
         "--dtype",
         choices=[d.value for d in DType],
         help="decoder dtype (default: float32 on cpu, bfloat16 on cuda)",
     )
-    add("--catalog-port", type=int, help="catalog service port (default: a free one)")
-    add("--decoder-port", type=int, help="decoder gRPC port (default: a free one)")
+    add("--catalog-port", type=int, default=DEFAULT_PORTS.catalog,
+        help="catalog service port, on 127.0.0.1 (0: a free one)")  # fmt: skip
+    add("--decoder-port", type=int, default=DEFAULT_PORTS.decoder,
+        help="decoder gRPC port, on 127.0.0.1 (0: a free one)")  # fmt: skip
+    add("--redis-port", type=int, default=DEFAULT_PORTS.redis,
+        help="port of the redis-server it starts, on 127.0.0.1 (0: a free one)")  # fmt: skip
+    add("--state-dir", type=Path, default=default_state_dir(),
+        help="where the redis-server keeps its data between runs [WIDEBEAM_STATE_DIR]")  # fmt: skip
+    add("--no-persist", action="store_true",
+        help="keep nothing between runs: Redis's data goes when the launcher stops")  # fmt: skip
+    add("--decoder-threads", type=int, default=DEFAULT_DECODER_THREADS,
+        help="torch threads of a CPU decoder (OMP_NUM_THREADS)")  # fmt: skip
     add(
         "--redis-url",
         default=os.environ.get("WIDEBEAM_REDIS_URL"),
@@ -98,6 +130,8 @@ class Stack:
         self.restarts: dict[str, RestartState] = {}
         self.stop_requested = threading.Event()
         self.workdir = Path(tempfile.mkdtemp(prefix="widebeam-up-"))
+        self.state_lock: StateDirLock | None = None
+        self.redis_note = "given by --redis-url / WIDEBEAM_REDIS_URL"
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str], *markers: str) -> Child:
         child = Child(name, argv, env, color=COLORS[len(self.children) % len(COLORS)])
@@ -118,6 +152,16 @@ class Stack:
             if args.api_key
             else {}
         )
+        if args.decoder_threads < 1:
+            raise StartupError(f"--decoder-threads must be >= 1, not {args.decoder_threads}")
+        wanted = {
+            "gateway": (args.host, args.port, "--port"),
+            "catalog service": ("127.0.0.1", args.catalog_port, "--catalog-port"),
+            "decoder": ("127.0.0.1", args.decoder_port, "--decoder-port"),
+        }
+        if not args.redis_url:
+            wanted["redis"] = ("127.0.0.1", args.redis_port, "--redis-port")
+        check_free(wanted)
         redis_url = args.redis_url or self._start_redis()
         env |= dict.fromkeys(REDIS_URL_ENV, redis_url)
         if not (os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_FILE_ENV)):
@@ -130,10 +174,12 @@ class Stack:
         dtype = args.dtype or (DType.BFLOAT16 if args.device == "cuda" else DType.FLOAT32)
         self.spawn("catalog", [*PY, "catalog", "serve", "--port", str(catalog_port),
                                "--model", args.model], env)  # fmt: skip
-        self.spawn("decoder", [*PY, "decoder", "serve", "--model", args.model, "--device",
-                               args.device, "--dtype", dtype, "--port",
-                               decoder.rsplit(":", 1)[1],
-                               *widths.decoder_flags()], env)  # fmt: skip
+        decoder_env = env | {"OMP_NUM_THREADS": str(args.decoder_threads)}
+        decoder_child = self.spawn("decoder", [*PY, "decoder", "serve", "--model", args.model,
+                                               "--device", args.device, "--dtype", dtype,
+                                               "--port", decoder.rsplit(":", 1)[1],
+                                               *widths.decoder_flags()],
+                                   decoder_env, DECODER_SERVING)  # fmt: skip
         self.wait(http_ok(f"{catalog_url}/readyz"), "the catalog service", 120)
         if args.catalog:
             self._upload(catalog_url, env)
@@ -148,7 +194,10 @@ class Stack:
         # With a catalog, ready means the decoder serves it; without, that the gateway is up.
         probe = "/readyz" if args.catalog else "/healthz"
         self.wait(http_ok(gateway_url + probe), "the gateway", args.startup_timeout)
-        print(f"catalog service: {catalog_url}   decoder (gRPC): {decoder}", flush=True)
+        # Also without --catalog: the catalogs a persisted Redis holds are served once it is.
+        self.wait(line_seen(decoder_child, DECODER_SERVING), "the decoder", args.startup_timeout)
+        urls = StackUrls(gateway_url, catalog_url, decoder, redis_url, self.redis_note)
+        print(f"widebeam up: ready\n{summary_table(urls)}", flush=True)
         return gateway_url
 
     def _bound_port(self, gateway: Child) -> int:
@@ -167,18 +216,21 @@ class Stack:
             raise StartupError(
                 "redis-server not found: install it (make install does) or pass --redis-url"
             )
-        port = free_port()
+        port = self.args.redis_port or free_port()
         password = secrets.token_urlsafe(24)
-        data = self.workdir / "redis"
-        data.mkdir()
-        # The password stays in a file only this user can read, off the command line; the
-        # append-only file brings a restarted redis-server back with the stack's state.
+        if self.args.no_persist:
+            data = self.workdir / "redis"
+            self.redis_note = persistence_note(None)
+        else:
+            self.state_lock = StateDirLock(self.args.state_dir)
+            data = self.args.state_dir / "redis"
+            self.redis_note = persistence_note(self.args.state_dir)
+        data.mkdir(parents=True, exist_ok=True)
+        # The password stays in a file only this user can read, off the command line (and out
+        # of the state directory: it is new every run).
         config = self.workdir / "redis.conf"
         config.touch(mode=0o600)
-        config.write_text(
-            f"port {port}\nbind 127.0.0.1\nrequirepass {password}\ndir {data}\n"
-            'save ""\nappendonly yes\nappendfsync everysec\n'
-        )
+        config.write_text(redis_config(port, password, data))
         self.spawn("redis", [binary, str(config)], {})
         url = f"redis://:{password}@127.0.0.1:{port}/0"
         self.wait(redis_ping(url), "redis-server", 30)
@@ -256,6 +308,8 @@ class Stack:
     def stop(self) -> None:
         for child in reversed(self.children):  # gateway and worker first, redis last
             child.stop(GRACE_S)
+        if self.state_lock is not None:
+            self.state_lock.release()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

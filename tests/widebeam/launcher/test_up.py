@@ -20,7 +20,7 @@ from google.protobuf import empty_pb2
 
 from tests.services.decoder.conftest import SidModel
 from tests.support.redis_server import find_redis_server, free_port
-from tests.widebeam.stack import gateway_url, launch, start_stack
+from tests.widebeam.stack import gateway_url, launch, start_stack, summary_urls
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server")
@@ -91,7 +91,17 @@ def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_pa
         assert len(body["items"]) == 4 and body["catalog"]["name"] == "default"
         text = log.read_text()
         assert "upload | catalog 'default' version 1" in text
-        assert "catalog service: http://127.0.0.1:" in text and "decoder (gRPC): " in text
+        # The ready table names every service, and each URL answers as it says.
+        urls = summary_urls(log)
+        base = f"http://127.0.0.1:{port}"
+        assert urls["gateway"] == base and urls["API docs"] == f"{base}/docs"
+        assert urls["metrics"] == f"{base}/metrics"
+        assert httpx.get(urls["API docs"], timeout=60).status_code == 200
+        assert "widebeam_" in httpx.get(urls["metrics"], timeout=60).text
+        assert httpx.get(f"{urls['catalog service']}/readyz", timeout=60).status_code == 200
+        assert _decoder_info_code(urls["decoder (gRPC)"], None) == grpc.StatusCode.UNAUTHENTICATED
+        assert urls["Redis"].startswith("redis://:***@127.0.0.1:")
+        assert f"append-only file in {tmp_path / 'state' / 'redis'}" in text
     finally:
         code = _stop(proc)
     assert code == 0, log.read_text()[-3000:]
@@ -137,7 +147,8 @@ def test_up_redis_password_and_decoder_token_are_required_and_on_no_command_line
         decoder = _child(proc.pid, b"widebeam\0decoder\0serve")
         for pid in (worker, decoder):
             assert _environ(pid)[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode() == token
-        address = log.read_text().split("decoder (gRPC): ", 1)[1].split()[0]
+        assert _environ(decoder)[b"OMP_NUM_THREADS"] == b"1"  # --decoder-threads' default
+        address = summary_urls(log)["decoder (gRPC)"]
         assert _decoder_info_code(address, None) == grpc.StatusCode.UNAUTHENTICATED
         assert _decoder_info_code(address, "not-the-token-0123456789") == (
             grpc.StatusCode.UNAUTHENTICATED
