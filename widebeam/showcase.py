@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,8 +40,11 @@ def build_artifacts(out: Path, tiny: bool) -> tuple[Path, Path]:
 
 
 def start_stack(model: Path, catalog: Path, port: int, log: Path) -> subprocess.Popen:
+    # DEMO_UP_ARGS: more `widebeam up` flags (the suite's test moves every port and the state
+    # directory off the defaults, which other things may hold).
+    extra = shlex.split(os.environ.get("DEMO_UP_ARGS", ""))
     proc = subprocess.Popen(
-        [*PY, "up", "--model", str(model), "--catalog", str(catalog), "--port", str(port)],
+        [*PY, "up", "--model", str(model), "--catalog", str(catalog), "--port", str(port), *extra],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -20,10 +20,14 @@ pytestmark = [
 ]
 
 
-def test_make_demo_once() -> None:
+def test_make_demo_once(tmp_path: Path) -> None:
     # The toy build: the same commands and code paths in seconds; the full build's minutes of
     # training would make the suite's length depend on the machine's speed.
     env = {**os.environ, "DEMO_ONCE": "1", "DEMO_TINY": "1", "DEMO_PORT": str(free_port())}
+    # Free ports and a state directory of its own: the defaults may be in use meanwhile.
+    env["DEMO_UP_ARGS"] = (
+        f"--catalog-port 0 --decoder-port 0 --redis-port 0 --state-dir {tmp_path / 'state'}"
+    )
     done = subprocess.run(
         ["make", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
     )
