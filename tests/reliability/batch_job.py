@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.services.gateway.batch.conftest import make_client, store_of, wait_for
+from tests.services.gateway.batch.conftest import Worker, make_client, store_of, wait_for
 from tests.services.gateway.batch.test_worker_e2e import (
     assert_complete,
     finished,
@@ -74,6 +75,23 @@ class RunningJob:
         assert (job["status"], job["done"], job["failed"]) == ("succeeded", self.rows, 0)
         assert len(rows) == self.rows and self.written_count() == self.rows
         assert_complete(rows, self.rows)
+
+
+@contextmanager
+def ready_worker(settings: BatchSettings, log_path: Path) -> Iterator[Worker]:
+    """A `widebeam worker` (log at `log_path`) ready before the block starts and stopped
+    however it ends."""
+    worker = Worker(settings, log_path)
+    try:
+        yield worker.wait_ready()
+    finally:
+        worker.stop()
+
+
+def survivor_log(worker: Worker, fault: str) -> str:
+    """The log of a worker that must have lived through `fault` (it fails the test if not)."""
+    assert worker.proc.poll() is None, f"the worker died with {fault}"
+    return worker.log_path.read_text(errors="replace")
 
 
 @contextmanager

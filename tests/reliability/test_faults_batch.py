@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability.batch_job import ROWS, running_job
+from tests.reliability.batch_job import ROWS, ready_worker, running_job, survivor_log
 from tests.reliability.faults_support import restart_keeping_data
 from tests.reliability.support import GatewayApp
 from tests.services.gateway.batch.conftest import Worker, batch_settings, wait_for
@@ -81,12 +81,10 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
     own_redis: RedisServer, rel_decoder: BackgroundServer, tmp_path: Path
 ) -> None:
     settings = batch_settings(own_redis.url, rel_decoder.address)
-    worker = Worker(settings, tmp_path / "worker.log")
     downs: list[float] = []
     gateway_back: list[float] = []
     worker_back: list[float] = []
-    try:
-        worker.wait_ready()
+    with ready_worker(settings, tmp_path / "worker.log") as worker:
         gw_settings = gateway_settings([rel_decoder.address], redis_url=own_redis.url)
         with (
             GatewayApp(gw_settings) as gateway,
@@ -128,10 +126,7 @@ def test_redis_restarted_during_a_job_every_service_reconnects(
             results = http.get(f"/v1/batch-jobs/{job_id}/results")
             assert results.status_code == 200, results.text
             rows = [httpx.Response(200, content=line).json() for line in results.text.splitlines()]
-        assert worker.proc.poll() is None, "the worker died with Redis"
-        log = worker.log_path.read_text(errors="replace")
-    finally:
-        worker.stop()
+        log = survivor_log(worker, "Redis")
     print(
         f"\nredis restart x{len(RESTART_AT)} mid-job: rows {ROWS}, redis down "
         f"{max(downs):.2f} s at most, gateway reads again {max(gateway_back):.2f} s and the "
@@ -155,19 +150,14 @@ def test_redis_down_longer_than_the_retry_budget_hands_the_chunk_back(
     visibility timeout), not fail: a failed task is acknowledged, and its rows would be lost."""
     monkeypatch.setenv("WIDEBEAM_BATCH_REDIS_RETRY_S", "0.2")  # read by the worker process
     settings = batch_settings(own_redis.url, rel_decoder.address)
-    worker = Worker(settings, tmp_path / "worker.log")
-    try:
-        worker.wait_ready()
+    with ready_worker(settings, tmp_path / "worker.log") as worker:
         began = time.monotonic()
         with running_job(settings) as job_run:
             job_run.wait_inside_a_chunk(settings.chunk_size, after_chunks=4)
             down_s = restart_keeping_data(own_redis, down_s=2.0)
             job, rows = job_run.wait_finished(60)
             elapsed = time.monotonic() - began
-        assert worker.proc.poll() is None, "the worker died with Redis"
-        log = worker.log_path.read_text(errors="replace")
-    finally:
-        worker.stop()
+        log = survivor_log(worker, "Redis")
     print(
         f"\nredis down {down_s:.1f} s mid-job (worker retry budget 0.2 s): rows {ROWS}, chunks "
         f"handed back {log.count('requeued')}, status {job['status']}, done {job['done']}, "

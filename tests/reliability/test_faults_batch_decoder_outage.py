@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.batch_job import ROWS, RunningJob, running_job
+from tests.reliability.batch_job import ROWS, RunningJob, ready_worker, running_job
 from tests.reliability.support import free_port
 from tests.reliability.test_faults_batch_lost_worker import run_summaries
 from tests.services.decoder.conftest import SidModel
@@ -70,22 +70,20 @@ def test_rows_wait_for_a_stopped_decoder_and_the_job_completes(
     own_redis: RedisServer, decoder: Decoder, tmp_path: Path
 ) -> None:
     settings = batch_settings(own_redis.url, decoder.address)
-    worker = Worker(settings, tmp_path / "worker.log")
-    try:
-        worker.wait_ready()
-        with running_job(settings) as job_run:
-            done_at_stop = stop_after(decoder, job_run, 40)
-            # Down until the worker has waited for it at least three times (or, as before the
-            # fix, the job ended without it).
-            wait_for(
-                lambda: waits(worker) >= 3 or job_run.finished(), 120,
-                "the worker to wait for the decoder", step=0.05,
-            )  # fmt: skip
-            waited = waits(worker)
-            decoder.start()
-            job, rows = job_run.wait_finished()
-    finally:
-        worker.stop()
+    with (
+        ready_worker(settings, tmp_path / "worker.log") as worker,
+        running_job(settings) as job_run,
+    ):
+        done_at_stop = stop_after(decoder, job_run, 40)
+        # Down until the worker has waited for it at least three times (or, as before the
+        # fix, the job ended without it).
+        wait_for(
+            lambda: waits(worker) >= 3 or job_run.finished(), 120,
+            "the worker to wait for the decoder", step=0.05,
+        )  # fmt: skip
+        waited = waits(worker)
+        decoder.start()
+        job, rows = job_run.wait_finished()
     print(
         f"\ndecoder stopped mid-job after {done_at_stop} rows: the worker waited {waited} "
         f"times, then the job {job['status']}: done {job['done']}, failed {job['failed']}"
@@ -99,9 +97,7 @@ def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once
 ) -> None:
     # Rows stop waiting for decoders one second after the job was submitted.
     settings = batch_settings(own_redis.url, decoder.address, job_deadline_s=1.0)
-    worker = Worker(settings, tmp_path / "worker.log")
-    try:
-        worker.wait_ready()
+    with ready_worker(settings, tmp_path / "worker.log") as worker:
         with running_job(settings) as job_run:
             done_at_stop = stop_after(decoder, job_run, 40)
             ended, ended_rows = job_run.wait_finished(what="the job to end")
@@ -115,8 +111,6 @@ def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once
             again = job_run.client.post(url, headers=AUTH)  # nothing left to retry: queues nothing
             job, after = job_run.wait_finished(what="the retried job to finish")
         log = worker.log_path.read_bytes()[log_before_retry:].decode(errors="replace")
-    finally:
-        worker.stop()
     # Rows decoded after the retry: sends less those answered "later" (the decoder had just
     # come back) and sent again.
     sent_after_retry = sum(run["sent"] - run["refused"] for run in run_summaries(log))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.reliability.batch_job import ROWS, running_job
-from tests.services.gateway.batch.conftest import Worker, batch_settings, wait_for
+from tests.reliability.batch_job import ROWS, ready_worker, running_job, survivor_log
+from tests.services.gateway.batch.conftest import batch_settings, wait_for
 from tests.support.redis_server import RedisServer
 from widebeam.services.decoder.server.background import BackgroundServer
 
@@ -36,28 +36,22 @@ def test_redis_out_of_memory_during_a_job_loses_no_row(
     # Past the worker's 0.3 s of per-command retries the chunk itself meets the OOM errors.
     monkeypatch.setenv("WIDEBEAM_BATCH_REDIS_RETRY_S", "0.3")  # read by the worker process
     settings = batch_settings(own_redis.url, rel_decoder.address)
-    admin = redis.Redis.from_url(own_redis.url)
-    admin.config_set("maxmemory-policy", "noeviction")
-    worker = Worker(settings, tmp_path / "worker.log")
-    try:
-        worker.wait_ready()
-        with running_job(settings) as job_run:
-            job_run.wait_inside_a_chunk(settings.chunk_size)
-            written_at_oom = job_run.written_count()
-            admin.config_set("maxmemory", 1)  # below what Redis holds: every write is refused
-            oom_began = time.monotonic()
-            try:
-                wait_for(lambda: oom_replies(admin) >= OOM_REPLIES, 30, "OOM errors", step=0.05)
-            finally:
-                admin.config_set("maxmemory", 0)
-            oom_s = time.monotonic() - oom_began
-            refused = oom_replies(admin)
-            job, rows = job_run.wait_finished()
-        assert worker.proc.poll() is None, "the worker died with the OOM"
-        log = worker.log_path.read_text(errors="replace")
-    finally:
-        worker.stop()
-        admin.close()
+    with redis.Redis.from_url(own_redis.url) as admin:
+        admin.config_set("maxmemory-policy", "noeviction")
+        with ready_worker(settings, tmp_path / "worker.log") as worker:
+            with running_job(settings) as job_run:
+                job_run.wait_inside_a_chunk(settings.chunk_size)
+                written_at_oom = job_run.written_count()
+                admin.config_set("maxmemory", 1)  # below what Redis holds: every write is refused
+                oom_began = time.monotonic()
+                try:
+                    wait_for(lambda: oom_replies(admin) >= OOM_REPLIES, 30, "OOM errors", step=0.05)
+                finally:
+                    admin.config_set("maxmemory", 0)
+                oom_s = time.monotonic() - oom_began
+                refused = oom_replies(admin)
+                job, rows = job_run.wait_finished()
+            log = survivor_log(worker, "the OOM")
     print(
         f"\nredis OOM {oom_s:.1f} s mid-job ({written_at_oom} rows written before it, "
         f"{refused} writes refused, worker retry budget 0.3 s): rows {ROWS}, status "
