@@ -17,6 +17,7 @@ import httpx
 import uvicorn
 
 from tests.support.child_process import stop_child
+from tests.support.tls_certs import make_test_certs
 from widebeam.services.catalog.service import CatalogSettings
 from widebeam.services.catalog.service import create_app as create_catalog_app
 from widebeam.services.catalog.service.server import bind
@@ -127,7 +128,7 @@ def wait_http(url: str, timeout: float = 30.0, **kwargs: Any) -> httpx.Response:
 
 
 class SecureRedis:
-    """redis-server with `--requirepass`, optionally TLS-only (self-signed CA made here)."""
+    """redis-server with `--requirepass`, optionally TLS-only (certificates of a throwaway CA)."""
 
     def __init__(self, workdir: Path, password: str, tls: bool) -> None:
         self.workdir, self.password, self.tls = workdir, password, tls
@@ -144,22 +145,12 @@ class SecureRedis:
         return f"rediss://:{self.password}@127.0.0.1:{self.port}/0?{query}"
 
     def _make_certs(self) -> list[str]:
-        d = self.workdir
-
-        def openssl(*args: str) -> None:
-            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
-
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                "/CN=widebeam-test-ca", "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-                "-keyout", "server.key", "-out", "server.csr")  # fmt: skip
-        (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        sign = ["-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2"]
-        openssl("x509", "-req", "-in", "server.csr", *sign, "-extfile", "san.cnf",
-                "-out", "server.crt")  # fmt: skip
-        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", "server.crt",
-                "--tls-key-file", "server.key", "--tls-ca-cert-file", "ca.crt",
-                "--tls-auth-clients", "no"]  # fmt: skip
+        """redis-server's TLS flags, over certificates signed by a throwaway CA (`self.ca`)."""
+        certs = make_test_certs(self.workdir)
+        self.ca = certs.ca
+        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
+                str(certs.server_cert), "--tls-key-file", str(certs.server_key),
+                "--tls-ca-cert-file", str(certs.ca), "--tls-auth-clients", "no"]  # fmt: skip
 
     def __enter__(self) -> SecureRedis:
         import redis
@@ -183,5 +174,4 @@ class SecureRedis:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
+            stop_child(self.proc, grace_s=10)
