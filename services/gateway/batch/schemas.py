@@ -12,6 +12,10 @@ from widebeam.services.gateway.schemas.recommend import RecommendRequest
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.http.errors import ApiError
 
+# Stored with a row that gave no beam_width: its beam is the gateway's default, resolved at
+# submission, and the worker narrows it to the decoders' widest beam as the live route does.
+DEFAULTED_BEAM = "beam_width_defaulted"
+
 
 @dataclass(frozen=True)
 class RowLimits:
@@ -36,7 +40,8 @@ def validate_row(data: Any, limits: RowLimits, job_catalog: str | None) -> dict[
 
     Parsed by the gateway's own `RecommendRequest` and held to `/v1/recommend`'s limits by the
     same `check_limits`, so a row fails here exactly when the live route would refuse it; only
-    the decoders' narrower beam limit is left to the worker."""
+    the decoders' narrower beam limit is left to the worker (a row without beam_width is marked
+    `DEFAULTED_BEAM`, and its default beam narrowed to it there)."""
     if not isinstance(data, dict):
         raise ValueError("a recommend request must be a JSON object")
     try:
@@ -51,8 +56,10 @@ def validate_row(data: Any, limits: RowLimits, job_catalog: str | None) -> dict[
     if job_catalog is not None and "catalog" not in row.model_fields_set:
         row.catalog = job_catalog
     # Resolved now: the worker does not see the gateway's settings.
+    defaulted = row.beam_width is None
     row.beam_width = beam
-    return row.model_dump(exclude_none=True)
+    stored = row.model_dump(exclude_none=True)
+    return stored | {DEFAULTED_BEAM: True} if defaulted else stored
 
 
 class BatchJobRequest(BaseModel):

@@ -59,6 +59,7 @@ def test_inline_submission_is_queued_in_chunks(
     rows = store_of(settings).chunk_rows(job_id, 0)
     assert rows is not None and rows[1][0] == GOOD | {
         "beam_width": 16,  # the gateway's default beam, resolved at submission
+        "beam_width_defaulted": True,  # so the worker narrows it to the decoders' widest beam
         "catalog": "books",  # the job's catalog: the row names none
         "exclude": [],
         "exclude_history": True,

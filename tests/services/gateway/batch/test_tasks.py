@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.services.decoder.conftest import SidModel
+from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.batch.conftest import batch_settings, store_of
 from tests.services.gateway.support import GatewayServer, gateway_settings
 from widebeam.services.decoder.server.background import BackgroundServer
@@ -21,10 +22,11 @@ from widebeam.services.gateway.batch.chunk_leases import ChunkLeases
 from widebeam.services.gateway.batch.decoder_runner import DecoderRunner
 from widebeam.services.gateway.batch.job_ids import log_id
 from widebeam.services.gateway.batch.job_store import JobStore
-from widebeam.services.gateway.batch.schemas import RowLimits, validate_row
+from widebeam.services.gateway.batch.schemas import DEFAULTED_BEAM, RowLimits, validate_row
 from widebeam.services.gateway.batch.settings import BatchSettings
 from widebeam.services.gateway.batch.tasks import ChunkPolicy, process_chunk
 from widebeam.services.gateway.recommender import RecommendLimits
+from widebeam.services.http.errors import ApiError
 
 LIMITS = RowLimits(RecommendLimits(32, 64, 50, 16, max_exclude=100))
 
@@ -214,10 +216,39 @@ def test_a_row_gets_the_answer_the_route_gives(
         httpx.Client(base_url=gateway.url, timeout=30) as http,
     ):
         for row in cases:
-            body = {k: v for k, v in row.items() if k != "user_id"}
+            body = {k: v for k, v in row.items() if k not in ("user_id", DEFAULTED_BEAM)}
             answer = http.post("/v1/recommend", json=body)
             assert answer.status_code == 200, answer.text
             route, worker = answer.json(), runner.recommend(row).result(10)
             assert route.pop("latency_ms") > 0 and worker.pop("latency_ms") > 0
             assert worker == route, row
     assert route["beam_width"] > 4  # the last case widened, in both
+
+
+def test_a_row_without_beam_width_is_narrowed_to_the_decoders_widest_beam(
+    redis_url: str, sid_model: SidModel
+) -> None:
+    """The gateway's default beam (16 here) on a decoder that takes 8 at most: the row decodes
+    with 8, as /v1/recommend would; a row that asked for 16 itself gets the decoder's 400."""
+    with BackgroundServer(make_settings(sid_model, max_rows=8)) as narrow:
+        settings = batch_settings(
+            redis_url, narrow.address, row_budget_s=5, visibility_timeout_s=60
+        )
+        runner = DecoderRunner(settings)
+        defaulted, asked = rows(1)[0], rows(1, beam_width=16)[0]
+        assert defaulted["beam_width"] == 16 and defaulted[DEFAULTED_BEAM] is True
+        answer = runner.recommend(defaulted).result(30)
+        assert answer["beam_width"] == 8 and len(answer["items"]) == 5
+        with (
+            GatewayServer(gateway_settings([narrow.address], default_beam_width=16)) as gateway,
+            httpx.Client(base_url=gateway.url, timeout=30) as http,
+        ):
+            body = {k: v for k, v in defaulted.items() if k not in ("beam_width", DEFAULTED_BEAM)}
+            route = http.post("/v1/recommend", json=body).json()
+        assert [i["item_id"] for i in route["items"]] == [i["item_id"] for i in answer["items"]]
+        with pytest.raises(ApiError, match="beam_width 16 exceeds") as refused:
+            runner.recommend(asked).result(30)
+        assert refused.value.status == 400
+        too_many = rows(1, n=9)[0]  # n 9 > the narrowed beam 8: the route's own 400
+        with pytest.raises(ApiError, match=r"n \(9\) must be <= beam_width \(8\)"):
+            runner.recommend(too_many).result(30)
