@@ -24,8 +24,11 @@ from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import BeamFields
 from widebeam.services.gateway.schemas.generate import (
     BATCH_IDS,
+    BATCH_TEXT,
     DEFAULT_MAX_NEW_TOKENS,
+    MAX_BATCH_PROMPTS,
     PROMPT_IDS,
+    PROMPT_TEXT,
     SAMPLING_PARAMS,
     GenerateRequest,
     SamplingParams,
@@ -69,6 +72,14 @@ def is_batch(body: GenerateRequest) -> bool:
     return isinstance(body.text, list) or (bool(ids) and isinstance(ids[0], list))
 
 
+def _batch_size(prompts: list[Any], field: str) -> None:
+    if not prompts or len(prompts) > MAX_BATCH_PROMPTS:
+        raise bad_request(
+            f"{field} has {len(prompts)} prompts; a batch has 1..{MAX_BATCH_PROMPTS}",
+            param=field,
+        )
+
+
 async def prompt_inputs(state: GatewayState, body: GenerateRequest) -> list[PromptInput]:
     """The request's prompts, each with its sampling params and id; 400 naming the field."""
     if (body.text is None) == (body.input_ids is None):
@@ -79,8 +90,12 @@ async def prompt_inputs(state: GatewayState, body: GenerateRequest) -> list[Prom
     batch = is_batch(body)
     field = "text" if body.text is not None else "input_ids"
     if body.text is not None:
+        if batch:
+            _batch_size(body.text, "text")
+            texts = read(BATCH_TEXT, body.text, "text")
+        else:
+            texts = [read(PROMPT_TEXT, body.text, "text")]
         codec = await require_codec(state, "a text prompt")
-        texts = body.text if isinstance(body.text, list) else [body.text]
         places = [f"text[{i}]" if batch else "text" for i in range(len(texts))]
         prompts = list(
             await asyncio.gather(
@@ -88,6 +103,8 @@ async def prompt_inputs(state: GatewayState, body: GenerateRequest) -> list[Prom
             )
         )
     elif batch:
+        assert body.input_ids is not None
+        _batch_size(body.input_ids, "input_ids")
         prompts = read(BATCH_IDS, body.input_ids, "input_ids")
     else:
         prompts = [read(PROMPT_IDS, body.input_ids, "input_ids")]

@@ -10,7 +10,7 @@ a 400 too."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -75,6 +75,8 @@ class SamplingParams(BaseModel):
 
 
 PromptIds = list[TokenId]
+PROMPT_TEXT = TypeAdapter(Text)
+BATCH_TEXT = TypeAdapter(list[Text])
 PROMPT_IDS = TypeAdapter(PromptIds)
 BATCH_IDS = TypeAdapter(list[PromptIds])
 
@@ -82,14 +84,12 @@ BATCH_IDS = TypeAdapter(list[PromptIds])
 class GenerateRequest(BaseModel):
     """`POST /generate` (SGLang's GenerateReqInput): `text` or `input_ids`, one or a batch.
 
-    `input_ids` and `sampling_params` are read per prompt by `prompt_inputs` (routes), so an
-    error names its place: `input_ids[1].3`, `sampling_params.n`, `sampling_params[2].n`."""
+    `text`, `input_ids` and `sampling_params` are read per prompt by `prompt_inputs` (routes),
+    so an error names its place: `text[2]`, `input_ids[1][3]`, `sampling_params[2].n`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_BATCH_PROMPTS)] | None = (
-        None
-    )
+    text: Any = Field(None, description="one prompt (a string), or a list of them (a batch)")
     input_ids: list[Any] | None = Field(
         None, description="token ids of one prompt, or a list of them (a batch)"
     )
