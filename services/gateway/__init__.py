@@ -6,5 +6,6 @@ recommend jobs in bulk on Celery; `playground/` is the page served at `/`, `item
 items file it searches (`/v1/items`). The OpenAI routes share `generation.py` (request ->
 decoder Generate -> choices), `chat_template.py` (the model's template, rendered as
 transformers does), `served_models.py` (the names `model` may give, default-constrained ones)
-and `streaming.py` (`stream: true` as Server-Sent Events). Errors, API keys and handlers follow
+and `streaming.py` (`stream: true` as Server-Sent Events); SGLang's native `/generate`
+(`routes/generate.py`) runs through the same `generation.py`. Errors, API keys and handlers follow
 `widebeam.services.http`."""
