@@ -55,7 +55,8 @@ def gateway_url(proc: subprocess.Popen, log: Path) -> str:
 
 
 SUMMARY_ROW = re.compile(
-    r"^  (gateway|API docs|catalog service|metrics|decoder \(gRPC\)|Redis) +(\S+)", re.MULTILINE
+    r"^  (gateway|playground|API docs|catalog service|metrics|decoder \(gRPC\)|Redis) +(\S+)",
+    re.MULTILINE,
 )
 
 

@@ -35,6 +35,7 @@ def persistence_note(state_dir: Path | None) -> str:
 def summary_table(urls: StackUrls) -> str:
     rows = [
         ("gateway", urls.gateway, "REST API: /v1/recommend, /v1/completions, /v1/batch-jobs"),
+        ("playground", f"{urls.gateway}/", "search items, see recommendations (a browser page)"),
         ("API docs", f"{urls.gateway}/docs", "Swagger UI; ReDoc at /redoc"),
         ("catalog service", urls.catalog, "widebeam catalog upload FILE --url ..."),
         ("metrics", f"{urls.gateway}/metrics", f"Prometheus; catalog's: {urls.catalog}/metrics"),

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from widebeam.launcher.children import COLORS, Child, die_with_parent
+from widebeam.launcher.gateway_options import GatewayOptions, add_gateway_arguments
 from widebeam.launcher.ports import DEFAULT_PORTS, check_free
 from widebeam.launcher.readiness import (
     StartupError,
@@ -119,6 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="consecutive restarts of a crashed child before the stack stops (0: stop at once)",
     )
     add_width_arguments(parser)
+    add_gateway_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -185,7 +187,8 @@ class Stack:
             self._upload(catalog_url, env)
         gateway = self.spawn("gateway", [*PY, "gateway", "serve", "--host", args.host, "--port",
                                          str(args.port), "--decoder", decoder,
-                                         *widths.gateway_flags()],
+                                         *widths.gateway_flags(),
+                                         *GatewayOptions.from_args(args).gateway_flags()],
                              env, GATEWAY_LISTENING)  # fmt: skip
         self.spawn("worker", [*PY, "worker", "--decoder", decoder], env | widths.worker_env())
         port = args.port or self._bound_port(gateway)
