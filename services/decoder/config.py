@@ -124,6 +124,21 @@ class EngineConfig:
             "replayed from CUDA graphs when cuda_graphs (false: eagerly, unbucketed)"
         ),
     )
+    # The lazy capture stays as a counted fallback (widebeam_decoder_graph_captures_total).
+    capture_at_start: bool = field(
+        default=True,
+        metadata=_help(
+            "with CUDA graphs: capture every decode row bucket up to max_capture_rows and every "
+            "prefill token bucket before reporting ready (false: capture lazily, while serving)"
+        ),
+    )
+    max_capture_rows: int | None = field(
+        default=None,
+        metadata=_help(
+            "largest decode batch (rows) captured at start-up (default: max_rows); larger "
+            "buckets are captured when first met"
+        ),
+    )
     overlap_scheduling: bool = field(
         default=True,
         metadata=_help(
@@ -152,7 +167,9 @@ class EngineConfig:
                 raise ValueError(f"{name} must be one of {_values(enum)}, got {value!r}") from None
         if self.dense_expansion_limit < 0:
             raise ValueError("dense_expansion_limit must be >= 0")
-        for name in ("max_rows", "max_kv_slots", "page_size", "max_prefill_tokens"):
+        for name in (
+            "max_rows", "max_kv_slots", "page_size", "max_prefill_tokens", "max_capture_rows"
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive")

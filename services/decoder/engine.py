@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -30,9 +31,13 @@ from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.requests.validation import EngineLimits, validate_request
 from widebeam.services.decoder.runner.beam_cohorts import advance_cohorts
+from widebeam.services.decoder.runner.capture_plan import (
+    prefill_graph_tokens,
+    startup_captures,
+    warm_up_request,
+)
 from widebeam.services.decoder.runner.decode_inputs import decode_inputs
 from widebeam.services.decoder.runner.model_runner import ModelRunner
-from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS
 from widebeam.services.decoder.runner.request_start import start_request
 from widebeam.services.decoder.runner.request_state import RequestState
 from widebeam.services.decoder.runner.request_step import StepPolicy
@@ -56,6 +61,7 @@ class EngineStats(NamedTuple):
     waiting: int  # submitted, not yet admitted
     kv_slots_free: int
     waiting_ids: frozenset[str]
+    queued_work: int  # rows x decode steps still ahead, waiting and running requests together
 
 
 class Engine:
@@ -97,9 +103,7 @@ class Engine:
             make_attention_backend(backend_name, page_size=config.page_size),
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,
-            prefill_graph_tokens=(
-                min(config.max_prefill_tokens, MAX_GRAPH_TOKENS) if config.prefill_graphs else 0
-            ),
+            prefill_graph_tokens=prefill_graph_tokens(config),
         )
         self.step_policy = StepPolicy(
             mc.vocab_size,
@@ -161,7 +165,32 @@ class Engine:
             len(sched.waiting),
             sched.pages.free_slots,
             frozenset(state.request_id for state in sched.waiting),
+            sum(s.num_rows * s.remaining_steps for s in (*sched.waiting, *sched.running)),
         )
+
+    def warm_up(self) -> float:
+        """Capture the start-up list's graphs (`runner/capture_plan.py`) by running one
+        synthetic request per bucket; nothing without CUDA graphs. Returns the seconds spent.
+        Call it before serving: it steps the engine until idle."""
+        if not self.runner.uses_graphs:
+            return 0.0
+        started = time.perf_counter()
+        plan = startup_captures(self.config)
+        for bucket in plan:
+            request = warm_up_request(bucket, self.config, self.limits.max_model_len)
+            [out] = self.generate([request])
+            if out.error is not None:  # a bucket this configuration cannot fill (KV, length)
+                log.warning("warm-up of %s %s skipped: %s", bucket.kind, bucket.size, out.error)
+        seconds = time.perf_counter() - started
+        log.info(
+            "captured %d CUDA graphs for %d start-up buckets in %.1f s",
+            sum(self.runner.capture_counts.counts.values()), len(plan), seconds,
+        )  # fmt: skip
+        return seconds
+
+    def mark_ready(self) -> None:
+        """Serving starts: captures from now on count as captures while serving."""
+        self.runner.capture_counts.mark_ready()
 
     def step(self) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row.

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.attention.buckets import pow2
+from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.graph_capture import BucketedForward
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, DecodeShape, PreparedStep
 
@@ -66,6 +67,7 @@ class DecodeGraphs(BucketedForward[DecodeForward, DecodeShape, _Entry]):
     then `launch`."""
 
     max_graphs = 48
+    kind = GraphKind.DECODE
 
     def prepare(self, inputs: DecodeInputs) -> PreparedStep:
         """The host part of a step (bucket, attention metadata); queues copies, never waits."""

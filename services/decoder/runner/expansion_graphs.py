@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import torch
 
+from widebeam.services.decoder.runner.capture_counts import CaptureCounts, GraphKind
 from widebeam.services.decoder.runner.graph_capture import GraphCache
 from widebeam.services.decoder.search.beam_expansion import (
     CohortBatch,
@@ -59,13 +60,14 @@ class ExpansionGraphs(Expander):
         device: torch.device,
         use_graphs: bool,
         max_graphs: int = 64,
+        counts: CaptureCounts | None = None,
     ) -> None:
         super().__init__(lm_head, vocab_size)
         self.hidden_size = hidden_size
         self.dtype = dtype
         self.device = device
         self.cache: GraphCache[tuple[ExpansionSpec, int], _Entry] = GraphCache(
-            device, use_graphs, max_graphs
+            device, use_graphs, max_graphs, GraphKind.EXPANSION, counts
         )
 
     @property

@@ -13,6 +13,7 @@ import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import AttentionLayout
+from widebeam.services.decoder.runner.capture_counts import CaptureCounts, GraphKind
 
 Key = TypeVar("Key", bound=Hashable)
 Entry = TypeVar("Entry")
@@ -40,10 +41,20 @@ def capture(
 
 class GraphCache(Generic[Key, Entry]):
     """Bucket -> its entry (static buffers, and the captured graph when `use_graphs`); the
-    least recently used is dropped beyond `max_entries`. The graphs share one memory pool."""
+    least recently used is dropped beyond `max_entries`. The graphs share one memory pool.
+    Each capture is recorded in `counts` (the engine's, when given) under `kind`."""
 
-    def __init__(self, device: torch.device, use_graphs: bool, max_entries: int) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        use_graphs: bool,
+        max_entries: int,
+        kind: GraphKind = GraphKind.DECODE,
+        counts: CaptureCounts | None = None,
+    ) -> None:
         self.device = device
+        self.kind = kind
+        self.counts = counts
         self.use_graphs = use_graphs
         self.max_entries = max_entries
         self.entries: OrderedDict[Key, Entry] = OrderedDict()
@@ -64,6 +75,8 @@ class GraphCache(Generic[Key, Entry]):
     def capture(self, run: Callable[[], Out]) -> tuple[torch.cuda.CUDAGraph, Out]:
         start = time.perf_counter()
         self.captures += 1
+        if self.counts is not None:
+            self.counts.record(self.kind)
         graph, out = capture(run, self.device, self.pool)
         torch.cuda.synchronize(self.device)  # a capture is rare: its full cost, counted
         self.capture_seconds += time.perf_counter() - start
@@ -83,10 +96,14 @@ class BucketedForward(Generic[Forward, Key, Entry]):
     trash_slot: int
     device: torch.device
     use_graphs: InitVar[bool]
+    counts: CaptureCounts | None = None  # where captures are recorded (the engine's)
     max_graphs: ClassVar[int] = 16  # buckets kept; the least recently used is dropped beyond
+    kind: ClassVar[GraphKind]
 
     def __post_init__(self, use_graphs: bool) -> None:
-        self.cache: GraphCache[Key, Entry] = GraphCache(self.device, use_graphs, self.max_graphs)
+        self.cache: GraphCache[Key, Entry] = GraphCache(
+            self.device, use_graphs, self.max_graphs, self.kind, self.counts
+        )
 
     @property
     def captures(self) -> int:

@@ -13,6 +13,7 @@ from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
+from widebeam.services.decoder.runner.capture_counts import CaptureCounts
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import (
@@ -55,11 +56,13 @@ class ModelRunner:
         )
         self.scale = self.layout.scale
         use_graphs = cuda_graphs and self.device.type == "cuda"
+        self.capture_counts = CaptureCounts()
         self.graphs: DecodeGraphs | None = None
         if trash_slot is not None and backend.supports_graphs(self.device):
             self.graphs = DecodeGraphs(
-                self._forward, backend, self.layout, trash_slot, self.device, use_graphs
-            )
+                self._forward, backend, self.layout, trash_slot, self.device, use_graphs,
+                self.capture_counts,
+            )  # fmt: skip
         self.expander = Expander(self.raw_logits, mc.vocab_size)
         if self.graphs is not None:
             self.expander = ExpansionGraphs(
@@ -69,9 +72,11 @@ class ModelRunner:
                 model.lm_head_weight.dtype,
                 self.device,
                 use_graphs=use_graphs,
+                counts=self.capture_counts,
             )
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_tokens = prefill_graph_tokens
+        self.uses_graphs = self.graphs is not None and use_graphs
         if self.graphs is not None and prefill_graph_tokens > 0:
             self.prefill_graphs = PrefillGraphs(
                 self._prefill_forward,
@@ -80,6 +85,7 @@ class ModelRunner:
                 self.graphs.trash_slot,
                 self.device,
                 use_graphs=use_graphs,
+                counts=self.capture_counts,
             )
 
     def _forward(

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from widebeam.kernels.attention.metadata import PrefillBatch
+from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.graph_capture import BucketedForward
 
 TOKEN_STEP = 256
@@ -94,6 +95,7 @@ class PrefillGraphs(BucketedForward[PrefillForward, PrefillShape, _Entry]):
     the model and keeps each prompt's last token."""
 
     max_graphs = 16
+    kind = GraphKind.PREFILL
 
     def run(
         self,

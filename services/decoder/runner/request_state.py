@@ -61,6 +61,12 @@ class RequestState:
         """The request has produced its last token: done, whatever its device flag says."""
         return self.search.step >= self.resolved.spec.max_new_tokens
 
+    @property
+    def remaining_steps(self) -> int:
+        """Decode steps it may still take (all of them until it is admitted)."""
+        done = 0 if self.search is None else self.search.step
+        return self.resolved.spec.max_new_tokens - done
+
     def output(self) -> RequestOutput:
         """The finished request's answer (reads its search's host copies only)."""
         spec, constraint = self.resolved.spec, self.constraint

@@ -1,7 +1,8 @@
 """Build and run the decoder's gRPC server.
 
 Start-up order: bind (TLS with a certificate configured; the bearer-token check with a token)
-and serve health (NOT_SERVING) first, load the model off the event loop,
+and serve health (NOT_SERVING) first, load the model and capture the start-up list's CUDA
+graphs off the event loop (`capture_at_start`), serve /metrics when `metrics_port` is set,
 start the engine thread and the catalog follower, then flip health to SERVING. Until then the
 Decoder RPCs answer UNAVAILABLE. SIGTERM/SIGINT: health NOT_SERVING, in-flight RPCs get
 `grace_period_s`, then the engine and the follower stop.
@@ -25,6 +26,7 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
+from widebeam.services.decoder.server.metrics import DecoderMetrics
 from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.servicer import DecoderServicer, ServerInfo
 from widebeam.services.decoder.server.settings import DecoderSettings
@@ -52,7 +54,9 @@ def model_layout(model_dir: str, spec: str | None, vocab_size: int) -> SidLayout
 
 
 def build_engine(settings: DecoderSettings) -> tuple[Engine, SidLayout | None]:
+    """The engine, its start-up graphs captured (a no-op without CUDA graphs), and its layout."""
     engine = Engine(settings.engine_config())
+    engine.warm_up()
     layout = engine.sid_layout or model_layout(
         settings.model, settings.sid_layout, engine.vocab_size
     )
@@ -67,7 +71,9 @@ class DecoderServer:
         self.catalog_sync: CatalogSync | None = None
         self.server: grpc.aio.Server | None = None
         self.health: health.aio.HealthServicer | None = None
+        self.metrics: DecoderMetrics | None = None
         self.port = 0
+        self.metrics_port: int | None = None  # bound, when metrics_port is set
 
     async def start(self) -> int:
         """Bind, serve health, load the model, go SERVING; returns the bound port."""
@@ -110,6 +116,10 @@ class DecoderServer:
         # the server: kept out of the collector's full passes, which then walk only what
         # requests allocated (results of wide beams are many small objects).
         gc.freeze()
+        if s.metrics_port is not None:
+            self.metrics = DecoderMetrics(engine.runner.capture_counts)
+            self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
+            log.info("decoder metrics on http://%s:%d/metrics", s.host, self.metrics_port)
         self.engine = AsyncEngine(engine, s.max_waiting).start()
         if s.redis_url:
             self.catalog_sync = CatalogSync(
@@ -124,6 +134,7 @@ class DecoderServer:
             s.device, s.dtype, s.max_message_bytes, RequestLimits.resolve(s, engine.limits),
         )  # fmt: skip
         self.servicer.attach(self.engine, info)
+        engine.mark_ready()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("decoder serving on %s:%d", s.host, self.port)
         return self.port
@@ -138,6 +149,8 @@ class DecoderServer:
             self.catalog_sync.stop()
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop)
+        if self.metrics is not None:
+            self.metrics.stop()
         log.info("decoder stopped")
 
     async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:

@@ -63,6 +63,13 @@ class DecoderSettings(_EngineSettings):
     max_waiting: int = Field(
         256, ge=1, description="queued requests beyond this: RESOURCE_EXHAUSTED"
     )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="serve Prometheus /metrics on this port, on host (0: a free one, logged); "
+        "default: no metrics endpoint",
+    )
     max_message_bytes: int = Field(16 << 20, ge=1024, description="gRPC message size limit")
     grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight RPCs get at shutdown")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING, ...")

@@ -1,0 +1,84 @@
+"""Which CUDA graphs the decoder captures at start-up, before it reports ready: a plain-Python
+function of the engine configuration, so CI checks the list on a CPU stand-in.
+
+A decode step's graph is keyed by its row bucket (`decode_graphs.row_bucket`) and a prefill's by
+its token bucket (`prefill_graphs.TOKEN_STEP` multiples up to the prefill graph limit). The
+list holds every row bucket up to `max_rows` (or `max_capture_rows`) and every prefill token
+bucket; the engine's warm-up runs one synthetic request per entry (`Engine.warm_up`), which
+captures that bucket's graphs (a wide beam's streamed expansion with them). What serving meets
+beyond the list is still captured, lazily, and counted (`capture_counts.CaptureCounts`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from widebeam.services.decoder.config import EngineConfig, is_cuda_device
+from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.runner.capture_counts import GraphKind
+from widebeam.services.decoder.runner.decode_graphs import row_bucket
+from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS, TOKEN_STEP
+
+
+class CaptureBucket(NamedTuple):
+    kind: GraphKind
+    size: int  # decode: padded rows; prefill: padded prompt tokens
+
+
+def prefill_graph_tokens(config: EngineConfig) -> int:
+    """The largest prefill batch (prompt tokens) run at bucketed shapes; 0: none."""
+    return min(config.max_prefill_tokens, MAX_GRAPH_TOKENS) if config.prefill_graphs else 0
+
+
+def captures_graphs(config: EngineConfig) -> bool:
+    """Whether this configuration replays CUDA graphs at all (the torch attention backend has
+    no graph hooks; CPU has no graphs)."""
+    graph_backend = config.attention_backend != "torch"
+    return is_cuda_device(config.device) and config.cuda_graphs and graph_backend
+
+
+def decode_row_buckets(config: EngineConfig) -> list[int]:
+    """Every decode row bucket a step of up to `max_capture_rows` (default `max_rows`) rows
+    falls in, smallest first."""
+    limit = min(config.max_rows, config.max_capture_rows or config.max_rows)
+    buckets: list[int] = []
+    rows = 1
+    while rows <= limit:
+        bucket = row_bucket(rows)
+        buckets.append(bucket)
+        rows = bucket + 1
+    if buckets and buckets[-1] < row_bucket(limit):
+        buckets.append(row_bucket(limit))
+    return buckets
+
+
+def prefill_token_buckets(config: EngineConfig) -> list[int]:
+    tokens = prefill_graph_tokens(config)
+    return list(range(TOKEN_STEP, math.ceil(tokens / TOKEN_STEP) * TOKEN_STEP + 1, TOKEN_STEP))
+
+
+def startup_captures(config: EngineConfig) -> tuple[CaptureBucket, ...]:
+    """The buckets captured before ready; empty when the configuration has no graphs or
+    `capture_at_start` is off."""
+    if not (config.capture_at_start and captures_graphs(config)):
+        return ()
+    decode = [CaptureBucket(GraphKind.DECODE, rows) for rows in decode_row_buckets(config)]
+    prefill = [CaptureBucket(GraphKind.PREFILL, t) for t in prefill_token_buckets(config)]
+    return tuple(decode + prefill)
+
+
+def warm_up_request(
+    bucket: CaptureBucket, config: EngineConfig, max_model_len: int
+) -> GenerationRequest:
+    """A synthetic request whose steps fall in `bucket`: a beam as wide as the bucket's rows
+    (two steps, no EOS), or a prompt as long as the bucket's tokens (one token)."""
+    no_eos: tuple[int, ...] = ()
+    name = f"warm-up-{bucket.kind}-{bucket.size}"
+    if bucket.kind == GraphKind.DECODE:
+        width = min(bucket.size, config.max_rows)
+        return GenerationRequest(
+            name, (0,), beam_width=width, n=1, max_new_tokens=2, eos_token_id=no_eos
+        )
+    length = min(bucket.size, prefill_graph_tokens(config), max_model_len - 1)
+    return GenerationRequest(name, (0,) * length, max_new_tokens=1, eos_token_id=no_eos)

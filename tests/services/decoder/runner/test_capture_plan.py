@@ -1,0 +1,114 @@
+"""The start-up capture list as a function of the configuration (CPU stand-in: the list is plain
+Python, whatever device the configuration names), and the counts a capture lands in."""
+
+from __future__ import annotations
+
+import pytest
+
+from widebeam.services.decoder.config import EngineConfig
+from widebeam.services.decoder.runner.capture_counts import CaptureCounts, CapturePhase, GraphKind
+from widebeam.services.decoder.runner.capture_plan import (
+    CaptureBucket,
+    startup_captures,
+    warm_up_request,
+)
+from widebeam.services.decoder.runner.decode_graphs import row_bucket
+from widebeam.services.decoder.runner.prefill_graphs import prefill_shape
+
+
+def cuda_config(**overrides: object) -> EngineConfig:
+    return EngineConfig(model_dir="/m", device="cuda", **overrides)  # type: ignore[arg-type]
+
+
+def sizes(plan: tuple[CaptureBucket, ...], kind: GraphKind) -> list[int]:
+    return [b.size for b in plan if b.kind == kind]
+
+
+def test_default_config_lists_sixteen_graphs() -> None:
+    plan = startup_captures(cuda_config())
+    assert sizes(plan, GraphKind.DECODE) == [8, 16, 32, 64, 128, 256, 512, 1024]
+    assert sizes(plan, GraphKind.PREFILL) == [256 * i for i in range(1, 9)]
+    assert len(plan) == 16
+
+
+def test_every_row_count_up_to_max_rows_has_its_bucket_listed() -> None:
+    for max_rows in (1, 7, 100, 1024, 1025, 5000):
+        plan = sizes(startup_captures(cuda_config(max_rows=max_rows)), GraphKind.DECODE)
+        assert {row_bucket(rows) for rows in range(1, max_rows + 1)} == set(plan), max_rows
+        assert plan == sorted(plan)
+
+
+def test_wide_engine_beyond_1024_rows_steps_by_512() -> None:
+    plan = sizes(startup_captures(cuda_config(max_rows=5000)), GraphKind.DECODE)
+    assert plan[-9:] == [1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120]
+
+
+def test_every_prefill_batch_up_to_the_graph_limit_has_its_bucket_listed() -> None:
+    for tokens_limit in (100, 1000, 8192):
+        config = cuda_config(max_prefill_tokens=tokens_limit)
+        plan = sizes(startup_captures(config), GraphKind.PREFILL)
+        listed = {prefill_shape([t], lambda tokens, cap: None).tokens for t in range(1, 2049)}
+        expected = {b for b in listed if b - 255 <= min(tokens_limit, 2048)}
+        assert set(plan) == expected, tokens_limit
+
+
+def test_max_capture_rows_limits_the_decode_buckets() -> None:
+    plan = startup_captures(cuda_config(max_rows=5000, max_capture_rows=300))
+    assert sizes(plan, GraphKind.DECODE) == [8, 16, 32, 64, 128, 256, 512]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"device": "cpu"},
+        {"cuda_graphs": False},
+        {"capture_at_start": False},
+        {"attention_backend": "torch"},
+    ],
+)
+def test_nothing_is_listed_without_graphs_or_when_switched_off(overrides: dict) -> None:
+    config = EngineConfig(model_dir="/m", **({"device": "cuda"} | overrides))
+    assert startup_captures(config) == ()
+
+
+def test_prefill_graphs_off_lists_decode_only() -> None:
+    plan = startup_captures(cuda_config(prefill_graphs=False))
+    assert sizes(plan, GraphKind.PREFILL) == []
+    assert len(plan) == 8
+
+
+def test_warm_up_requests_fall_in_their_bucket() -> None:
+    config = cuda_config(max_rows=1000)
+    for bucket in startup_captures(config):
+        request = warm_up_request(bucket, config, max_model_len=4096)
+        if bucket.kind == GraphKind.DECODE:
+            assert row_bucket(request.beam_width) == bucket.size
+            assert request.beam_width <= config.max_rows
+            assert request.max_new_tokens == 2
+        else:
+            shape = prefill_shape([len(request.input_ids)], lambda tokens, cap: None)
+            assert shape.tokens == bucket.size
+        assert request.eos_token_id == ()  # runs its full length: every step is taken
+
+
+def test_warm_up_prompts_respect_the_context_length() -> None:
+    config = cuda_config()
+    request = warm_up_request(CaptureBucket(GraphKind.PREFILL, 2048), config, max_model_len=300)
+    assert len(request.input_ids) == 299
+
+
+def test_captures_count_as_startup_until_ready() -> None:
+    counts = CaptureCounts()
+    counts.record(GraphKind.DECODE)
+    counts.record(GraphKind.EXPANSION)
+    assert counts.total(CapturePhase.STARTUP) == 2
+    counts.mark_ready()
+    counts.record(GraphKind.PREFILL)
+    assert counts.total(CapturePhase.SERVING) == 1
+    assert counts.counts[GraphKind.PREFILL, CapturePhase.SERVING] == 1
+    assert counts.counts[GraphKind.PREFILL, CapturePhase.STARTUP] == 0
+
+
+def test_config_rejects_a_non_positive_capture_limit() -> None:
+    with pytest.raises(ValueError, match="max_capture_rows must be positive"):
+        cuda_config(max_capture_rows=0)

@@ -1,0 +1,53 @@
+"""The decoder's /metrics: the graph-capture counter is exported for every kind and phase, and
+on CPU (no CUDA graphs) it stays 0 before and after ready, requests served or not."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import grpc
+
+from tests.services.decoder.conftest import SidModel
+from tests.services.decoder.server.conftest import make_settings
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.runner.capture_counts import CapturePhase, GraphKind
+from widebeam.services.decoder.server.background import BackgroundServer
+
+SAMPLE = re.compile(
+    r'^widebeam_decoder_graph_captures_total\{kind="(\w+)",phase="(\w+)"\} ([0-9.e+]+)$', re.M
+)
+
+
+def captures(metrics_port: int) -> dict[tuple[str, str], float]:
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {(kind, phase): float(value) for kind, phase, value in SAMPLE.findall(text)}
+
+
+def test_graph_captures_are_exported_and_stay_zero_on_cpu(sid_model: SidModel) -> None:
+    settings = make_settings(sid_model, metrics_port=0)
+    with BackgroundServer(settings) as srv:
+        port = srv.server.metrics_port
+        assert port
+        expected = {(k.value, p.value) for k in GraphKind for p in CapturePhase}
+        assert set(captures(port)) == expected
+        with grpc.insecure_channel(srv.address) as channel:
+            stub = pb_grpc.DecoderStub(channel)
+            for width in (1, 8, 64):  # a shape of every kind the CPU path has
+                request = pb.GenerateRequest(input_ids=[5, 6, 7], beam_width=width, n=1,
+                                             max_new_tokens=3)  # fmt: skip
+                assert stub.Generate(request, timeout=60).beams
+        after = captures(port)
+        assert set(after) == expected
+        assert all(count == 0 for count in after.values()), after
+        assert srv.server.engine is not None
+        assert srv.server.engine.engine.runner.capture_counts.ready
+
+
+def test_no_metrics_endpoint_unless_asked(sid_model: SidModel) -> None:
+    with BackgroundServer(make_settings(sid_model)) as srv:
+        assert srv.server.metrics_port is None
+        assert srv.server.metrics is None
