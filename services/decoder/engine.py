@@ -125,6 +125,7 @@ class Engine:
             )
         self._arrivals = itertools.count()
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
+        self.last_step_rows = 0  # rows the last step advanced by a token (throughput meters)
 
     # ----- public API -------------------------------------------------------------------------
     @property
@@ -209,10 +210,12 @@ class Engine:
             prepared = self._prepare_decode(candidates) if candidates else None
             done += self._resolve()
         admitted = self.scheduler.admit()
+        self.last_step_rows = sum(s.num_rows for s in admitted)
         if admitted:
             done += self._prefill(admitted)
             done += self._resolve()  # a new request's first decision: needed for this batch
         active = self._decode_candidates()
+        self.last_step_rows += sum(s.num_rows for s in active)
         if active:
             if prepared is None or [id(s) for s in active] != [id(s) for s in candidates]:
                 prepared = self._prepare_decode(active)

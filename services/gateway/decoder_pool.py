@@ -28,7 +28,7 @@ from google.protobuf import empty_pb2
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.security.client import ChannelSecurity
-from widebeam.services.gateway.grpc_status import RETRYABLE, to_api_error
+from widebeam.services.gateway.grpc_status import RETRYABLE, decoder_retry_after, to_api_error
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.http.errors import ApiError, retry_later
 
@@ -187,6 +187,7 @@ class DecoderPool:
         started = time.monotonic()
         deadline = started + (self.deadline_s if timeout is None else timeout)
         failures: dict[grpc.StatusCode, str] = {}
+        hinted: int | None = None  # the soonest Retry-After a shedding decoder gave
         tries = 0
         for replica in self._order():
             remaining = deadline - time.monotonic()
@@ -212,6 +213,9 @@ class DecoderPool:
                     raise to_api_error(code, exc.details() or "", self.retry_after_s) from None
                 if code == grpc.StatusCode.UNAVAILABLE:
                     replica.down_until = time.monotonic() + self.cooldown_s
+                hint = decoder_retry_after(exc)
+                if hint is not None:
+                    hinted = hint if hinted is None else min(hinted, hint)
                 log.info("%s on %s: %s; trying another replica", method, replica.address, code.name)
                 failures[code] = exc.details() or ""
                 continue
@@ -220,7 +224,7 @@ class DecoderPool:
             if isinstance(response, pb.GetInfoResponse):  # fresher than the poller's copy
                 replica.info = response
             return response
-        raise self._exhausted(failures)
+        raise self._exhausted(failures, self.retry_after_s if hinted is None else hinted)
 
     def _full(self, replica: Replica, method: str) -> bool:
         limit = self.max_in_flight
@@ -233,11 +237,11 @@ class DecoderPool:
         finally:
             replica.in_flight -= 1
 
-    def _exhausted(self, failures: dict[grpc.StatusCode, str]) -> ApiError:
+    def _exhausted(self, failures: dict[grpc.StatusCode, str], retry_after_s: int) -> ApiError:
         # Overload anywhere wins: the client should slow down, not assume an outage.
         for code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
             if code in failures:
-                return to_api_error(code, failures[code], self.retry_after_s)
+                return to_api_error(code, failures[code], retry_after_s)
         return to_api_error(grpc.StatusCode.DEADLINE_EXCEEDED, "", self.retry_after_s)
 
     def _observe(self, method: str, address: str, code: str) -> None:

@@ -5,7 +5,9 @@ request (recommend, completions, chat, SGLang's /generate) would be refused by t
 this middleware answers it 429 with `Retry-After` before the route parses and validates the
 body, so refusing costs the gateway little CPU while it is busiest. The pool's own check stays
 authoritative (a slot taken between here and the call is still a 429), so this is only the cheap
-early path.
+early path. The decoder sheds too, by predicted wait (its queued rows x steps against the
+call's deadline): its RESOURCE_EXHAUSTED carries a `retry-after` from its queue, which becomes
+the 429's Retry-After (`grpc_status.decoder_retry_after`).
 
 The API key is checked first (the same constant-time compare as the route dependency, from
 the `Authorization` header alone): a wrong or missing key gets its 401 whether or not the

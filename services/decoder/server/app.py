@@ -120,7 +120,7 @@ class DecoderServer:
             self.metrics = DecoderMetrics(engine.runner.capture_counts)
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
             log.info("decoder metrics on http://%s:%d/metrics", s.host, self.metrics_port)
-        self.engine = AsyncEngine(engine, s.max_waiting).start()
+        self.engine = AsyncEngine(engine, s.max_waiting, s.max_queue_wait_s).start()
         if s.redis_url:
             self.catalog_sync = CatalogSync(
                 self.engine, s.redis_url, s.catalogs, layout, engine.device, s.catalog_namespace

@@ -5,6 +5,10 @@ touches the engine — submissions, aborts, catalog swaps, steps — happens on 
 engine needs no locks: callers hand work over through queues guarded by one condition variable,
 and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. The thread
 sleeps on the condition when it has nothing to do.
+
+Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
+`generate` refuses at once (Overloaded, with a Retry-After from the queue) a request whose
+predicted finish is past its timeout, or whose predicted queue wait exceeds `max_queue_wait_s`.
 """
 
 from __future__ import annotations
@@ -15,17 +19,28 @@ import dataclasses
 import itertools
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
+from widebeam.services.decoder.scheduler.wait_prediction import (
+    Prediction,
+    QueueState,
+    ThroughputMeter,
+    predict,
+    retry_after,
+    shed_decision,
+)
 from widebeam.services.decoder.server.async_types import (
     EngineFailure,
     EngineLoad,
     Overloaded,
     Prepare,
+    RequestWork,
     ShuttingDown,
 )
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
@@ -39,17 +54,27 @@ class _Job:
     prepare: Prepare
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[RequestOutput]
+    work: int  # rows x steps (0: not known)
 
 
 class AsyncEngine:
-    def __init__(self, engine: Engine, max_waiting: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        max_waiting: int,
+        max_queue_wait_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
+        self.max_queue_wait_s = max_queue_wait_s
+        self.meter = ThroughputMeter(clock)  # written by the engine thread only
         self._cond = threading.Condition()
         self._inbox: list[_Job] = []
         self._aborts: list[str] = []
         self._swaps: list[tuple[str, ServedCatalog | None]] = []
         self._in_transit = 0  # jobs taken from the inbox, not yet counted by the scheduler
+        self._inbox_work = self._in_transit_work = 0  # their rows x steps
         self._engine_waiting = 0
         self._stopping = False
         self._swaps_requested = self._swaps_applied = 0
@@ -103,11 +128,18 @@ class AsyncEngine:
 
     # ----- event loop -------------------------------------------------------------------------
     async def generate(
-        self, request: GenerationRequest | Prepare, timeout: float | None = None
+        self,
+        request: GenerationRequest | Prepare,
+        timeout: float | None = None,
+        work: RequestWork | None = None,  # a Prepare's rows and steps (a request's are read)
     ) -> RequestOutput:
         """Run one request; raises RequestError, Overloaded, EngineFailure, ShuttingDown or
-        TimeoutError. Cancellation or timeout aborts the request and frees its rows."""
+        TimeoutError. Cancellation or timeout aborts the request and frees its rows. A request
+        of known work predicted to outlast `timeout` (or `max_queue_wait_s` in the queue) is
+        refused at once: Overloaded, with the queue's Retry-After."""
         prepare: Prepare = request if callable(request) else (lambda _catalogs: request)
+        if work is None and isinstance(request, GenerationRequest):
+            work = RequestWork.of(request)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RequestOutput] = loop.create_future()
         rid = f"req-{next(self._ids)}"
@@ -115,17 +147,42 @@ class AsyncEngine:
             if self._stopping:
                 raise ShuttingDown("the decoder is shutting down")
             waiting = len(self._inbox) + self._in_transit + self._engine_waiting
+            prediction = self._predict(waiting, work)
             if waiting >= self.max_waiting:
                 raise Overloaded(
-                    f"{waiting} requests already waiting (limit {self.max_waiting}); retry later"
+                    f"{waiting} requests already waiting (limit {self.max_waiting}); retry later",
+                    retry_after(prediction),
                 )
-            self._inbox.append(_Job(rid, prepare, loop, future))
+            shed = shed_decision(prediction, timeout, self.max_queue_wait_s)
+            if shed is not None:
+                raise Overloaded(
+                    f"shed at once: {shed.reason}; retry after {shed.retry_after_s} s",
+                    shed.retry_after_s,
+                )
+            amount = 0 if work is None else work.rows * work.steps
+            self._inbox.append(_Job(rid, prepare, loop, future, amount))
+            self._inbox_work += amount
             self._cond.notify_all()
         try:
             return await asyncio.wait_for(future, timeout)
         finally:
             if future.cancelled() or not future.done():
                 self.abort(rid)
+
+    def _predict(self, waiting: int, work: RequestWork | None) -> Prediction | None:
+        """The caller holds the lock. None for work beyond the engine's limits: validation on
+        the engine thread refuses it with the error that names the field, never a shed."""
+        limits = self.engine.limits
+        if work is None or not (
+            work.rows <= limits.max_rows
+            and work.steps < limits.max_model_len
+            and work.rows * work.steps <= limits.max_kv_slots
+        ):
+            return None
+        load = self._load
+        ahead = load.queued_work + self._inbox_work + self._in_transit_work
+        state = QueueState(ahead, waiting, load.rows_in_use, self.engine.config.max_rows)
+        return predict(state, work.rows, work.steps, self.meter)
 
     # ----- engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -138,6 +195,7 @@ class AsyncEngine:
                 aborts, self._aborts = set(self._aborts), []
                 swaps, self._swaps = self._swaps, []
                 self._in_transit = len(jobs)
+                self._in_transit_work, self._inbox_work = self._inbox_work, 0
             try:
                 self._apply_swaps(swaps)
                 self._submit([j for j in jobs if j.rid not in aborts])
@@ -187,7 +245,9 @@ class AsyncEngine:
 
     def _step(self) -> None:
         try:
+            self.meter.step_started()
             outputs = self.engine.step()
+            self.meter.step_finished(self.engine.last_step_rows)
         except Exception as exc:
             self.step_failures += 1
             log.exception("engine step failed; failing the requests it was running")
@@ -216,9 +276,10 @@ class AsyncEngine:
             running=stats.running,
             waiting=stats.waiting,
             kv_slots_free=stats.kv_slots_free,
+            queued_work=stats.queued_work,
         )
         with self._cond:
-            self._in_transit = 0
+            self._in_transit = self._in_transit_work = 0
             self._engine_waiting = load.waiting
             self._load = load
 

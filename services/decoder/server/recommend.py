@@ -14,6 +14,7 @@ from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization, RequestError
+from widebeam.services.decoder.server.async_types import RequestWork
 from widebeam.services.decoder.server.convert import normalization_of
 from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
 from widebeam.services.decoder.server.request_limits import RequestLimits
@@ -58,6 +59,17 @@ def parse_recommend(msg: pb.RecommendRequest) -> RecommendSpec:
         length_penalty=msg.length_penalty if msg.HasField("length_penalty") else 1.0,
         normalization=normalization_of(msg.normalization),
     )
+
+
+def recommend_work(
+    spec: RecommendSpec, catalogs: Mapping[str, ServedCatalog]
+) -> RequestWork | None:
+    """Its rows and (at most) steps, for admission by predicted wait: a full SID path, the
+    begin token included; None for an unknown catalog (the call fails on that anyway)."""
+    served = catalogs.get(spec.catalog)
+    if served is None:
+        return None
+    return RequestWork(spec.beam_width, served.constraint.path_length(()))
 
 
 @dataclass

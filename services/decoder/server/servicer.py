@@ -2,9 +2,11 @@
 
 Status codes: malformed or impossible requests, and requests above this decoder's limits
 (`request_limits.py`) -> INVALID_ARGUMENT with a message naming the field;
-queue full -> RESOURCE_EXHAUSTED; loading or stopping -> UNAVAILABLE; deadline -> the request is
-aborted in the engine (rows freed) and the call ends DEADLINE_EXCEEDED; engine failure ->
-INTERNAL for the affected requests only.
+queue full, or a predicted wait past the request's deadline or the decoder's
+`max_queue_wait_s` -> RESOURCE_EXHAUSTED at once, with the queue's `retry-after` (seconds) in
+the trailing metadata when the engine's throughput is measured; loading or stopping ->
+UNAVAILABLE; deadline -> the request is aborted in the engine (rows freed) and the call ends
+DEADLINE_EXCEEDED; engine failure -> INTERNAL for the affected requests only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from widebeam.services.decoder.server.async_types import (
     EngineFailure,
     Overloaded,
     Prepare,
+    RequestWork,
     ShuttingDown,
 )
 from widebeam.services.decoder.server.convert import (
@@ -41,11 +44,14 @@ from widebeam.services.decoder.server.recommend import (
     RecommendSpec,
     parse_recommend,
     recommend_response,
+    recommend_work,
 )
 from widebeam.services.decoder.server.request_limits import RequestLimits
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+RETRY_AFTER_KEY = "retry-after"  # trailing metadata of a shed call: seconds, an integer
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class DecoderServicer(pb_grpc.DecoderServicer):
         limits = self._limits()
         spec = await _parsed(context, lambda: _limited_recommend(request, limits))
         call = RecommendCall(spec, limits)
-        out = await _run(engine, call, context)
+        out = await _run(engine, call, context, recommend_work(spec, engine.catalogs()))
         return recommend_response(call, request.request_id, out)
 
     async def GetInfo(
@@ -168,14 +174,18 @@ async def _run(
     engine: AsyncEngine,
     request: GenerationRequest | Prepare,
     context: grpc.aio.ServicerContext,
+    work: RequestWork | None = None,
 ) -> RequestOutput:
     failure: tuple[grpc.StatusCode, str] | None = None
+    trailing: tuple[tuple[str, str], ...] = ()
     try:
-        return await engine.generate(request, timeout=context.time_remaining())
+        return await engine.generate(request, timeout=context.time_remaining(), work=work)
     except RequestError as exc:
         failure = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     except Overloaded as exc:
         failure = grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+        if exc.retry_after_s is not None:
+            trailing = ((RETRY_AFTER_KEY, str(exc.retry_after_s)),)
     except ShuttingDown as exc:
         failure = grpc.StatusCode.UNAVAILABLE, str(exc)
     except TimeoutError:
@@ -185,5 +195,5 @@ async def _run(
     except Exception as exc:
         log.exception("unexpected error")
         failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
-    await context.abort(*failure)
+    await context.abort(*failure, trailing_metadata=trailing)
     raise AssertionError("unreachable: context.abort raises")

@@ -63,6 +63,13 @@ class DecoderSettings(_EngineSettings):
     max_waiting: int = Field(
         256, ge=1, description="queued requests beyond this: RESOURCE_EXHAUSTED"
     )
+    max_queue_wait_s: float | None = Field(
+        None,
+        ge=0,
+        description="refuse at once (RESOURCE_EXHAUSTED, with a Retry-After) a request whose "
+        "predicted queue wait exceeds this; the caller's deadline bounds its predicted finish "
+        "either way; default: no bound of the decoder's own",
+    )
     metrics_port: int | None = Field(
         None,
         ge=0,

@@ -1,0 +1,127 @@
+"""Admission by predicted wait, with a fake clock: the throughput estimate, the wait of a
+request that fits or queues, and the shed rule with its Retry-After."""
+
+from __future__ import annotations
+
+import pytest
+
+from widebeam.services.decoder.scheduler.wait_prediction import (
+    Prediction,
+    QueueState,
+    ThroughputMeter,
+    predict,
+    retry_after,
+    shed_decision,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed_meter(rows: int = 1000, seconds: float = 0.1, steps: int = 1) -> ThroughputMeter:
+    clock = FakeClock()
+    meter = ThroughputMeter(clock, smoothing=0.5)
+    for _ in range(steps):
+        meter.step_started()
+        clock.now += seconds
+        meter.step_finished(rows)
+    return meter
+
+
+def queue(work_ahead: int, queued: int = 1, rows_in_use: int = 1000) -> QueueState:
+    return QueueState(work_ahead, queued, rows_in_use, max_rows=1000)
+
+
+def test_meter_measures_rows_steps_per_second_and_step_time() -> None:
+    meter = timed_meter(rows=1000, seconds=0.1)
+    assert meter.rows_steps_per_s == pytest.approx(10_000)
+    assert meter.step_s == pytest.approx(0.1)
+
+
+def test_meter_smooths_towards_new_steps() -> None:
+    clock = FakeClock()
+    meter = ThroughputMeter(clock, smoothing=0.5)
+    for seconds in (0.1, 0.3):
+        meter.step_started()
+        clock.now += seconds
+        meter.step_finished(1000)
+    assert meter.step_s == pytest.approx(0.2)
+    assert meter.rows_steps_per_s == pytest.approx((10_000 + 1000 / 0.3) / 2)
+
+
+def test_idle_steps_are_not_measured() -> None:
+    meter = timed_meter(rows=0)
+    assert meter.rows_steps_per_s is None and meter.step_s is None
+
+
+def test_meter_rejects_a_finish_without_a_start_and_bad_smoothing() -> None:
+    with pytest.raises(RuntimeError, match="step_started"):
+        ThroughputMeter(FakeClock()).step_finished(10)
+    with pytest.raises(ValueError, match="smoothing"):
+        ThroughputMeter(FakeClock(), smoothing=0)
+
+
+def test_nothing_is_predicted_or_shed_before_a_step_is_timed() -> None:
+    prediction = predict(queue(10**9), rows=50, steps=4, meter=ThroughputMeter(FakeClock()))
+    assert prediction is None
+    assert shed_decision(prediction, deadline_s=0.001, max_queue_wait_s=0) is None
+    assert retry_after(prediction) is None
+
+
+def test_a_request_that_fits_now_waits_nothing() -> None:
+    state = QueueState(work_ahead=5000, queued=0, rows_in_use=900, max_rows=1000)
+    prediction = predict(state, rows=100, steps=4, meter=timed_meter())
+    assert prediction == Prediction(0.0, pytest.approx(0.4))
+
+
+def test_a_queued_request_waits_for_the_work_ahead_to_drain() -> None:
+    # 30k rows x steps ahead at 10k per second: 3 s, then 4 steps of 0.1 s.
+    prediction = predict(queue(30_000), rows=100, steps=4, meter=timed_meter())
+    assert prediction is not None
+    assert prediction.wait_s == pytest.approx(3.0)
+    assert prediction.finish_s == pytest.approx(3.4)
+    # Rows full with nothing queued: it waits too.
+    full = QueueState(work_ahead=30_000, queued=0, rows_in_use=950, max_rows=1000)
+    waiting = predict(full, rows=100, steps=4, meter=timed_meter())
+    assert waiting is not None and waiting.wait_s == pytest.approx(3.0)
+
+
+def test_shed_past_the_deadline_with_retry_after_from_the_queue() -> None:
+    prediction = predict(queue(30_000), rows=100, steps=4, meter=timed_meter())
+    shed = shed_decision(prediction, deadline_s=1.0, max_queue_wait_s=None)
+    assert shed is not None
+    assert shed.retry_after_s == 3  # 3.4 s predicted - 1 s budget, rounded up
+    assert "past its deadline" in shed.reason
+    assert shed_decision(prediction, deadline_s=3.5, max_queue_wait_s=None) is None
+
+
+def test_shed_past_the_queue_wait_bound() -> None:
+    prediction = predict(queue(30_000), rows=100, steps=4, meter=timed_meter())
+    shed = shed_decision(prediction, deadline_s=None, max_queue_wait_s=0.5)
+    assert shed is not None and shed.retry_after_s == 3  # 3 s wait - 0.5 s, rounded up
+    assert "max_queue_wait_s" in shed.reason
+    assert shed_decision(prediction, deadline_s=None, max_queue_wait_s=3.0) is None
+
+
+def test_no_budget_admits_everything() -> None:
+    prediction = predict(queue(10**9), rows=100, steps=4, meter=timed_meter())
+    assert shed_decision(prediction, deadline_s=None, max_queue_wait_s=None) is None
+
+
+def test_retry_after_is_at_least_one_second() -> None:
+    prediction = predict(queue(100), rows=100, steps=1, meter=timed_meter())  # 10 ms wait
+    shed = shed_decision(prediction, deadline_s=None, max_queue_wait_s=0.0)
+    assert shed is not None and shed.retry_after_s == 1
+    assert retry_after(prediction) == 1
+
+
+def test_a_faster_engine_admits_what_a_slower_one_sheds() -> None:
+    slow = predict(queue(30_000), rows=100, steps=4, meter=timed_meter(seconds=0.1))
+    fast = predict(queue(30_000), rows=100, steps=4, meter=timed_meter(seconds=0.01))
+    assert shed_decision(slow, deadline_s=1.0, max_queue_wait_s=None) is not None
+    assert shed_decision(fast, deadline_s=1.0, max_queue_wait_s=None) is None
