@@ -7,20 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.gateway.generation import (
-    Generated,
-    generate,
-    require_codec,
-)
+from widebeam.services.gateway.generation import Generated, generate, require_codec
 from widebeam.services.gateway.prompt_tokens import encode_chat
-from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
+from widebeam.services.gateway.routes import openai_route
 from widebeam.services.gateway.schemas.completions import ChatCompletionRequest
 from widebeam.services.gateway.state import State
-from widebeam.services.gateway.streaming import STREAM_RESPONSE_DOC, sse_response
-from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 ROUTE = "/v1/chat/completions"
 
@@ -38,17 +31,10 @@ def _logprobs(generated: Generated, beam: pb.Beam) -> dict[str, Any]:
 
 
 def create_router() -> APIRouter:
-    router = APIRouter(tags=["openai"], route_class=StrictJsonRoute)
+    router = openai_route.new_router()
 
-    @router.post(
-        ROUTE,
-        responses=ERROR_RESPONSES | STREAM_RESPONSE_DOC,
-        response_model=None,
-        summary="Chat completion; beams as choices (OpenAI)",
-    )
-    async def chat_completions(
-        body: ChatCompletionRequest, state: State
-    ) -> dict[str, Any] | StreamingResponse:
+    @openai_route.post(router, ROUTE, "Chat completion; beams as choices (OpenAI)")
+    async def chat_completions(body: ChatCompletionRequest, state: State) -> openai_route.Answer:
         max_tokens = body.new_tokens()
         codec = await require_codec(state, "a chat request")
         messages = [m.as_template_input() for m in body.messages]
@@ -62,9 +48,6 @@ def create_router() -> APIRouter:
             _logprobs if want_logprobs else None,
         )
         response = generated.envelope("chat.completion", "chatcmpl", generated.model, choices)
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return sse_response(response, "chat.completion.chunk", include_usage)
-        return response
+        return openai_route.answer(response, body, "chat.completion.chunk")
 
     return router

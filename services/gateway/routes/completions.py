@@ -6,21 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.gateway.generation import (
-    Generated,
-    generate,
-    require_codec,
-)
+from widebeam.services.gateway.generation import Generated, generate, require_codec
 from widebeam.services.gateway.prompt_tokens import encode_text
-from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
+from widebeam.services.gateway.routes import openai_route
 from widebeam.services.gateway.schemas.completions import CompletionRequest
 from widebeam.services.gateway.state import GatewayState, State
-from widebeam.services.gateway.streaming import STREAM_RESPONSE_DOC, sse_response
 from widebeam.services.http.errors import bad_request
-from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 ROUTE = "/v1/completions"
 
@@ -57,17 +50,10 @@ def _logprobs(generated: Generated, beam: pb.Beam) -> dict[str, Any]:
 
 
 def create_router() -> APIRouter:
-    router = APIRouter(tags=["openai"], route_class=StrictJsonRoute)
+    router = openai_route.new_router()
 
-    @router.post(
-        ROUTE,
-        responses=ERROR_RESPONSES | STREAM_RESPONSE_DOC,
-        response_model=None,
-        summary="Text completion; beams as choices (OpenAI)",
-    )
-    async def completions(
-        body: CompletionRequest, state: State
-    ) -> dict[str, Any] | StreamingResponse:
+    @openai_route.post(router, ROUTE, "Text completion; beams as choices (OpenAI)")
+    async def completions(body: CompletionRequest, state: State) -> openai_route.Answer:
         ids = await prompt_ids(state, body.prompt)
         want_logprobs = body.logprobs is not None
         generated = await generate(state, body, ROUTE, ids, body.max_tokens, want_logprobs)
@@ -76,10 +62,7 @@ def create_router() -> APIRouter:
             _logprobs if want_logprobs else None,
         )
         response = generated.envelope("text_completion", "cmpl", generated.model, choices)
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            # OpenAI names streamed completion chunks "text_completion" too.
-            return sse_response(response, "text_completion", include_usage)
-        return response
+        # OpenAI names streamed completion chunks "text_completion" too.
+        return openai_route.answer(response, body, "text_completion")
 
     return router
