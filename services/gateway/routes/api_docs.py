@@ -4,8 +4,10 @@ package's copies of Swagger UI and ReDoc), so the pages work offline. No API key
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
@@ -34,30 +36,35 @@ def create_router(title: str, openapi_url: str) -> APIRouter:
     if missing:
         raise RuntimeError(f"API docs assets missing from {folder}: {missing}")
 
-    def asset(request: Request, name: str) -> str:
-        return f"{request.scope.get('root_path', '')}{ASSETS_ROUTE}/{name}"
+    def page(
+        request: Request,
+        render: Callable[..., HTMLResponse],
+        heading: str,
+        assets: dict[str, str],  # render's URL parameter -> asset name
+        **options: Any,
+    ) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        urls = {param: f"{root}{ASSETS_ROUTE}/{name}" for param, name in assets.items()}
+        schema = root + openapi_url
+        return render(openapi_url=schema, title=f"{title} - {heading}", **urls, **options)
 
     @router.get("/docs")
     async def swagger_ui(request: Request) -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url=request.scope.get("root_path", "") + openapi_url,
-            title=f"{title} - API docs",
-            swagger_js_url=asset(request, SWAGGER_JS),
-            swagger_css_url=asset(request, SWAGGER_CSS),
-            swagger_favicon_url=asset(request, FAVICON),
-            # Swagger UI's default validator badge is an image from an outside service.
-            swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True},
+        assets = {
+            "swagger_js_url": SWAGGER_JS,
+            "swagger_css_url": SWAGGER_CSS,
+            "swagger_favicon_url": FAVICON,
+        }
+        # Swagger UI's default validator badge is an image from an outside service.
+        parameters = {"validatorUrl": None, "persistAuthorization": True}
+        return page(
+            request, get_swagger_ui_html, "API docs", assets, swagger_ui_parameters=parameters
         )
 
     @router.get("/redoc")
     async def redoc(request: Request) -> HTMLResponse:
-        return get_redoc_html(
-            openapi_url=request.scope.get("root_path", "") + openapi_url,
-            title=f"{title} - ReDoc",
-            redoc_js_url=asset(request, REDOC_JS),
-            redoc_favicon_url=asset(request, FAVICON),
-            with_google_fonts=False,
-        )
+        assets = {"redoc_js_url": REDOC_JS, "redoc_favicon_url": FAVICON}
+        return page(request, get_redoc_html, "ReDoc", assets, with_google_fonts=False)
 
     @router.get(ASSETS_ROUTE + "/{name}")
     async def docs_asset(name: str) -> FileResponse:
