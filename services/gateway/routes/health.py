@@ -4,12 +4,14 @@ decoder answers GetInfo), `/readyz` (a decoder answers GetInfo and serves at lea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.state import GatewayState, State
 from widebeam.services.http.errors import ApiError
 
@@ -23,37 +25,43 @@ def create_router() -> APIRouter:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @router.get(
-        "/health",
-        summary="Health as SGLang answers it: 200 when a decoder answers, else 503",
-        responses={503: {"description": "no decoder answers (see Retry-After)"}},
-    )
-    async def health(state: State) -> Response:
-        try:
-            await state.pool.info(timeout=READY_TIMEOUT_S)
-        except ApiError as exc:
-            return _unavailable(f"no decoder answers GetInfo: {exc.message}", state)
-        return JSONResponse({"status": "ok"})
+    def decoder_probe(
+        path: str,
+        summary: str,
+        status: str,
+        documented_503: str,
+        respond: Callable[[pb.GetInfoResponse, GatewayState], Response],
+    ) -> None:
+        """A probe that needs a decoder's GetInfo: `respond` to it, or 503 with `status` when
+        none answers."""
 
-    @router.get(
-        "/readyz",
-        summary="Readiness: a decoder answers and serves a catalog",
-        responses={503: {"description": "not ready (see Retry-After)"}},
+        @router.get(
+            path,
+            name=path.strip("/"),  # the OpenAPI operation id's stem: health, readyz
+            summary=summary,
+            responses={503: {"description": f"{documented_503} (see Retry-After)"}},
+        )
+        async def probe(state: State) -> Response:
+            try:
+                info = await state.pool.info(timeout=READY_TIMEOUT_S)
+            except ApiError as exc:
+                return _unavailable(f"no decoder answers GetInfo: {exc.message}", state, status)
+            return respond(info, state)
+
+    decoder_probe(
+        "/health",
+        "Health as SGLang answers it: 200 when a decoder answers, else 503",
+        "unavailable",
+        "no decoder answers",
+        lambda info, state: JSONResponse({"status": "ok"}),
     )
-    async def readyz(state: State) -> Response:
-        try:
-            info = await state.pool.info(timeout=READY_TIMEOUT_S)
-        except ApiError as exc:
-            return _not_ready(f"no decoder answers GetInfo: {exc.message}", state)
-        if not info.catalogs:
-            return _not_ready("the decoders have no catalog loaded yet", state)
-        body: dict[str, Any] = {
-            "status": "ready",
-            "model": state.model_name(),
-            "catalogs": {c.name: c.version for c in info.catalogs},
-            "decoders": {r.address: r.up for r in state.pool.replicas},
-        }
-        return JSONResponse(body)
+    decoder_probe(
+        "/readyz",
+        "Readiness: a decoder answers and serves a catalog",
+        "not_ready",
+        "not ready",
+        _ready,
+    )
 
     @router.get(
         "/metrics",
@@ -67,11 +75,20 @@ def create_router() -> APIRouter:
     return router
 
 
-def _not_ready(reason: str, state: GatewayState) -> JSONResponse:
-    return _unavailable(reason, state, status="not_ready")
+def _ready(info: pb.GetInfoResponse, state: GatewayState) -> JSONResponse:
+    """/readyz once a decoder answers: ready when it serves a catalog."""
+    if not info.catalogs:
+        return _unavailable("the decoders have no catalog loaded yet", state, "not_ready")
+    body: dict[str, Any] = {
+        "status": "ready",
+        "model": state.model_name(),
+        "catalogs": {c.name: c.version for c in info.catalogs},
+        "decoders": {r.address: r.up for r in state.pool.replicas},
+    }
+    return JSONResponse(body)
 
 
-def _unavailable(reason: str, state: GatewayState, status: str = "unavailable") -> JSONResponse:
+def _unavailable(reason: str, state: GatewayState, status: str) -> JSONResponse:
     body = {
         "status": status,
         "reason": reason,
