@@ -14,6 +14,11 @@ from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.started_in_with import StartedInWith
 
 
+def bearer(key: str) -> dict[str, str]:
+    """The Authorization header that presents `key`."""
+    return {"Authorization": f"Bearer {key}"}
+
+
 class GatewayServer(StartedInWith):
     """`with GatewayServer(settings) as gw:` serves on `gw.url` until the block ends."""
 

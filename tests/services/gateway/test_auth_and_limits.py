@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.services.gateway.conftest import HISTORY
-from tests.services.gateway.support import GatewayServer, gateway_settings
+from tests.services.gateway.support import GatewayServer, bearer, gateway_settings
 from widebeam.services.decoder.server.background import BackgroundServer
 
 KEYS = ["key-one-8f2c", "key-two-77ab"]
@@ -29,10 +29,6 @@ def locked(decoder_server: BackgroundServer) -> Iterator[GatewayServer]:
 def http(locked: GatewayServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=locked.url, timeout=30) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.mark.parametrize(

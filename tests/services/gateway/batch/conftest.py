@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from tests.services.decoder.conftest import SidModel, sid_model  # noqa: F401 (fixture)
 from tests.services.decoder.server.conftest import make_settings
+from tests.services.gateway import support
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.batch.job_store import JobStore
 from widebeam.services.gateway.batch.router import create_batch_router
@@ -156,3 +157,21 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[[BatchSettings], Worker]]:
     yield start
     for worker in workers:
         worker.stop()
+
+
+@pytest.fixture
+def start_gateway(
+    redis_url: str, decoder: BackgroundServer
+) -> Iterator[Callable[..., support.GatewayServer]]:
+    """Starts real gateways over this module's decoder and Redis (`overrides`: settings such as
+    api_keys); stops them after the test."""
+    servers: list[support.GatewayServer] = []
+
+    def start(**overrides: Any) -> support.GatewayServer:
+        settings = support.gateway_settings([decoder.address], redis_url=redis_url, **overrides)
+        servers.append(support.GatewayServer(settings))
+        return servers[-1].start()
+
+    yield start
+    for server in servers:
+        server.stop()

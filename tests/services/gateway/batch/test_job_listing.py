@@ -4,39 +4,20 @@ created between them; expired jobs drop out; bad `limit` / `after` are a 400 nam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 import redis
 
-from tests.services.gateway.support import GatewayServer, gateway_settings
-from widebeam.services.decoder.server.background import BackgroundServer
+from tests.services.gateway.support import GatewayServer, bearer
 from widebeam.services.gateway.batch.job_listing import index_key
 from widebeam.services.gateway.batch.ownership import owner_hash
 from widebeam.services.gateway.batch.settings import BatchSettings
 
 KEYS = ("list-Key-0ne-51b2", "list-Key-tw0-c07e")
 ROWS = {"requests": [{"history": ["item-3", "item-7"], "n": 2}]}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-@pytest.fixture
-def gateway(redis_url: str, decoder: BackgroundServer) -> Iterator[Callable[..., GatewayServer]]:
-    servers: list[GatewayServer] = []
-
-    def start(**overrides: Any) -> GatewayServer:
-        settings = gateway_settings([decoder.address], redis_url=redis_url, **overrides)
-        servers.append(GatewayServer(settings))
-        return servers[-1].start()
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def submit(http: httpx.Client, key: str) -> str:
@@ -63,9 +44,9 @@ def every_page(http: httpx.Client, key: str, limit: int) -> list[str]:
 
 
 def test_each_key_lists_only_its_jobs_newest_first(
-    gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., GatewayServer],
 ) -> None:
-    server = gateway(api_keys=",".join(KEYS))
+    server = start_gateway(api_keys=",".join(KEYS))
     with httpx.Client(base_url=server.url, timeout=30) as http:
         mine = [submit(http, KEYS[0]) for _ in range(5)]
         theirs = [submit(http, KEYS[1]) for _ in range(2)]
@@ -85,9 +66,9 @@ def test_each_key_lists_only_its_jobs_newest_first(
 
 
 def test_pages_do_not_shift_when_jobs_arrive_between_them(
-    gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., GatewayServer],
 ) -> None:
-    server = gateway(api_keys=KEYS[0])
+    server = start_gateway(api_keys=KEYS[0])
     with httpx.Client(base_url=server.url, timeout=30) as http:
         older = [submit(http, KEYS[0]) for _ in range(4)]
         page = listed(http, KEYS[0], limit=2)
@@ -100,9 +81,9 @@ def test_pages_do_not_shift_when_jobs_arrive_between_them(
 
 
 def test_expired_jobs_are_not_listed_and_leave_the_list(
-    gateway: Callable[..., GatewayServer], redis_client: redis.Redis
+    start_gateway: Callable[..., GatewayServer], redis_client: redis.Redis
 ) -> None:
-    server = gateway(api_keys=KEYS[0])
+    server = start_gateway(api_keys=KEYS[0])
     namespace = BatchSettings().namespace
     with httpx.Client(base_url=server.url, timeout=30) as http:
         ids = [submit(http, KEYS[0]) for _ in range(4)]
@@ -116,8 +97,8 @@ def test_expired_jobs_are_not_listed_and_leave_the_list(
     assert sorted(m.decode() for m in members) == sorted([ids[0], ids[3]])
 
 
-def test_without_api_keys_every_job_is_listed(gateway: Callable[..., GatewayServer]) -> None:
-    server = gateway()
+def test_without_api_keys_every_job_is_listed(start_gateway: Callable[..., GatewayServer]) -> None:
+    server = start_gateway()
     with httpx.Client(base_url=server.url, timeout=30) as http:
         ids = [submit(http, KEYS[i % 2]) for i in range(3)]
         assert [job["id"] for job in listed(http, KEYS[1])["data"]] == ids[::-1]
@@ -134,9 +115,9 @@ def test_without_api_keys_every_job_is_listed(gateway: Callable[..., GatewayServ
     ],
 )
 def test_bad_pagination_is_a_400_naming_the_parameter(
-    gateway: Callable[..., GatewayServer], params: dict[str, Any], param: str, says: str
+    start_gateway: Callable[..., GatewayServer], params: dict[str, Any], param: str, says: str
 ) -> None:
-    server = gateway(api_keys=KEYS[0])
+    server = start_gateway(api_keys=KEYS[0])
     with httpx.Client(base_url=server.url, timeout=30) as http:
         submit(http, KEYS[0])
         answer = http.get("/v1/batch-jobs", params=params, headers=bearer(KEYS[0]))

@@ -5,15 +5,13 @@ full. Without keys configured every job is visible, as before."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import httpx
-import pytest
 import redis
 
 from tests.services.gateway.batch.conftest import Worker, batch_settings, wait_for
-from tests.services.gateway.support import GatewayServer, gateway_settings
+from tests.services.gateway.support import GatewayServer, bearer
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.batch.job_ids import JOB_ID, log_id
 from widebeam.services.gateway.batch.settings import BatchSettings
@@ -21,25 +19,6 @@ from widebeam.services.gateway.batch.settings import BatchSettings
 KEYS = ("batch-Key-0wner-7c1d", "batch-Key-0ther-93ae")
 ROWS = {"requests": [{"history": ["item-3", "item-7"], "n": 2}] * 5}
 BAD_ROW = {"history": ["no-such-item"], "n": 2}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-@pytest.fixture
-def gateway(redis_url: str, decoder: BackgroundServer) -> Iterator[Callable[..., GatewayServer]]:
-    servers: list[GatewayServer] = []
-
-    def start(**overrides: Any) -> GatewayServer:
-        servers.append(
-            GatewayServer(gateway_settings([decoder.address], redis_url=redis_url, **overrides))
-        )
-        return servers[-1].start()
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def every_route(http: httpx.Client, job_id: str, key: str) -> dict[str, httpx.Response]:
@@ -53,9 +32,9 @@ def every_route(http: httpx.Client, job_id: str, key: str) -> dict[str, httpx.Re
 
 
 def test_another_keys_job_does_not_exist(
-    gateway: Callable[..., GatewayServer], redis_client: redis.Redis
+    start_gateway: Callable[..., GatewayServer], redis_client: redis.Redis
 ) -> None:
-    server = gateway(api_keys=",".join(KEYS))
+    server = start_gateway(api_keys=",".join(KEYS))
     with httpx.Client(base_url=server.url, timeout=30) as http:
         submitted = http.post("/v1/batch-jobs", json=ROWS, headers=bearer(KEYS[0]))
         assert submitted.status_code == 202, submitted.text
@@ -94,8 +73,8 @@ def dump(client: redis.Redis, key: bytes) -> bytes:
     return bytes(client.get(key) or b"")
 
 
-def test_without_api_keys_every_job_is_visible(gateway: Callable[..., GatewayServer]) -> None:
-    server = gateway()
+def test_without_api_keys_every_job_is_visible(start_gateway: Callable[..., GatewayServer]) -> None:
+    server = start_gateway()
     with httpx.Client(base_url=server.url, timeout=30) as http:
         job_id = http.post("/v1/batch-jobs", json=ROWS, headers=bearer(KEYS[0])).json()["id"]
         for headers in ({}, bearer(KEYS[1])):
@@ -103,12 +82,12 @@ def test_without_api_keys_every_job_is_visible(gateway: Callable[..., GatewaySer
 
 
 def test_ids_are_128_random_bits_and_a_worker_logs_them_short(
-    gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., GatewayServer],
     redis_url: str,
     decoder: BackgroundServer,
     start_worker: Callable[[BatchSettings], Worker],
 ) -> None:
-    server = gateway(api_keys=KEYS[0])
+    server = start_gateway(api_keys=KEYS[0])
     worker = start_worker(batch_settings(redis_url, decoder.address))
     with httpx.Client(base_url=server.url, timeout=30, headers=bearer(KEYS[0])) as http:
         ids = [http.post("/v1/batch-jobs", json=ROWS).json()["id"] for _ in range(20)]
