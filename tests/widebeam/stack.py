@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +39,16 @@ def launch(
         [*argv, *extra], stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
     return proc, log
+
+
+def stop_stack(proc: subprocess.Popen) -> int:
+    """SIGTERM to `widebeam up` (as Ctrl-C's stop); its exit code. Killed if it hangs."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def gateway_url(proc: subprocess.Popen, log: Path) -> str:

@@ -20,7 +20,7 @@ from google.protobuf import empty_pb2
 
 from tests.services.decoder.conftest import SidModel
 from tests.support.redis_server import find_redis_server, free_port
-from tests.widebeam.stack import gateway_url, launch, start_stack, summary_urls
+from tests.widebeam.stack import gateway_url, launch, start_stack, stop_stack, summary_urls
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server")
@@ -70,15 +70,6 @@ def _recommend(url: str, sid_model: SidModel) -> httpx.Response:
     return httpx.post(f"{url}/v1/recommend", timeout=60, json=body)
 
 
-def _stop(proc: subprocess.Popen) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-
-
 def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_path: Path) -> None:
     port = free_port()
     proc, log = _start(sid_model, port, tmp_path)
@@ -103,7 +94,7 @@ def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_pa
         assert urls["Redis"].startswith("redis://:***@127.0.0.1:")
         assert f"append-only file in {tmp_path / 'state' / 'redis'}" in text
     finally:
-        code = _stop(proc)
+        code = stop_stack(proc)
     assert code == 0, log.read_text()[-3000:]
     assert not any(_alive(pid) for pid in children)
 
@@ -172,7 +163,7 @@ def test_up_redis_password_and_decoder_token_are_required_and_on_no_command_line
                 assert secret.encode() not in _cmdline(pid), _cmdline(pid)
         assert password not in log.read_text() and token not in log.read_text()
     finally:
-        _stop(proc)
+        stop_stack(proc)
 
 
 def test_up_restarts_a_child_that_dies(sid_model: SidModel, tmp_path: Path) -> None:
@@ -192,7 +183,7 @@ def test_up_restarts_a_child_that_dies(sid_model: SidModel, tmp_path: Path) -> N
         assert proc.poll() is None, "the launcher must keep the stack running"
         assert "decoder exited with code -9; restarting it in 1 s" in log.read_text()
     finally:
-        code = _stop(proc)
+        code = stop_stack(proc)
     assert code == 0, log.read_text()[-3000:]
 
 

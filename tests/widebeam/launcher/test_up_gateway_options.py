@@ -6,7 +6,6 @@ that never says `constrained` walks the catalog trie. Their parsing without a st
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import httpx
@@ -14,7 +13,7 @@ import pytest
 
 from tests.services.decoder.conftest import SidModel
 from tests.support.redis_server import find_redis_server, free_port
-from tests.widebeam.stack import start_stack, summary_urls
+from tests.widebeam.stack import start_stack, stop_stack, summary_urls
 from widebeam.cli import build_parser
 from widebeam.launcher.gateway_options import GatewayOptions
 
@@ -85,10 +84,5 @@ def test_up_serves_playground_items_and_default_constrained_alias(
         assert own.status_code == 200, own.text
         assert "catalog" not in own.json()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code = stop_stack(proc)
     assert code == 0, log.read_text()[-3000:]

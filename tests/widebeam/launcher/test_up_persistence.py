@@ -5,7 +5,6 @@ directory; `--no-persist` keeps nothing."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -17,20 +16,11 @@ import pytest
 
 from tests.services.decoder.conftest import SidModel
 from tests.support.redis_server import find_redis_server, free_port
-from tests.widebeam.stack import launch, start_stack, summary_urls
+from tests.widebeam.stack import launch, start_stack, stop_stack, summary_urls
 
 pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs redis-server")
 
 LIMIT_S = 300  # a hang guard
-
-
-def _stop(proc: subprocess.Popen) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def _recommend(base: str, sid_model: SidModel) -> httpx.Response:
@@ -77,7 +67,7 @@ def test_catalogs_and_batch_jobs_survive_a_restart(sid_model: SidModel, tmp_path
         assert clash.wait(LIMIT_S) == 1
         assert "another `widebeam up` uses the state directory" in clash_log.read_text()
     finally:
-        assert _stop(proc) == 0, log.read_text()[-3000:]
+        assert stop_stack(proc) == 0, log.read_text()[-3000:]
     assert (tmp_path / "state" / "redis").is_dir()
 
     proc, log = start_stack(sid_model.model_dir, None, port, second_log, *state)
@@ -88,7 +78,7 @@ def test_catalogs_and_batch_jobs_survive_a_restart(sid_model: SidModel, tmp_path
         assert _job_status(base, job["id"]) == "succeeded"
         assert httpx.get(f"{base}/v1/batch-jobs/{job['id']}/results", timeout=60).text == results
     finally:
-        assert _stop(proc) == 0, log.read_text()[-3000:]
+        assert stop_stack(proc) == 0, log.read_text()[-3000:]
 
 
 def test_no_persist_keeps_nothing(sid_model: SidModel, tmp_path: Path) -> None:
@@ -100,5 +90,5 @@ def test_no_persist_keeps_nothing(sid_model: SidModel, tmp_path: Path) -> None:
         assert _recommend(base, sid_model).status_code == 200
         assert "no persistence (--no-persist)" in log.read_text()
     finally:
-        assert _stop(proc) == 0, log.read_text()[-3000:]
+        assert stop_stack(proc) == 0, log.read_text()[-3000:]
     assert not (tmp_path / "state").exists()
