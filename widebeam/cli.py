@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from widebeam.demo import cli as demo_cli
 from widebeam.eval import cli as eval_cli
@@ -17,34 +18,37 @@ from widebeam.services.gateway import cli as gateway_cli
 from widebeam.services.gateway.batch import cli as worker_cli
 
 
+def _generate_arguments(parser: argparse.ArgumentParser) -> None:
+    cli_generate.add_arguments(parser)
+    parser.set_defaults(handler=cli_generate.run)
+
+
+def _catalog_arguments(parser: argparse.ArgumentParser) -> None:
+    sids_cli.register(catalog_cli.add_arguments(parser))
+
+
+# Sub-command, its one-line help, and what adds its arguments (and its handler), in --help order.
+SUBCOMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], object]], ...] = (
+    ("generate", "run JSONL generation requests through the engine (batched together)",
+     _generate_arguments),
+    ("decoder", "the decoder service (gRPC)", decoder_cli.add_arguments),
+    ("catalog", "the catalog service (HTTP) and its client", _catalog_arguments),
+    ("gateway", "the REST gateway (HTTP)", gateway_cli.add_arguments),
+    ("worker", "the Celery worker of the batch jobs", worker_cli.add_arguments),
+    ("up", "run the whole stack locally (redis, catalog, decoder, gateway, worker)",
+     up_cli.add_arguments),
+    ("demo", "the demo recommender (synthetic data, tiny model)", demo_cli.add_arguments),
+    ("loadgen", "drive a gateway with load and check answers", loadgen_cli.add_arguments),
+    ("eval", "recall / NDCG / MRR / hit at K, invalid SIDs, QPS of a running gateway",
+     eval_cli.add_arguments),
+)  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="widebeam", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    generate = commands.add_parser(
-        "generate", help="run JSONL generation requests through the engine (batched together)"
-    )
-    cli_generate.add_arguments(generate)
-    generate.set_defaults(handler=cli_generate.run)
-    decoder = commands.add_parser("decoder", help="the decoder service (gRPC)")
-    decoder_cli.add_arguments(decoder)
-    catalog = commands.add_parser("catalog", help="the catalog service (HTTP) and its client")
-    sids_cli.register(catalog_cli.add_arguments(catalog))
-    gateway = commands.add_parser("gateway", help="the REST gateway (HTTP)")
-    gateway_cli.add_arguments(gateway)
-    worker = commands.add_parser("worker", help="the Celery worker of the batch jobs")
-    worker_cli.add_arguments(worker)
-    up = commands.add_parser(
-        "up", help="run the whole stack locally (redis, catalog, decoder, gateway, worker)"
-    )
-    up_cli.add_arguments(up)
-    demo = commands.add_parser("demo", help="the demo recommender (synthetic data, tiny model)")
-    demo_cli.add_arguments(demo)
-    loadgen = commands.add_parser("loadgen", help="drive a gateway with load and check answers")
-    loadgen_cli.add_arguments(loadgen)
-    evaluate = commands.add_parser(
-        "eval", help="recall / NDCG / MRR / hit at K, invalid SIDs, QPS of a running gateway"
-    )
-    eval_cli.add_arguments(evaluate)
+    for name, summary, add_arguments in SUBCOMMANDS:
+        add_arguments(commands.add_parser(name, help=summary))
     return parser
 
 

@@ -36,6 +36,19 @@ def add_settings_flags(
     return {name: name for name in flagged}
 
 
+def add_serve_command(
+    commands: argparse._SubParsersAction, cls: type[BaseSettings], help: str
+) -> argparse.ArgumentParser:
+    """A service's `serve` sub-command with its `--host` and `--port`, whose help shows the
+    defaults and the environment variable `cls` reads them from."""
+    serve: argparse.ArgumentParser = commands.add_parser("serve", help=help)
+    prefix = str(cls.model_config.get("env_prefix", "")).upper()
+    host, port = (cls.model_fields[name].get_default() for name in ("host", "port"))
+    serve.add_argument("--host", help=f"bind address (default {host}) [{prefix}HOST]")
+    serve.add_argument("--port", type=int, help=f"port (default {port}; 0 = a free one, logged)")
+    return serve
+
+
 def _is_secret(annotation: Any) -> bool:
     return annotation is SecretStr or SecretStr in get_args(annotation)
 

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from widebeam.settings_cli import settings_from_flags
+from widebeam.settings_cli import add_serve_command, settings_from_flags
 
 if TYPE_CHECKING:  # the service package imports FastAPI: only load it for these commands
     from widebeam.services.catalog.service.settings import CatalogSettings
@@ -34,11 +34,11 @@ DEFAULT_URL = "http://127.0.0.1:8300"
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
     """Adds `serve` and `upload`; returns the sub-command group so other commands can join it."""
+    from widebeam.services.catalog.service.settings import CatalogSettings
+
     commands = parser.add_subparsers(dest="catalog_command", required=True)
-    serve = commands.add_parser("serve", help="run the catalog HTTP service")
+    serve = add_serve_command(commands, CatalogSettings, "run the catalog HTTP service")
     add = serve.add_argument
-    add("--host", help="bind address (default 127.0.0.1) [WIDEBEAM_CATALOG_HOST]")
-    add("--port", type=int, help="port (default 8300; 0 = a free one, logged)")
     add("--redis-url", help="redis://[:PASSWORD@]HOST:PORT/DB or rediss:// for TLS")
     add("--api-key", help="require 'Authorization: Bearer KEY' on writes (prefer the env var)")
     add("--namespace", help="Redis key namespace of the catalog store (default widebeam)")

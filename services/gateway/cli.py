@@ -8,7 +8,7 @@ import signal
 import socket
 
 from widebeam.services.gateway.settings import ALL_MODEL_NAMES, GatewaySettings
-from widebeam.settings_cli import settings_from_flags
+from widebeam.settings_cli import add_serve_command, settings_from_flags
 
 log = logging.getLogger("widebeam.gateway")
 
@@ -37,10 +37,8 @@ _FIELDS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="gateway_command", required=True)
-    serve = commands.add_parser("serve", help="run the REST gateway (HTTP)")
+    serve = add_serve_command(commands, GatewaySettings, "run the REST gateway (HTTP)")
     add = serve.add_argument
-    add("--host", help="bind address (default 127.0.0.1) [WIDEBEAM_GATEWAY_HOST]")
-    add("--port", type=int, help="port (default 8000; 0 = a free one, logged)")
     add("--decoder", help="decoder addresses HOST:PORT,... [WIDEBEAM_GATEWAY_DECODERS]")
     add("--redis-url", help="Redis of the batch jobs [WIDEBEAM_GATEWAY_REDIS_URL]")
     add(
