@@ -7,16 +7,11 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from widebeam.services.comma_separated import split_commas
 from widebeam.services.http.client_guard_settings import ClientGuardSettings
 
 # `default_constrained` entry meaning every name the gateway serves.
 ALL_MODEL_NAMES = "*"
-
-
-def _split_commas(value: object) -> object:
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
 
 
 class GatewaySettings(ClientGuardSettings):
@@ -98,15 +93,12 @@ class GatewaySettings(ClientGuardSettings):
             return data | {"max_n": data["max_beam_width"]}
         return data
 
-    @field_validator("decoders", mode="before")
+    @field_validator(
+        "decoders", "api_keys", "served_model_names", "default_constrained", mode="before"
+    )
     @classmethod
-    def _split_decoders(cls, value: object) -> object:
-        return _split_commas(value)
-
-    @field_validator("api_keys", "served_model_names", "default_constrained", mode="before")
-    @classmethod
-    def _split_keys(cls, value: object) -> object:
-        return _split_commas(value)
+    def _split_lists(cls, value: object) -> object:
+        return split_commas(value)
 
     @model_validator(mode="after")
     def _default_constrained_names_are_served(self) -> GatewaySettings:

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from widebeam.services.comma_separated import split_commas
+
 
 class BatchSettings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -81,9 +83,7 @@ class BatchSettings(BaseSettings):
     @field_validator("decoder_addresses", mode="before")
     @classmethod
     def _split_addresses(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [a.strip() for a in value.split(",") if a.strip()]
-        return value
+        return split_commas(value)
 
     @field_validator("decoder_addresses")
     @classmethod
