@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.catalog.trie import SidTrie
 
 
 def sid_to_tokens(layout: SidLayout, codes: Sequence[int]) -> list[int]:
@@ -45,34 +42,3 @@ def tokens_to_sid(layout: SidLayout, tokens: Sequence[int]) -> tuple[int, ...] |
         if hit is not None and hit[0] == len(codes):
             codes.append(hit[1])
     return tuple(codes) if len(codes) == layout.depth else None
-
-
-class ItemSidIndex:
-    """item id -> SID codes of one trie version. Built once per version, off the request path."""
-
-    def __init__(self, trie: SidTrie) -> None:
-        self._sids = trie.sids
-        counts = np.diff(trie.sid_item_offsets)
-        sid_of_item = np.repeat(np.arange(len(counts)), counts).tolist()
-        self._sid_of = dict(zip(trie.item_ids, sid_of_item, strict=True))
-
-    def __len__(self) -> int:
-        return len(self._sid_of)
-
-    def __contains__(self, item_id: object) -> bool:
-        return item_id in self._sid_of
-
-    def get(self, item_id: str) -> tuple[int, ...] | None:
-        row = self._sid_of.get(item_id)
-        return None if row is None else tuple(int(c) for c in self._sids[row])
-
-    def resolve(self, item_ids: Sequence[str]) -> tuple[list[tuple[int, ...]], list[str]]:
-        """(SIDs of the known items in order, unknown item ids in order)."""
-        sids, unknown = [], []
-        for item in item_ids:
-            sid = self.get(item)
-            if sid is None:
-                unknown.append(item)
-            else:
-                sids.append(sid)
-        return sids, unknown

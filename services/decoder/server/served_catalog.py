@@ -9,8 +9,8 @@ import torch
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.decoder.constraint.item_sid_index import ItemSidIndex
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.server.prompting import ItemSidIndex
 
 
 @dataclass(frozen=True, eq=False)

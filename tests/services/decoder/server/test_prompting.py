@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 
 from widebeam.services.catalog.sid_layout import SidLayout
-from widebeam.services.catalog.trie import SidTrie
-from widebeam.services.catalog.types import CatalogEntry
 from widebeam.services.decoder.server.prompting import (
-    ItemSidIndex,
     history_prompt,
     sid_to_tokens,
     tokens_to_sid,
@@ -36,11 +33,3 @@ def test_malformed_sids() -> None:
         sid_to_tokens(BARE, (1,))
     with pytest.raises(ValueError, match="out of range"):
         sid_to_tokens(BARE, (1, 10))
-
-
-def test_item_index() -> None:
-    entries = [CatalogEntry("a", (1, 2)), CatalogEntry("b", (0, 5)), CatalogEntry("c", (1, 2))]
-    index = ItemSidIndex(SidTrie.build(entries, BARE))
-    assert len(index) == 3 and "b" in index and "z" not in index
-    assert index.get("c") == (1, 2) and index.get("z") is None
-    assert index.resolve(["b", "z", "a"]) == ([(0, 5), (1, 2)], ["z"])
