@@ -28,7 +28,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from widebeam.services.http.connections.counts import ConnectionCounts, Refusal
 from widebeam.services.http.connections.policy import ConnectionPolicy
 from widebeam.services.http.connections.raw_response import raw_error
-from widebeam.services.http.errors import ApiError
+from widebeam.services.http.errors import ApiError, retry_later
 
 log = logging.getLogger("widebeam.http.connections")
 
@@ -155,22 +155,14 @@ class GuardedH11Protocol(H11Protocol):
         if refusal is Refusal.CLIENT_FULL:
             limit = self.counts.max_per_client
             log.warning("%s: refused a connection, it has %d open already", peer, limit)
-            error = ApiError(
-                429,
-                f"too many open connections from your address (at most {limit})",
-                "too_many_connections",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
+            message = f"too many open connections from your address (at most {limit})"
+            status, code = 429, "too_many_connections"
         else:
             limit = self.counts.max_total
             log.warning("%s: refused a connection, the server has %d open", peer, limit)
-            error = ApiError(
-                503,
-                f"the server has its maximum of {limit} connections open; retry later",
-                "server_busy",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
-        self.transport.write(raw_error(error))
+            message = f"the server has its maximum of {limit} connections open; retry later"
+            status, code = 503, "server_busy"
+        self.transport.write(raw_error(retry_later(status, message, code, RETRY_AFTER_S)))
         self._close()
 
     def _close(self) -> None:
