@@ -12,12 +12,12 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from widebeam.services.decoder.security.bearer_token import METADATA_KEY, SCHEME
+from widebeam.services.decoder.server.handler_interceptor import HandlerInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class _RefusalLog:
             self.count, self.logged_at = 0, now
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+class TokenAuthInterceptor(HandlerInterceptor):
     def __init__(self, token: str) -> None:
         self._expected = token.encode()
         self._log = _RefusalLog()
@@ -70,13 +70,10 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         token = presented_token(details.invocation_metadata)
         return token is not None and hmac.compare_digest(token, self._expected)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def serving(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None or self.allowed(details):
+        if self.allowed(details):
             return handler
         self._log.refused(details.method)
         return _refusing(handler)

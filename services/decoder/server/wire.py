@@ -7,23 +7,20 @@ async unary-unary method, so corrupt bytes get INVALID_ARGUMENT and no traceback
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from widebeam.services.decoder.server.handler_interceptor import HandlerInterceptor
 
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+
+class MalformedRequestInterceptor(HandlerInterceptor):
+    def serving(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
         if (
-            handler is None
-            or handler.unary_unary is None
+            handler.unary_unary is None
             or handler.request_deserializer is None
             or not inspect.iscoroutinefunction(handler.unary_unary)
         ):
