@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,18 +19,33 @@ from widebeam.services.http.errors import ApiError
 ROUTE_LABEL = "widebeam.route"
 
 
-class BodyLimitMiddleware:
-    """Reject bodies over `max_bytes` before the app parses anything. The body is read here in
-    full (it is at most `max_bytes`) and replayed to the app."""
+class HttpOnlyMiddleware(ABC):
+    """Plain ASGI middleware that looks at HTTP requests only: any other scope (lifespan) goes
+    straight to the app."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.handle(scope, receive, send)
+
+    @abstractmethod
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One HTTP request."""
+
+
+class BodyLimitMiddleware(HttpOnlyMiddleware):
+    """Reject bodies over `max_bytes` before the app parses anything. The body is read here in
+    full (it is at most `max_bytes`) and replayed to the app."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        super().__init__(app)
+        self.max_bytes = max_bytes
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
@@ -70,18 +86,15 @@ class BodyLimitMiddleware:
         )
 
 
-class MetricsMiddleware:
+class MetricsMiddleware(HttpOnlyMiddleware):
     """Requests by route template (not raw path: unknown paths must not grow the label set),
     method and status, and latency per route."""
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 500  # if the app dies before answering
 
