@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.gateway.decoder_info import (
@@ -44,13 +44,8 @@ class RecommendLimits:
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> RecommendLimits:
-        return cls(
-            max_n=settings.max_n,
-            max_beam_width=settings.max_beam_width,
-            max_history=settings.max_history,
-            default_beam_width=settings.default_beam_width,
-            max_exclude=settings.max_exclude,
-        )
+        """The gateway's settings of the same names."""
+        return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})
 
 
 def check_limits(body: RecommendRequest, limits: RecommendLimits, cap: int, who: str) -> int:
