@@ -1,0 +1,450 @@
+"""The whole serving path in one run (issue 23): the same workload-3 requests (widths 50 / 512 /
+1000, 60-item histories, the same prompts, the same concurrency) through the engine in-process,
+the decoder's gRPC `Recommend`, the gateway's REST `/v1/recommend` and its OpenAI chat route;
+then an open-loop mixed-width sweep through REST (several client processes) from 25% to 250%
+of the measured capacity. Reports throughput and its ratio to the engine's, p50 / p99, status
+counts, and the decoder's CUDA-graph captures after ready (`widebeam_decoder_graph_captures_total`
+with phase="serving"; the target is 0).
+
+    python bench/stack.py [--quick]                     # one H200: W3 model and catalog
+    python bench/stack.py --smoke                       # CPU, tiny model: seconds, a smoke test
+
+The engine runs first and is freed before the decoder process starts on the same device. The
+chat route's prompt is the history's SID text in the gateway's chat template, so its prompt
+has a few more tokens than Recommend's; its decoding (constrained, beam = n) is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import multiprocessing
+import random
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import httpx
+import torch
+from catalogs import random_catalog
+from e2e import DecoderProcess, free_port
+from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
+from harness import write_json as write_result
+from replicas import GatewayProcess
+
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
+from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.runner.capture_counts import CapturePhase
+from widebeam.services.decoder.security.client import ChannelSecurity
+from widebeam.services.decoder.server.prompting import history_prompt
+from widebeam.services.decoder.testing.tiny_model import write_tiny_model
+
+W3_LEVELS = (512, 512, 512)  # workload 3's catalog: 430k SIDs, codebook 512
+SMOKE_LEVELS = (16, 16, 16)
+HISTORY_ITEMS = 60
+SWEEP_MIX = (0.5, 0.3, 0.2)  # share of each width (narrowest first) in the open-loop sweep
+SERVING_CAPTURES = re.compile(
+    r'^widebeam_decoder_graph_captures_total\{kind="\w+",phase="serving"\} ([0-9.e+]+)$', re.M
+)
+
+
+@dataclass
+class Workload:
+    model: Path
+    catalog: Path
+    layout: SidLayout
+    sids: dict[str, tuple[int, ...]]  # item id -> SID codes
+    histories: dict[int, list[list[str]]]  # width -> one history per request
+    token_text: dict[int, str]  # the tokenizer's added tokens (the SID tokens among them)
+
+    def prompt(self, history: list[str]) -> list[int]:
+        return history_prompt(self.layout, [self.sids[item] for item in history])
+
+    def chat_text(self, history: list[str]) -> str:
+        """The history's SID tokens as text (the chat template adds the begin token's place)."""
+        return "".join(self.token_text[t] for t in self.prompt(history)[:-1])
+
+
+@dataclass
+class Phase:
+    path: str
+    width: int
+    latencies_ms: list[float] = field(default_factory=list)  # answered requests only
+    statuses: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def row(self) -> dict[str, object]:
+        ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
+        return {
+            "path": self.path,
+            "width": self.width,
+            "answered_rps": len(self.latencies_ms) / self.wall_s if self.wall_s else 0.0,
+            "p50_ms": ok["p50_ms"],
+            "p99_ms": ok["p99_ms"],
+            "statuses": dict(sorted(self.statuses.items())),
+        }
+
+
+def build_workload(args: argparse.Namespace) -> Workload:
+    if args.smoke:
+        root = Path(args.cache) / "stack-smoke-model"
+        if not (root / "config.json").exists():
+            write_tiny_model(root, seed=0, sid_levels=SMOKE_LEVELS)
+        model, catalog = root, random_catalog(400, SMOKE_LEVELS)
+    else:
+        model = args.model or model_dir("qwen3-1.7b", sid_levels=W3_LEVELS)
+        catalog = args.catalog or random_catalog(430_000, W3_LEVELS)
+    layout = SidLayout.from_tokenizer(model)
+    if layout is None:
+        raise SystemExit(f"{model} has no SID tokens")
+    sids = {}
+    for line in catalog.open():
+        entry = json.loads(line)
+        sids[entry["item_id"]] = tuple(entry["sid"])
+    items = list(sids)
+    rng = random.Random(0)
+    histories = {
+        w: [rng.sample(items, HISTORY_ITEMS) for _ in range(args.requests)] for w in args.widths
+    }
+    added = json.loads((model / "tokenizer.json").read_text())["added_tokens"]
+    token_text = {int(t["id"]): str(t["content"]) for t in added}
+    return Workload(model, catalog, layout, sids, histories, token_text)
+
+
+class StackGateway(GatewayProcess):
+    """`widebeam gateway serve` as the replicas bench starts it, with a request timeout of its
+    own (the deadline the decoder's admission by predicted wait sheds against)."""
+
+    def __init__(self, decoders: list[str], max_width: int, request_timeout_s: float) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        cmd = [
+            sys.executable, "-m", "widebeam", "gateway", "serve",
+            "--port", self.url.rsplit(":", 1)[1], "--decoder", ",".join(decoders),
+            "--max-beam-width", str(max_width), "--max-n", str(max_width),
+            "--max-history", str(HISTORY_ITEMS), "--request-timeout", str(request_timeout_s),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+# ----- in-process engine ----------------------------------------------------------------------
+def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase], int]:
+    engine = make_engine(
+        work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog)
+    )
+    warm_s = engine.warm_up()
+    engine.mark_ready()
+    print(f"[engine] start-up captures {sum(engine.runner.capture_counts.counts.values())} "
+          f"in {warm_s:.1f} s", flush=True)  # fmt: skip
+    steps = work.layout.path_length(include_begin=False)  # the prompt ends with the begin token
+    phases = []
+    for width in args.widths:
+
+        def requests(tag: str, width: int = width) -> list[GenerationRequest]:
+            return [
+                GenerationRequest(
+                    f"{tag}-{width}-{i}", tuple(work.prompt(h)), beam_width=width, n=width,
+                    max_new_tokens=steps, eos_token_id=(), constrained=True,
+                )
+                for i, h in enumerate(work.histories[width])
+            ]  # fmt: skip
+
+        drive(engine, requests("warm")[: args.concurrency], None, args.concurrency)
+        stats = drive(engine, requests("timed"), None, args.concurrency)
+        n = len(stats.latencies_ms)
+        phases.append(Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s))
+    captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
+    del engine
+    gc.unfreeze()  # make_engine froze what was alive: the engine must go before the decoder
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return phases, captures
+
+
+# ----- clients ------------------------------------------------------------------------------
+Send = Callable[[int], Awaitable[str]]  # request index -> status ("200", "429", grpc code...)
+
+
+async def closed_loop(send: Send, count: int, concurrency: int, phase: Phase) -> Phase:
+    """`concurrency` clients, each sends its next request when its last one is answered."""
+    order = list(reversed(range(count)))
+
+    async def client() -> None:
+        while order:
+            i = order.pop()
+            start = time.perf_counter()
+            status = await send(i)
+            phase.statuses[status] = phase.statuses.get(status, 0) + 1
+            if status in ("200", "OK"):
+                phase.latencies_ms.append((time.perf_counter() - start) * 1000)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    phase.wall_s = time.perf_counter() - t0
+    return phase
+
+
+def grpc_sender(stub: pb_grpc.DecoderStub, histories: list[list[str]], width: int) -> Send:
+    async def send(i: int) -> str:
+        request = pb.RecommendRequest(history_item_ids=histories[i], n=width, beam_width=width)
+        try:
+            response = await stub.Recommend(request, timeout=600)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code().name
+        return "OK" if response.items else "EMPTY"
+
+    return send
+
+
+def http_sender(http: httpx.AsyncClient, route: str, bodies: list[dict]) -> Send:
+    async def send(i: int) -> str:
+        response = await http.post(route, json=bodies[i])
+        if response.status_code == 200 and not _answered(route, response.json()):
+            return "200-empty"
+        return str(response.status_code)
+
+    return send
+
+
+def _answered(route: str, body: dict) -> bool:
+    return bool(body.get("items") if route == "/v1/recommend" else body.get("choices"))
+
+
+def recommend_body(history: list[str], width: int) -> dict:
+    return {"history": history, "n": width, "beam_width": width}
+
+
+def chat_body(work: Workload, model_name: str, history: list[str], width: int) -> dict:
+    return {
+        "model": model_name,
+        "messages": [{"role": "user", "content": work.chat_text(history)}],
+        "n": width,
+        "beam_width": width,
+        "max_tokens": work.layout.path_length(include_begin=True) + 1,  # the path, then EOS
+        "constrained": True,
+    }
+
+
+async def service_phases(
+    args: argparse.Namespace, work: Workload, decoder: str, gateway: str
+) -> list[Phase]:
+    phases: list[Phase] = []
+    options = [("grpc.max_receive_message_length", 256 << 20)]
+    limits = httpx.Limits(max_connections=args.concurrency * 2)
+    async with (
+        ChannelSecurity.from_env().aio_channel(decoder, options) as channel,
+        httpx.AsyncClient(base_url=gateway, timeout=600, limits=limits) as http,
+    ):
+        stub = pb_grpc.DecoderStub(channel)
+        model_name = (await http.get("/v1/models")).json()["data"][0]["id"]
+        for width in args.widths:
+            histories = work.histories[width]
+            senders: dict[str, Send] = {
+                "grpc Recommend": grpc_sender(stub, histories, width),
+                "REST /v1/recommend": http_sender(
+                    http, "/v1/recommend", [recommend_body(h, width) for h in histories]
+                ),
+                "REST chat": http_sender(
+                    http, "/v1/chat/completions",
+                    [chat_body(work, model_name, h, width) for h in histories],
+                ),
+            }  # fmt: skip
+            for path, send in senders.items():
+                await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
+                phase = await closed_loop(send, args.requests, args.concurrency, Phase(path, width))
+                phases.append(phase)
+                print(phase.row(), flush=True)
+    return phases
+
+
+# ----- open-loop sweep ------------------------------------------------------------------------
+def _sweep_client(
+    url: str, bodies: list[dict], rate: float, duration_s: float, seed: int
+) -> tuple[list[float], dict[str, int]]:
+    """One client process: Poisson arrivals at `rate` for `duration_s`; answered latencies."""
+
+    async def run() -> tuple[list[float], dict[str, int]]:
+        rng = random.Random(seed)
+        latencies: list[float] = []
+        statuses: dict[str, int] = {}
+
+        async def one(http: httpx.AsyncClient, at: float, body: dict) -> None:
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+            start = time.perf_counter()
+            try:
+                status = str((await http.post("/v1/recommend", json=body)).status_code)
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            statuses[status] = statuses.get(status, 0) + 1
+            if status == "200":
+                latencies.append((time.perf_counter() - start) * 1000)
+
+        arrivals, at = [], rng.expovariate(rate)
+        while at < duration_s:
+            arrivals.append(at)
+            at += rng.expovariate(rate)
+        limits = httpx.Limits(max_connections=1024)
+        async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(http, a, rng.choice(bodies)) for a in arrivals))
+        return latencies, statuses
+
+    return asyncio.run(run())
+
+
+def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: float) -> list[dict]:
+    widths = sorted(args.widths)
+    mix = [(w, share) for w, share in zip(widths, SWEEP_MIX, strict=False)]
+    rng = random.Random(1)
+    bodies = []
+    for width, share in mix:
+        count = max(1, round(share * 100))
+        bodies += [recommend_body(rng.choice(work.histories[width]), width)] * count
+    rows = []
+    with multiprocessing.get_context("spawn").Pool(args.clients) as pool:
+        for load in args.loads:
+            offered = load * capacity_rps
+            jobs = [
+                (url, bodies, offered / args.clients, args.sweep_seconds, seed)
+                for seed in range(args.clients)
+            ]
+            t0 = time.perf_counter()
+            results = pool.starmap(_sweep_client, jobs)
+            wall = time.perf_counter() - t0
+            latencies = [ms for lat, _ in results for ms in lat]
+            statuses: dict[str, int] = {}
+            for _, st in results:
+                for key, n in st.items():
+                    statuses[key] = statuses.get(key, 0) + n
+            stats = RunStats(latencies or [0.0], wall).summary()
+            row = {
+                "load": load, "offered_rps": offered,
+                "goodput_rps": len(latencies) / args.sweep_seconds,
+                "goodput_of_capacity": len(latencies) / args.sweep_seconds / capacity_rps,
+                "p50_ms": stats["p50_ms"], "p99_ms": stats["p99_ms"],
+                "statuses": dict(sorted(statuses.items())),
+            }  # fmt: skip
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def mixed_capacity(phases: list[Phase], widths: list[int]) -> float:
+    """REST throughput of the sweep's mix, from each width's closed-loop throughput."""
+    rest = {p.width: p.row()["answered_rps"] for p in phases if p.path == "REST /v1/recommend"}
+    shares = list(zip(sorted(widths), SWEEP_MIX, strict=False))
+    total = sum(share for _, share in shares)
+    seconds = sum(share / total / max(float(rest[w]), 1e-9) for w, share in shares)  # type: ignore[arg-type]
+    return 1.0 / seconds
+
+
+def serving_captures(metrics_url: str) -> int:
+    text = httpx.get(metrics_url, timeout=10).text
+    return int(sum(float(v) for v in SERVING_CAPTURES.findall(text)))
+
+
+# ----- main -----------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer requests, a shorter sweep")
+    parser.add_argument("--smoke", action="store_true", help="CPU tiny model, tiny widths")
+    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
+    parser.add_argument("--concurrency", type=int, default=12)
+    parser.add_argument("--requests", type=int, default=96, help="timed requests per width/path")
+    parser.add_argument("--clients", type=int, default=4, help="sweep client processes")
+    parser.add_argument("--loads", type=lambda s: [float(x) for x in s.split(",")],
+                        default=[0.25, 0.5, 1.0, 1.5, 2.0, 2.5])  # fmt: skip
+    parser.add_argument("--sweep-seconds", type=float, default=20.0)
+    parser.add_argument("--sweep-timeout", type=float, default=1.0,
+                        help="the gateway's request timeout in the sweep: the deadline the "
+                        "decoder's admission by predicted wait sheds against")  # fmt: skip
+    parser.add_argument("--max-rows", type=int, default=16384)
+    parser.add_argument("--max-kv-slots", type=int, default=120_000)
+    parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
+    parser.add_argument("--catalog", type=Path, help="default: workload 3's 430k-SID catalog")
+    parser.add_argument("--cache", default="/tmp/widebeam-bench")
+    args = parser.parse_args()
+    decoder_env = None
+    if args.smoke:
+        args.widths = args.widths or [4]
+        args.concurrency, args.requests, args.clients = 2, 4, 1
+        args.loads, args.sweep_seconds, args.sweep_timeout = [2.0], 1.0, 5.0
+        args.max_rows, args.max_kv_slots = 64, 16384
+        # One torch thread per process: on a shared CPU, spinning thread pools of the bench
+        # and the decoder slow both down far more than one thread does.
+        torch.set_num_threads(1)
+        decoder_env = {"OMP_NUM_THREADS": "1"}
+    elif args.quick:
+        args.requests, args.loads, args.sweep_seconds = 36, [0.5, 2.0], 8.0
+    args.widths = args.widths or [50, 512, 1000]
+    work = build_workload(args)
+    phases, engine_captures = engine_phases(args, work)
+    metrics_port = free_port()
+    decoder = DecoderProcess(
+        work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
+        "--metrics-port", str(metrics_port), env=decoder_env,
+    )  # fmt: skip
+    gateway = sweep_gateway = None
+    try:
+        decoder.wait_ready()
+        gateway = StackGateway([decoder.address], max(args.widths), 600.0)
+        gateway.wait_ready()
+        phases += asyncio.run(service_phases(args, work, decoder.address, gateway.url))
+        gateway.stop()
+        gateway = None
+        capacity = mixed_capacity(phases, args.widths)
+        sweep_gateway = StackGateway([decoder.address], max(args.widths), args.sweep_timeout)
+        sweep_gateway.wait_ready()
+        sweep_rows = sweep(args, work, sweep_gateway.url, capacity)
+        captures = serving_captures(f"http://127.0.0.1:{metrics_port}/metrics")
+    finally:
+        for process in (gateway, sweep_gateway, decoder):
+            if process is not None:
+                process.stop()
+    report(args, phases, sweep_rows, capacity, captures, engine_captures)
+
+
+def report(
+    args: argparse.Namespace,
+    phases: list[Phase],
+    sweep_rows: list[dict],
+    capacity: float,
+    captures: int,
+    engine_captures: int,
+) -> None:
+    rows = [p.row() for p in phases]
+    engine = {r["width"]: r for r in rows if r["path"] == "engine"}
+    for r in rows:
+        base = engine[r["width"]]
+        r["vs_engine"] = float(r["answered_rps"]) / max(float(base["answered_rps"]), 1e-9)  # type: ignore[arg-type]
+        r["p99_vs_engine"] = float(r["p99_ms"]) / max(float(base["p99_ms"]), 1e-9)  # type: ignore[arg-type]
+    result = {
+        "env": environment() | {"widths": args.widths, "concurrency": args.concurrency},
+        "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
+        "decoder_captures_after_ready": captures, "engine_captures_after_ready": engine_captures,
+    }  # fmt: skip
+    write_result("stack", result)
+    print(markdown_table(
+        ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses"],
+        [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
+          r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"]] for r in rows],
+    ))  # fmt: skip
+    print(markdown_table(
+        ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],
+        [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
+          r["p50_ms"], r["p99_ms"], r["statuses"]] for r in sweep_rows],
+    ))  # fmt: skip
+    print(f"graph captures after ready: decoder {captures}, in-process engine {engine_captures}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""`bench/stack.py --smoke`: engine in-process, gRPC Recommend, REST /v1/recommend and the chat
+route, and the open-loop sweep, end to end on CPU with the tiny model; its JSON report holds
+every path and width, every closed-loop request answered, and no graph capture after ready."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat"}
+
+
+def test_stack_smoke_run(tmp_path: Path) -> None:
+    env = os.environ | {"OUT": str(tmp_path / "out"), "WIDEBEAM_BENCH_CACHE": str(tmp_path)}
+    cmd = [sys.executable, "stack.py", "--smoke", "--cache", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "stack.json").read_text())
+    rows = report["closed_loop"]
+    assert {(r["path"], r["width"]) for r in rows} == {(p, w) for p in PATHS for w in (4,)}
+    for row in rows:
+        answered = sum(row["statuses"].get(ok, 0) for ok in ("ok", "OK", "200"))
+        assert answered == sum(row["statuses"].values()) == 4, row
+        assert row["answered_rps"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
+    # The sweep's outcome depends on speed (its deadlines are short on purpose): only that it
+    # ran and answered is checked here; tests/services/gateway/test_shedding_by_wait.py holds
+    # the shedding rule's counts.
+    [sweep] = report["sweep"]
+    assert sweep["load"] == 2.0 and sweep["statuses"].get("200", 0) > 0, sweep
+    assert report["decoder_captures_after_ready"] == 0
+    assert report["engine_captures_after_ready"] == 0
+    assert "graph captures after ready: decoder 0" in done.stdout
