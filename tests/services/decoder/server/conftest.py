@@ -44,8 +44,14 @@ def load(stub: pb_grpc.DecoderStub) -> pb.Load:
 
 
 @pytest.fixture(scope="module")
-def server(sid_model: SidModel) -> Iterator[BackgroundServer]:
-    with BackgroundServer(make_settings(sid_model)) as srv:
+def decoder_overrides() -> dict[str, Any]:
+    """The settings `server` changes from `make_settings`' (a module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def server(sid_model: SidModel, decoder_overrides: dict[str, Any]) -> Iterator[BackgroundServer]:
+    with BackgroundServer(make_settings(sid_model, **decoder_overrides)) as srv:
         yield srv
 
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.services.decoder.conftest import SidModel
-from tests.services.decoder.server.conftest import load, make_settings, wait_until
+from tests.services.decoder.server.conftest import load, wait_until
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
-from widebeam.services.decoder.server.background import BackgroundServer
 
 ROWS = 8
 # Takes ~seconds on CPU and holds all rows: a request the tests cancel midway.
@@ -23,21 +22,13 @@ LONG = pb.GenerateRequest(
 
 
 @pytest.fixture(scope="module")
-def small(sid_model: SidModel) -> Iterator[BackgroundServer]:
-    settings = make_settings(sid_model, max_rows=ROWS, max_waiting=2)
-    with BackgroundServer(settings) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def small_channel(small: BackgroundServer) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(small.address) as ch:
-        yield ch
+def decoder_overrides() -> dict[str, Any]:
+    return {"max_rows": ROWS, "max_waiting": 2}
 
 
 @pytest.fixture
-def stub(small_channel: grpc.Channel) -> Iterator[pb_grpc.DecoderStub]:
-    stub = pb_grpc.DecoderStub(small_channel)
+def stub(channel: grpc.Channel) -> Iterator[pb_grpc.DecoderStub]:
+    stub = pb_grpc.DecoderStub(channel)
     yield stub
     wait_until(lambda: load(stub).rows_in_use == 0, what="rows to be freed after the test")
 
@@ -76,15 +67,15 @@ def test_overload_is_resource_exhausted_at_once(stub: pb_grpc.DecoderStub) -> No
     assert len(stub.Generate(pb.GenerateRequest(input_ids=[4]), timeout=30).beams) == 1
 
 
-def test_health_is_serving(small_channel: grpc.Channel) -> None:
-    health = health_pb2_grpc.HealthStub(small_channel)
+def test_health_is_serving(channel: grpc.Channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
     for service in ("", "widebeam.decoder.v1.Decoder"):
         reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_reflection_lists_the_services(small_channel: grpc.Channel) -> None:
-    reflection = reflection_pb2_grpc.ServerReflectionStub(small_channel)
+def test_reflection_lists_the_services(channel: grpc.Channel) -> None:
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
     request = reflection_pb2.ServerReflectionRequest(list_services="")
     reply = next(iter(reflection.ServerReflectionInfo(iter([request]), timeout=5)))
     names = {s.name for s in reply.list_services_response.service}
