@@ -177,8 +177,9 @@ class Engine:
             return 0.0
         started = time.perf_counter()
         plan = startup_captures(self.config)
+        path = None if self.constraint is None else self.constraint.path_length((0,))
         for bucket in plan:
-            request = warm_up_request(bucket, self.config, self.limits.max_model_len)
+            request = warm_up_request(bucket, self.config, self.limits.max_model_len, path)
             [out] = self.generate([request])
             if out.error is not None:  # a bucket this configuration cannot fill (KV, length)
                 log.warning("warm-up of %s %s skipped: %s", bucket.kind, bucket.size, out.error)

@@ -69,16 +69,23 @@ def startup_captures(config: EngineConfig) -> tuple[CaptureBucket, ...]:
 
 
 def warm_up_request(
-    bucket: CaptureBucket, config: EngineConfig, max_model_len: int
+    bucket: CaptureBucket,
+    config: EngineConfig,
+    max_model_len: int,
+    sid_path_length: int | None = None,  # the default catalog's path from the prompt (0,)
 ) -> GenerationRequest:
-    """A synthetic request whose steps fall in `bucket`: a beam as wide as the bucket's rows
-    (two steps, no EOS), or a prompt as long as the bucket's tokens (one token)."""
+    """A synthetic request whose steps fall in `bucket`. Decode: a beam as wide as the bucket's
+    rows, shaped like a Recommend call (n = beam, no EOS; constrained to the default catalog when
+    one is loaded, so a Recommend of that width finds its beam expansions captured too), else
+    two unconstrained steps. Prefill: a prompt as long as the bucket's tokens, one token."""
     no_eos: tuple[int, ...] = ()
     name = f"warm-up-{bucket.kind}-{bucket.size}"
     if bucket.kind == GraphKind.DECODE:
         width = min(bucket.size, config.max_rows)
+        constrained = sid_path_length is not None
         return GenerationRequest(
-            name, (0,), beam_width=width, n=1, max_new_tokens=2, eos_token_id=no_eos
-        )
+            name, (0,), beam_width=width, n=width, max_new_tokens=sid_path_length or 2,
+            eos_token_id=no_eos, constrained=constrained,
+        )  # fmt: skip
     length = min(bucket.size, prefill_graph_tokens(config), max_model_len - 1)
     return GenerationRequest(name, (0,) * length, max_new_tokens=1, eos_token_id=no_eos)

@@ -25,11 +25,18 @@ def _engine(sid_model: SidModel, **overrides: object) -> Engine:
     return sid_model.engine(**fields)
 
 
-def _requests() -> list[GenerationRequest]:
+def _recommend_like(engine: Engine, widths: tuple[int, ...]) -> list[GenerationRequest]:
+    """Shaped like the decoder's Recommend calls (n = beam, no EOS, constrained), as the
+    warm-up's are, at the widths of listed row buckets."""
+    assert engine.constraint is not None
+    steps = engine.constraint.path_length((3, 4, 5))
     return [
-        GenerationRequest(f"r{k}", (3, 4, 5), beam_width=k, n=2, max_new_tokens=2)
-        for k in (8, 40, 200)
-    ]
+        GenerationRequest(
+            f"r{k}", (3, 4, 5), beam_width=k, n=k, max_new_tokens=steps, eos_token_id=(),
+            constrained=True,
+        )
+        for k in widths
+    ]  # fmt: skip
 
 
 def test_warm_up_captures_the_list_and_serving_then_captures_nothing(sid_model: SidModel) -> None:
@@ -42,12 +49,12 @@ def test_warm_up_captures_the_list_and_serving_then_captures_nothing(sid_model: 
     assert counts.counts[GraphKind.EXPANSION, CapturePhase.STARTUP] >= decode
     assert counts.counts[GraphKind.PREFILL, CapturePhase.STARTUP] >= 1
     engine.mark_ready()
-    for request in _requests():  # one at a time: each falls in a listed bucket
+    for request in _recommend_like(engine, (8, 64, 256)):  # one at a time: listed buckets
         [out] = engine.generate([request])
-        assert out.ok
+        assert out.ok and out.beams
     assert counts.total(CapturePhase.SERVING) == 0, counts.counts
-    # Three requests at once: a batch of three groups, a shape the list does not hold.
-    assert all(out.ok for out in engine.generate(_requests()))
+    # Two requests at once: a batch of two groups, a shape the list does not hold.
+    assert all(out.ok for out in engine.generate(_recommend_like(engine, (8, 64))))
     assert counts.counts[GraphKind.DECODE, CapturePhase.SERVING] >= 1
 
 
@@ -55,7 +62,8 @@ def test_a_warmed_up_engine_gives_a_cold_engines_results(sid_model: SidModel) ->
     warm = _engine(sid_model)
     warm.warm_up()
     cold = _engine(sid_model)
-    assert digest(warm.generate(_requests())) == digest(cold.generate(_requests()))
+    requests = _recommend_like(warm, (8, 40, 200))
+    assert digest(warm.generate(requests)) == digest(cold.generate(requests))
 
 
 def test_capture_at_start_off_captures_nothing_at_warm_up(sid_model: SidModel) -> None:

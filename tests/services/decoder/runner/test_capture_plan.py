@@ -91,6 +91,16 @@ def test_warm_up_requests_fall_in_their_bucket() -> None:
         assert request.eos_token_id == ()  # runs its full length: every step is taken
 
 
+def test_decode_warm_ups_are_shaped_like_recommend_over_the_default_catalog() -> None:
+    config = cuda_config()
+    bucket = CaptureBucket(GraphKind.DECODE, 64)
+    request = warm_up_request(bucket, config, max_model_len=4096, sid_path_length=5)
+    assert request.constrained and request.catalog is None  # the default catalog
+    assert request.beam_width == request.n == 64
+    assert request.max_new_tokens == 5 and request.eos_token_id == ()
+    assert not warm_up_request(bucket, config, max_model_len=4096).constrained
+
+
 def test_warm_up_prompts_respect_the_context_length() -> None:
     config = cuda_config()
     request = warm_up_request(CaptureBucket(GraphKind.PREFILL, 2048), config, max_model_len=300)

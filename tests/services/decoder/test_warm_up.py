@@ -1,0 +1,36 @@
+"""The start-up capture list's warm-up requests on a CPU stand-in: for a CUDA configuration's
+list, every synthetic request is one the engine accepts and finishes (so the warm-up on the
+device fails on no bucket), and a CPU engine's warm-up does nothing (no graphs to capture)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.services.decoder.conftest import SidModel
+from widebeam.services.decoder.runner.capture_counts import GraphKind
+from widebeam.services.decoder.runner.capture_plan import startup_captures, warm_up_request
+
+
+def test_every_warm_up_request_of_the_cuda_list_runs(sid_model: SidModel) -> None:
+    config = sid_model.engine_config(max_rows=64, max_kv_slots=16384)
+    plan = startup_captures(dataclasses.replace(config, device="cuda"))
+    assert {b.kind for b in plan} == {GraphKind.DECODE, GraphKind.PREFILL}
+    engine = sid_model.engine(max_rows=64, max_kv_slots=16384)
+    assert engine.constraint is not None
+    path = engine.constraint.path_length((0,))
+    requests = [
+        warm_up_request(bucket, config, engine.limits.max_model_len, path) for bucket in plan
+    ]
+    for request, out in zip(requests, engine.generate(requests), strict=True):
+        assert out.ok, (request.request_id, out.error)
+        assert out.beams
+        if request.constrained:
+            assert all(beam.item_ids for beam in out.beams)  # real catalog paths
+
+
+def test_cpu_warm_up_captures_nothing(sid_model: SidModel) -> None:
+    engine = sid_model.engine(max_rows=64, max_kv_slots=16384)
+    assert engine.warm_up() == 0.0
+    assert sum(engine.runner.capture_counts.counts.values()) == 0
+    engine.mark_ready()
+    assert engine.runner.capture_counts.ready
