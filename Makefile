@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.widebeam-dev
 PIP := $(BIN)/python -m pip install -q
 QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither" || true
 
-.PHONY: install install-dev test lint demo clean system-deps browser-deps
+.PHONY: install install-dev test lint demo clean system-deps browser-deps compose-test
 
 # Runtime dependencies only: what `make demo` and serving need (no Triton, transformers, ...).
 install: $(RUNTIME_STAMP) system-deps
@@ -65,6 +65,14 @@ lint: install-dev
 
 test: install-dev browser-deps lint
 	$(BIN)/python -m pytest -q
+
+# `docker compose up` for real: builds the CPU image (deploy/offline/build.sh), runs the Compose
+# stack on the tiny demo model and checks it end to end (deploy/README.md, "make compose-test").
+# Needs a running Docker daemon with Compose v2 and BuildKit; nothing here starts one, and
+# `make test` deselects the `docker` tests (pyproject.toml's addopts).
+compose-test: install-dev
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider -m docker tests/deploy/test_compose_stack.py \
+		tests/deploy/test_cuda_image_layers.py
 
 # DEMO_ONCE=1: exit after the examples instead of serving until Ctrl-C; DEMO_TINY=1: the
 # seconds-long toy recommender instead of the real demo one (what the suite's test runs).

@@ -8,6 +8,7 @@
 #                  from redis.Dockerfile on that base
 #   TORCH_INDEX_URL  the PyTorch CPU index if it answers, else PyPI, with every torch CPU wheel
 #                  of pip's find-links folders copied to deploy/wheels/ (pip takes it there)
+#   CA_BUNDLE      the CA bundle given to pip (empty: none)
 # The CA bundle ($CA_BUNDLE, default the system one) is given to pip as the build secret
 # `ca_bundle`, so it never lands in a layer. Needs BuildKit (Docker 23+, or DOCKER_BUILDKIT=1).
 set -euo pipefail
@@ -47,7 +48,7 @@ if ! answers "$TORCH_INDEX_URL/torch/"; then
 fi
 
 secret=()
-[ -s "$CA_BUNDLE" ] && secret=(--secret "id=ca_bundle,src=$CA_BUNDLE")
+if [ -s "$CA_BUNDLE" ]; then secret=(--secret "id=ca_bundle,src=$CA_BUNDLE"); else CA_BUNDLE=; fi
 docker build -q -f "$ROOT/deploy/Dockerfile.cpu" -t "$IMAGE" "${secret[@]}" \
     --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL" \
     --build-arg VERSION="$VERSION" "$ROOT" >&2
@@ -55,3 +56,4 @@ echo "IMAGE=$IMAGE"
 echo "PYTHON_IMAGE=$PYTHON_IMAGE"
 echo "REDIS_IMAGE=$REDIS_IMAGE"
 echo "TORCH_INDEX_URL=$TORCH_INDEX_URL"
+echo "CA_BUNDLE=$CA_BUNDLE"
