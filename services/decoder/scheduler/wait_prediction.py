@@ -6,10 +6,14 @@ seconds per step, exponentially smoothed over engine steps, timed by an injectab
 new request that fits in the free rows with nothing queued starts at the next step; otherwise
 it waits for the work ahead (waiting and running requests' remaining rows x steps) to drain at
 that rate. Its own run takes its steps at the current step time. It is shed when
-  - the predicted finish (wait + its own steps) exceeds its deadline (the gRPC deadline), or
-  - the predicted wait exceeds the configured `max_queue_wait_s`;
-its Retry-After is how much longer the queue ahead needs to drain to make it fit (at least one
-second, HTTP's unit). Until a step has been timed nothing is predicted and nothing is shed.
+  - it would queue and its predicted finish (wait + its own steps) exceeds its deadline (the
+    gRPC deadline): admitting it would only let it time out in the queue, or
+  - the predicted wait exceeds the configured `max_queue_wait_s`.
+A request that starts at once is never shed for its deadline: it runs, and the deadline aborts
+it as before if its own run outlasts it (nothing else waits for its rows meanwhile).
+A shed request's Retry-After is how much longer the queue ahead needs to drain to make it fit
+(at least one second, HTTP's unit). Until a step has been timed nothing is predicted and
+nothing is shed.
 Plain Python: no tensors, no threads.
 """
 
@@ -90,7 +94,8 @@ def shed_decision(
     """The request's fate: None admits it, a Shed refuses it now."""
     if prediction is None:
         return None
-    if deadline_s is not None and prediction.finish_s > deadline_s:
+    queued = prediction.wait_s > 0
+    if queued and deadline_s is not None and prediction.finish_s > deadline_s:
         return Shed(
             f"predicted to finish in {prediction.finish_s:.2f} s (queue wait "
             f"{prediction.wait_s:.2f} s), past its deadline in {deadline_s:.2f} s",

@@ -7,8 +7,9 @@ and results come back by resolving asyncio futures with `loop.call_soon_threadsa
 sleeps on the condition when it has nothing to do.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
-`generate` refuses at once (Overloaded, with a Retry-After from the queue) a request whose
-predicted finish is past its timeout, or whose predicted queue wait exceeds `max_queue_wait_s`.
+`generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
+queue and whose predicted finish is past its timeout, or whose predicted queue wait exceeds
+`max_queue_wait_s`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ class _Job:
     prepare: Prepare
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[RequestOutput]
-    work: int  # rows x steps (0: not known)
 
 
 class AsyncEngine:
@@ -135,8 +135,8 @@ class AsyncEngine:
     ) -> RequestOutput:
         """Run one request; raises RequestError, Overloaded, EngineFailure, ShuttingDown or
         TimeoutError. Cancellation or timeout aborts the request and frees its rows. A request
-        of known work predicted to outlast `timeout` (or `max_queue_wait_s` in the queue) is
-        refused at once: Overloaded, with the queue's Retry-After."""
+        of known work that would queue and is predicted to outlast `timeout`, or to wait longer
+        than `max_queue_wait_s`, is refused at once: Overloaded, with the queue's Retry-After."""
         prepare: Prepare = request if callable(request) else (lambda _catalogs: request)
         if work is None and isinstance(request, GenerationRequest):
             work = RequestWork.of(request)
@@ -159,9 +159,8 @@ class AsyncEngine:
                     f"shed at once: {shed.reason}; retry after {shed.retry_after_s} s",
                     shed.retry_after_s,
                 )
-            amount = 0 if work is None else work.rows * work.steps
-            self._inbox.append(_Job(rid, prepare, loop, future, amount))
-            self._inbox_work += amount
+            self._inbox.append(_Job(rid, prepare, loop, future))
+            self._inbox_work += 0 if work is None else work.rows * work.steps
             self._cond.notify_all()
         try:
             return await asyncio.wait_for(future, timeout)

@@ -100,6 +100,13 @@ def test_shed_past_the_deadline_with_retry_after_from_the_queue() -> None:
     assert shed_decision(prediction, deadline_s=3.5, max_queue_wait_s=None) is None
 
 
+def test_a_request_that_starts_at_once_is_never_shed_for_its_deadline() -> None:
+    state = QueueState(work_ahead=30_000, queued=0, rows_in_use=0, max_rows=1000)
+    prediction = predict(state, rows=100, steps=1000, meter=timed_meter())  # 100 s of steps
+    assert prediction is not None and prediction.wait_s == 0
+    assert shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=0.0) is None
+
+
 def test_shed_past_the_queue_wait_bound() -> None:
     prediction = predict(queue(30_000), rows=100, steps=4, meter=timed_meter())
     shed = shed_decision(prediction, deadline_s=None, max_queue_wait_s=0.5)
