@@ -44,14 +44,33 @@ def validate_table(table: CatalogTable, layout: SidLayout | None = None) -> Cata
             f"{table.describe_row(i)}: item {table.item_ids[i]!r}: popularity "
             f"{table.popularity[i]} is not finite"
         )
-    for i, item in enumerate(table.item_ids):
+    _check_item_ids(table)
+    if not _may_have_duplicates(table.item_ids):
+        return table
+    return _dedupe(table)
+
+
+def _check_item_ids(table: CatalogTable) -> None:
+    ids = table.item_ids
+    # C-level passes first (no Python code per item); the row loop only runs to name a culprit
+    # (or when some id is a str subclass, which is fine).
+    if set(map(type, ids)) <= {str} and all(ids):
+        return
+    for i, item in enumerate(ids):
         if not isinstance(item, str) or not item:
             raise CatalogError(
                 f"{table.describe_row(i)}: item id {item!r} is not a non-empty string"
             )
-    if len(set(table.item_ids)) == n:
-        return table
-    return _dedupe(table)
+
+
+def _may_have_duplicates(item_ids: list[str]) -> bool:
+    """False when the ids are surely distinct: their hashes are (8 bytes an id, where a set of
+    10M ids takes ~1 GB); equal hashes are settled by a set."""
+    hashes = np.fromiter(map(hash, item_ids), dtype=np.int64, count=len(item_ids))  # [n] int64
+    hashes.sort()
+    if not (hashes[1:] == hashes[:-1]).any():
+        return False
+    return len(set(item_ids)) != len(item_ids)
 
 
 def _check_shapes(table: CatalogTable) -> None:
