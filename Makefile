@@ -63,8 +63,12 @@ $(DEV_STAMP): $(RUNTIME_STAMP)
 lint: install-dev
 	$(BIN)/ruff check .
 
+# Two pytest-xdist workers, one per core: many tests wait on real processes, restarts and
+# timeouts, and the other worker runs meanwhile. --dist loadscope keeps a module's tests (and
+# its module-scoped stack or build) on one worker; each worker runs one torch thread
+# (tests/conftest.py).
 test: install-dev browser-deps lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 # `docker compose up` for real: builds the CPU image (deploy/offline/build.sh), runs the Compose
 # stack on the tiny demo model and checks it end to end (deploy/README.md, "make compose-test").

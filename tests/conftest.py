@@ -51,6 +51,17 @@ def redis_client(redis_url: str) -> Iterator[Any]:
     client.close()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker (`make test` runs two) uses one torch thread, and so do the
+    processes it starts: two workers on two cores with two threads each would make every small
+    op wait for a descheduled thread."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`gpu` tests run only where CUDA is available; elsewhere they are skipped, not failed."""
     import torch
