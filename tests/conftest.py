@@ -52,11 +52,10 @@ def redis_client(redis_url: str) -> Iterator[Any]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A pytest-xdist worker (`make test` runs two) uses one torch thread, and so do the
-    processes it starts: two workers on two cores with two threads each would make every small
-    op wait for a descheduled thread."""
+    """A pytest-xdist worker (`make test` runs two) uses one torch thread: two workers on two
+    cores with two threads each would make every small op wait for a descheduled thread. The
+    processes tests start keep their own defaults (a test may check what a launcher sets)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        os.environ["OMP_NUM_THREADS"] = "1"
         import torch
 
         torch.set_num_threads(1)
