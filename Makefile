@@ -66,9 +66,11 @@ lint: install-dev
 # Two pytest-xdist workers, one per core: many tests wait on real processes, restarts and
 # timeouts, and the other worker runs meanwhile. --dist loadscope keeps a module's tests (and
 # its module-scoped stack or build) on one worker; each worker runs one torch thread
-# (tests/conftest.py).
+# (tests/conftest.py). Tests marked `serial` (the load tests, which measure capacity and then
+# offer twice that) run afterwards on their own.
 test: install-dev browser-deps lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope -m "not docker and not serial"
+	$(BIN)/python -m pytest -q -m "serial and not docker"
 
 # `docker compose up` for real: builds the CPU image (deploy/offline/build.sh), runs the Compose
 # stack on the tiny demo model and checks it end to end (deploy/README.md, "make compose-test").
