@@ -57,7 +57,7 @@ class CatalogTable:
         with paused_gc():
             return replace(
                 self,
-                item_ids=list(map(self.item_ids.__getitem__, rows)),
+                item_ids=[self.item_ids[i] for i in rows],
                 sids=self.sids[index],
                 popularity=self.popularity[index],
                 metadata=None if self.metadata is None else [self.metadata[i] for i in rows],
