@@ -110,7 +110,10 @@ def build_arrays(item_ids: list[str], codes: np.ndarray, layout: SidLayout) -> T
     sids = sorted_codes[sid_starts].astype(np.int32)
     num_sids = len(sids)
     sid_item_offsets = np.append(sid_starts, n).astype(np.int64)
-    grouped_ids = list(operator.itemgetter(*order.tolist())(item_ids)) if n > 1 else item_ids
+    if n <= 1 or (order == np.arange(n)).all():  # already grouped (build_trie sorts first)
+        grouped_ids = item_ids
+    else:
+        grouped_ids = list(operator.itemgetter(*order.tolist())(item_ids))
 
     # Each non-root node has exactly one incoming edge, so edges are listed in child-node order:
     # parents[k], tokens[k] describe the edge into node k+1. BFS over lexicographically sorted

@@ -23,8 +23,29 @@ TRIE_FIELDS: dict[str, type] = {
 }
 
 
+_SEPARATOR = 0x0A  # "\n": never part of a multi-byte UTF-8 sequence
+
+
 def encode_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 blob (uint8) + [n+1] int64 byte offsets; safe for ids holding any character."""
+    """UTF-8 blob (uint8) + [n+1] int64 byte offsets; safe for ids holding any character.
+
+    Encoded as one newline-joined string, then split with numpy (no per-string Python work);
+    strings that hold a newline themselves take the per-string path.
+    """
+    joined = np.frombuffer("\n".join(strings).encode("utf-8"), dtype=np.uint8)  # [bytes] uint8
+    is_separator = joined == _SEPARATOR
+    separators = np.flatnonzero(is_separator)  # [n-1] int64 when no string holds a newline
+    if len(separators) != max(len(strings) - 1, 0):
+        return _encode_each(strings)
+    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    if strings:
+        # string i ends at separator i in `joined`, i.e. i bytes earlier in the blob
+        offsets[1:-1] = separators - np.arange(len(separators))
+        offsets[-1] = len(joined) - len(separators)
+    return joined[~is_separator], offsets
+
+
+def _encode_each(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     encoded = [s.encode("utf-8") for s in strings]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
@@ -33,9 +54,27 @@ def encode_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decode_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
-    raw = np.ascontiguousarray(blob, dtype=np.uint8).tobytes()
-    bounds = offsets.tolist()
-    return [raw[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+    """Inverse of :func:`encode_strings`; UnicodeDecodeError when a string is not UTF-8.
+
+    Decoded in one piece with a newline put between the strings and split at them; a blob that
+    holds a newline itself takes the per-string path.
+    """
+    blob = np.ascontiguousarray(blob, dtype=np.uint8)
+    n = len(offsets) - 1
+    if n <= 0:
+        return []
+    offsets = np.asarray(offsets, dtype=np.int64)
+    well_formed = offsets[0] == 0 and offsets[-1] == len(blob) and (np.diff(offsets) >= 0).all()
+    if not well_formed or (blob == _SEPARATOR).any():
+        raw = blob.tobytes()
+        return [raw[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets.tolist())]
+    # byte j of string i lands at offsets[i] + i + j: after the i separators before it
+    keep = np.ones(len(blob) + n - 1, dtype=bool)
+    keep[offsets[1:-1] + np.arange(n - 1)] = False
+    with_separators = np.full(len(keep), _SEPARATOR, dtype=np.uint8)
+    with_separators[keep] = blob
+    del keep
+    return with_separators.tobytes().decode("utf-8").split("\n")
 
 
 def pack_arrays(

@@ -36,28 +36,34 @@ def _write(
     buckets: int,
 ) -> None:
     """HSET every (key, value) into its bucket's HASH."""
-    # Sorting bucket ids with numpy groups the fields without a Python dict per bucket.
-    ids = np.fromiter((zlib.crc32(k) % buckets for k in keys), np.int64, len(keys))
+    # Sorting bucket ids with numpy groups the fields without a Python dict per bucket; the
+    # fields are put in bucket order once, so each bucket is a slice.
+    ids = np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % buckets  # [n] int64
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     bounds = (np.flatnonzero(np.diff(sorted_ids)) + 1).tolist()
     order_list = order.tolist()
+    keys = list(map(keys.__getitem__, order_list))
+    values = list(map(values.__getitem__, order_list))
+    del order, order_list
     with BulkHashWriter(client) as writer:
         for lo, hi in itertools.pairwise([0, *bounds, len(keys)]):
-            idx = order_list[lo:hi]
             key = key_of(int(sorted_ids[lo])).encode("utf-8")
-            writer.hset(key, [keys[i] for i in idx], [values[i] for i in idx])
+            writer.hset(key, keys[lo:hi], values[lo:hi])
 
 
 def write_lookups(client: redis.Redis, vkeys: VersionKeys, trie: SidTrie) -> dict[str, int]:
     """Write both tables for ``trie``; returns the bucket counts recorded in the manifest."""
-    sid_text = [",".join(map(str, row)).encode() for row in trie.sids.tolist()]
+    # map() over C-level callables instead of comprehensions: these run once per item.
+    sid_format = b",".join([b"%d"] * trie.sids.shape[1]).__mod__  # "c0,c1,..." as sid_key
+    sid_text = list(map(sid_format, map(tuple, trie.sids.tolist())))
     offsets = trie.sid_item_offsets.tolist()
     sizes = np.diff(trie.sid_item_offsets)
     item_sid = np.repeat(np.arange(len(sid_text)), sizes).tolist()
-    item_values = [sid_text[s] for s in item_sid]
-    item_keys = [i.encode("utf-8") for i in trie.item_ids]
-    quoted = [encode_basestring(i).encode("utf-8") for i in trie.item_ids]
+    item_values = list(map(sid_text.__getitem__, item_sid))
+    del item_sid
+    item_keys = list(map(str.encode, trie.item_ids))  # UTF-8
+    quoted = list(map(str.encode, map(encode_basestring, trie.item_ids)))
     # SID -> JSON list of its items, in trie order (the order the catalog builder chose).
     sid_values = [b"[" + b",".join(quoted[lo:hi]) + b"]" for lo, hi in itertools.pairwise(offsets)]
     del quoted

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -92,19 +93,33 @@ class CatalogStore:
     ) -> PublishedVersion:
         """Store ``trie`` as a new version and make it current (unless a newer one already is,
         or ``activate`` is false: then it is kept, complete, for a later ``activate``)."""
-        ckeys = self.keys.catalog(name)
+        self.keys.catalog(name)  # rejects a bad name before any work
         meta = check_metadata(metadata)
         require_no_eviction(self.client)  # per publish: the policy can change at run time
-        chunks, artifact = codec.encode_chunks(
-            trie.to_arrays(), self.chunk_bytes, self.compress_level
-        )
+        # zlib and sha256 release the GIL: the artifact is compressed on a second core while
+        # this thread packs the lookup tables.
+        with ThreadPoolExecutor(1, thread_name_prefix="catalog-encode") as encoder:
+            encoded = encoder.submit(self._encode, trie)
+            return self._publish(name, trie, meta, activate, encoded)
+
+    def _encode(self, trie: SidTrie) -> tuple[list[bytes], dict[str, Any]]:
+        return codec.encode_chunks(trie.to_arrays(), self.chunk_bytes, self.compress_level)
+
+    def _publish(
+        self,
+        name: str,
+        trie: SidTrie,
+        meta: dict[str, Any],
+        activate: bool,
+        encoded: Future[tuple[list[bytes], dict[str, Any]]],
+    ) -> PublishedVersion:
+        ckeys = self.keys.catalog(name)
         version = int(
             self._stage(keys=[ckeys.seq, ckeys.staging, ckeys.versions], args=[time.time()])
         )
         vkeys = ckeys.version(version)
         try:
-            buckets = self._write_staged(vkeys, chunks, trie)
-            del chunks
+            buckets, artifact = self._write_staged(vkeys, encoded, trie)
             manifest = build_manifest(name, version, trie, artifact, buckets, meta)
             keys = [vkeys.manifest, vkeys.lookup, ckeys.versions, ckeys.current]
             keys += [self.keys.catalogs, self.keys.events, ckeys.staging]
@@ -167,9 +182,13 @@ class CatalogStore:
         return retention.prune(self.client, ckeys, self.retain, self.staging_ttl_s, self._retire)
 
     def _write_staged(
-        self, vkeys: VersionKeys, chunks: Sequence[bytes], trie: SidTrie
-    ) -> dict[str, int]:
-        """Write the version's chunks and lookup tables; returns the lookup bucket counts.
+        self,
+        vkeys: VersionKeys,
+        encoded: Future[tuple[list[bytes], dict[str, Any]]],
+        trie: SidTrie,
+    ) -> tuple[dict[str, int], dict[str, Any]]:
+        """Write the version's lookup tables and chunks; returns the lookup bucket counts and
+        the artifact's manifest entry.
 
         Nothing reads a staged version, and every write sets a fixed value (SET, HSET), so on
         a lost connection the whole phase is written again from the start, with backoff, for
@@ -179,8 +198,10 @@ class CatalogStore:
         delay = 0.05
         while True:
             try:
+                buckets = lookup.write_lookups(self.client, vkeys, trie)
+                chunks, artifact = encoded.result()
                 self._write_chunks(vkeys, chunks)
-                return lookup.write_lookups(self.client, vkeys, trie)
+                return buckets, artifact
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if time.monotonic() + delay > deadline:
                     raise
