@@ -1,15 +1,16 @@
 """item id -> SID codes of one catalog version, held as two numpy arrays instead of a dict.
 
 The trie already stores every item id (grouped by SID), so the index only adds the ids' string
-hashes sorted ascending and the item position of each: 12 bytes per item (int64 hash + int32
-position), against ~100 bytes per item for a dict of str -> int. A lookup is a binary search
-over the hashes, then a comparison with the trie's ids of equal hash (so hash collisions are
-resolved exactly); the SID of an item position is a binary search over ``sid_item_offsets``.
+hashes sorted ascending, the item position and the SID row of each: 16 bytes per item (int64
+hash, int32 position, int32 SID row), against ~100 bytes per item for a dict of str -> int. A
+lookup is a binary search over the hashes (one ``searchsorted`` for a whole history), then a
+comparison with the trie's ids of equal hash, so hash collisions are resolved exactly.
 Python's ``hash`` of a str is per process, which is all an in-process index needs.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -31,40 +32,41 @@ class ItemSidIndex:
         position_dtype = np.int32 if n < 2**31 else np.int64
         self._positions = order.astype(position_dtype)  # [n] item position, by ascending hash
         self._hashes = hashes[order]  # [n] int64, ascending
-        del order, hashes
+        del hashes
+        sid_sizes = np.diff(self._sid_item_offsets)
+        sid_of_item = np.repeat(np.arange(len(sid_sizes), dtype=np.int32), sid_sizes)  # [n] int32
+        self._sid_rows = sid_of_item[order]  # [n] int32, SID row by ascending hash
+        del order, sid_of_item
 
     def __len__(self) -> int:
         return len(self._item_ids)
 
     def __contains__(self, item_id: object) -> bool:
-        return self._position(item_id) >= 0  # type: ignore[arg-type]
+        return self._slots([item_id])[0] >= 0  # type: ignore[list-item]
 
     def get(self, item_id: str) -> tuple[int, ...] | None:
-        position = self._position(item_id)
-        return None if position < 0 else self._sid_at(position)
+        slot = self._slots([item_id])[0]
+        return None if slot < 0 else tuple(self._sids[self._sid_rows[slot]].tolist())
 
     def resolve(self, item_ids: Sequence[str]) -> tuple[list[tuple[int, ...]], list[str]]:
         """(SIDs of the known items in order, unknown item ids in order)."""
-        sids, unknown = [], []
-        for item in item_ids:
-            sid = self.get(item)
-            if sid is None:
-                unknown.append(item)
-            else:
-                sids.append(sid)
-        return sids, unknown
+        slots = self._slots(item_ids)
+        known = [s for s in slots if s >= 0]
+        rows = self._sids[self._sid_rows[known]].tolist() if known else []
+        unknown = [item for item, slot in zip(item_ids, slots, strict=True) if slot < 0]
+        return list(map(tuple, rows)), unknown
 
-    def _position(self, item_id: str) -> int:
-        """Position of ``item_id`` in the trie's item ids, or -1."""
-        key = self._hash_id(item_id)
-        i = int(np.searchsorted(self._hashes, key))
-        while i < len(self._hashes) and int(self._hashes[i]) == key:
-            position = int(self._positions[i])
-            if self._item_ids[position] == item_id:
-                return position
-            i += 1
-        return -1
-
-    def _sid_at(self, position: int) -> tuple[int, ...]:
-        row = int(np.searchsorted(self._sid_item_offsets, position, side="right")) - 1
-        return tuple(int(c) for c in self._sids[row])
+    def _slots(self, item_ids: Sequence[str]) -> list[int]:
+        """Per id: its index into the hash-sorted arrays, or -1 when the trie has no such id."""
+        keys = [self._hash_id(item) for item in item_ids]
+        if len(keys) < 16:  # bisect costs ~3 us a key; numpy's fixed overhead is ~15 us a call
+            starts = [bisect.bisect_left(self._hashes, key) for key in keys]
+        else:
+            starts = np.searchsorted(self._hashes, np.array(keys, dtype=np.int64)).tolist()
+        hashes, positions, ids, n = self._hashes, self._positions, self._item_ids, len(self)
+        slots = []
+        for item, key, i in zip(item_ids, keys, starts, strict=True):
+            while i < n and hashes[i] == key and ids[positions[i]] != item:
+                i += 1
+            slots.append(i if i < n and hashes[i] == key else -1)
+        return slots
