@@ -138,8 +138,9 @@ class StackGateway(GatewayProcess):
 # ----- in-process engine ----------------------------------------------------------------------
 def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase], int]:
     engine = make_engine(
-        work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog)
-    )
+        work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog),
+        capture_at_start=True,
+    )  # fmt: skip
     warm_s = engine.warm_up()
     engine.mark_ready()
     print(f"[engine] start-up captures {sum(engine.runner.capture_counts.counts.values())} "
@@ -391,7 +392,7 @@ def main() -> None:
     metrics_port = free_port()
     decoder = DecoderProcess(
         work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
-        "--metrics-port", str(metrics_port), env=decoder_env,
+        "--metrics-port", str(metrics_port), "--capture-at-start", env=decoder_env,
     )  # fmt: skip
     gateway = sweep_gateway = None
     try:

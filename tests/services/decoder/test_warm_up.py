@@ -13,7 +13,7 @@ from widebeam.services.decoder.runner.capture_plan import startup_captures, warm
 
 def test_every_warm_up_request_of_the_cuda_list_runs(sid_model: SidModel) -> None:
     config = sid_model.engine_config(max_rows=64, max_kv_slots=16384)
-    plan = startup_captures(dataclasses.replace(config, device="cuda"))
+    plan = startup_captures(dataclasses.replace(config, device="cuda", capture_at_start=True))
     assert {b.kind for b in plan} == {GraphKind.DECODE, GraphKind.PREFILL}
     engine = sid_model.engine(max_rows=64, max_kv_slots=16384)
     assert engine.constraint is not None

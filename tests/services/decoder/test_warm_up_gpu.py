@@ -21,7 +21,9 @@ pytestmark = [
 
 
 def _engine(sid_model: SidModel, **overrides: object) -> Engine:
-    fields = {"device": "cuda", "max_rows": 256, "max_kv_slots": 1 << 16} | overrides
+    fields = {
+        "device": "cuda", "max_rows": 256, "max_kv_slots": 1 << 16, "capture_at_start": True
+    } | overrides  # fmt: skip
     return sid_model.engine(**fields)
 
 

@@ -17,7 +17,8 @@ from widebeam.services.decoder.runner.prefill_graphs import prefill_shape
 
 
 def cuda_config(**overrides: object) -> EngineConfig:
-    return EngineConfig(model_dir="/m", device="cuda", **overrides)  # type: ignore[arg-type]
+    fields: dict = {"capture_at_start": True} | overrides
+    return EngineConfig(model_dir="/m", device="cuda", **fields)
 
 
 def sizes(plan: tuple[CaptureBucket, ...], kind: GraphKind) -> list[int]:
@@ -67,8 +68,15 @@ def test_max_capture_rows_limits_the_decode_buckets() -> None:
     ],
 )
 def test_nothing_is_listed_without_graphs_or_when_switched_off(overrides: dict) -> None:
-    config = EngineConfig(model_dir="/m", **({"device": "cuda"} | overrides))
+    config = EngineConfig(
+        model_dir="/m", **({"device": "cuda", "capture_at_start": True} | overrides)
+    )
     assert startup_captures(config) == ()
+
+
+def test_start_up_capture_is_opt_in() -> None:
+    assert startup_captures(EngineConfig(model_dir="/m", device="cuda")) == ()
+    assert startup_captures(cuda_config()) != ()
 
 
 def test_prefill_graphs_off_lists_decode_only() -> None:
