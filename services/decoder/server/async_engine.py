@@ -55,6 +55,7 @@ class _Job:
     prepare: Prepare
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[RequestOutput]
+    work: int = 0  # its rows x steps, counted as queued until the engine holds (or refuses) it
 
 
 class AsyncEngine:
@@ -159,8 +160,9 @@ class AsyncEngine:
                     f"shed at once: {shed.reason}; retry after {shed.retry_after_s} s",
                     shed.retry_after_s,
                 )
-            self._inbox.append(_Job(rid, prepare, loop, future))
-            self._inbox_work += 0 if work is None else work.rows * work.steps
+            units = 0 if work is None else work.rows * work.steps
+            self._inbox.append(_Job(rid, prepare, loop, future, units))
+            self._inbox_work += units
             self._cond.notify_all()
         try:
             return await asyncio.wait_for(future, timeout)
@@ -197,6 +199,9 @@ class AsyncEngine:
                 self._in_transit_work, self._inbox_work = self._inbox_work, 0
             try:
                 self._apply_swaps(swaps)
+                for job in jobs:
+                    if job.rid in aborts:
+                        self._leave_transit(job)
                 self._submit([j for j in jobs if j.rid not in aborts])
                 for rid in aborts:
                     self._abort(rid)
@@ -230,13 +235,23 @@ class AsyncEngine:
                 request = dataclasses.replace(job.prepare(served), request_id=job.rid)
                 self.engine.submit(request)
             except RequestError as exc:
+                self._leave_transit(job)
                 _settle(job, error=exc)
                 continue
             except Exception as exc:
                 log.exception("request %s could not be submitted", job.rid)
+                self._leave_transit(job)
                 _settle(job, error=EngineFailure(f"engine error: {type(exc).__name__}: {exc}"))
                 continue
             self._jobs[job.rid] = job
+
+    def _leave_transit(self, job: _Job) -> None:
+        """A refused job's work leaves the queue before its caller hears of it: the caller's
+        next request must not be predicted to wait behind work that will never run (a bad
+        request of 2e9 tokens would otherwise shed the requests that follow it)."""
+        with self._cond:
+            self._in_transit = max(0, self._in_transit - 1)
+            self._in_transit_work = max(0, self._in_transit_work - job.work)
 
     def _abort(self, rid: str) -> None:
         if self._jobs.pop(rid, None) is not None:

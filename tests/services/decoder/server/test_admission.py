@@ -61,3 +61,30 @@ def test_without_a_bound_or_deadline_nothing_is_shed(sid_model: SidModel) -> Non
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda _: stub.Generate(generate), range(8)))
     assert all(r.beams for r in results)
+
+
+def test_a_refused_request_leaves_no_work_behind_for_the_prediction(sid_model: SidModel) -> None:
+    # A request too long for the model is refused on the engine thread; its rows x steps (2e9
+    # tokens) must leave the predicted queue before its caller hears of the refusal, or the
+    # caller's next request is shed behind work that will never run. A long request keeps the
+    # engine stepping, so the engine thread is mid-step when each refusal comes back.
+    settings = make_settings(sid_model, max_rows=ROWS)
+    long = pb.GenerateRequest(
+        input_ids=[5, 6, 7], beam_width=2, n=1, max_new_tokens=400, ignore_eos=True
+    )
+    bad = pb.GenerateRequest(input_ids=[1, 2, 3], max_new_tokens=2_000_000_000)
+    good = pb.GenerateRequest(input_ids=[1], max_new_tokens=2)
+    with BackgroundServer(settings) as srv, grpc.insecure_channel(srv.address) as channel:
+        stub = pb_grpc.DecoderStub(channel)
+        assert stub.Generate(good, timeout=120).beams  # a step gets timed: predictions start
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(_call, stub, long)
+            outcomes = []
+            for _ in range(20):
+                refused = _call(stub, bad)
+                assert isinstance(refused, grpc.RpcError), refused
+                assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
+                outcomes.append(_call(stub, good))
+            assert not isinstance(running.result(), grpc.RpcError)
+    shed = [o for o in outcomes if isinstance(o, grpc.RpcError)]
+    assert not shed, [(o.code(), o.details()) for o in shed]
