@@ -1,7 +1,9 @@
 """Async gRPC client pool over the decoder replicas.
 
-Round robin over replicas that are not cooling down after an UNAVAILABLE; a call that a replica
-could not take (UNAVAILABLE, RESOURCE_EXHAUSTED) moves on to the next one while the retry budget
+Each call tries the replica with the least outstanding work first (`replica_choice`: rows x steps
+of this pool's calls in flight on it, then its reported GetInfo load; ties round robin), replicas
+cooling down after an UNAVAILABLE last; a call that a replica could not take (UNAVAILABLE,
+RESOURCE_EXHAUSTED) moves on to the next one while the retry budget
 (attempts and seconds) lasts. With `max_in_flight`, a replica that already has that many
 Generate / Recommend calls from this pool is skipped like one that answered RESOURCE_EXHAUSTED:
 when every replica is full the call fails at once with a 429, so excess load is shed at the
@@ -29,6 +31,14 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.security.client import ChannelSecurity
 from widebeam.services.gateway.grpc_status import RETRYABLE, decoder_retry_after, to_api_error
+from widebeam.services.gateway.replica_choice import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_RECOMMEND_N,
+    UNKNOWN_SID_LENGTH,
+    ReplicaLoad,
+    call_work,
+    replica_order,
+)
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.http.errors import ApiError, retry_later
 
@@ -46,6 +56,14 @@ class Replica:
     down_until: float = 0.0  # monotonic; while in the future, tried only as a last resort
     info: pb.GetInfoResponse | None = None  # latest GetInfo answer (set by the poller)
     in_flight: int = 0  # Generate / Recommend calls of this pool on the replica now
+    outstanding_work: int = 0  # rows x steps of those calls
+
+    @property
+    def reported_load(self) -> int:
+        """Rows in use + waiting requests in its latest GetInfo (0 before one answered)."""
+        if self.info is None or not self.info.HasField("load"):
+            return 0
+        return self.info.load.rows_in_use + self.info.load.waiting_requests
 
     @property
     def up(self) -> bool:
@@ -179,9 +197,27 @@ class DecoderPool:
     def _order(self) -> list[Replica]:
         if not self.replicas:
             raise retry_later(503, "the decoder pool is closed", "decoder_unavailable", 1)
-        start = next(self._next) % len(self.replicas)
-        ring = self.replicas[start:] + self.replicas[:start]
-        return [r for r in ring if r.up] + [r for r in ring if not r.up]
+        replicas = list(self.replicas)
+        loads = [ReplicaLoad(r.up, r.outstanding_work, r.reported_load) for r in replicas]
+        return [replicas[i] for i in replica_order(loads, next(self._next))]
+
+    def _work(self, request: Any) -> int:
+        """Rows x steps the call will take on a replica (0 for GetInfo: not counted)."""
+        if isinstance(request, pb.GenerateRequest):
+            beam = request.beam_width if request.HasField("beam_width") else 1
+            steps = (
+                request.max_new_tokens
+                if request.HasField("max_new_tokens")
+                else DEFAULT_MAX_NEW_TOKENS
+            )
+            return call_work(beam, steps)
+        if isinstance(request, pb.RecommendRequest):
+            n = request.n if request.HasField("n") else DEFAULT_RECOMMEND_N
+            beam = request.beam_width if request.HasField("beam_width") else n
+            info = self.latest_info()
+            levels = len(info.sid_layout.levels) if info is not None else 0
+            return call_work(beam, levels or UNKNOWN_SID_LENGTH)
+        return 0
 
     async def _call(self, method: str, request: Any, timeout: float | None) -> Any:
         started = time.monotonic()
@@ -189,6 +225,7 @@ class DecoderPool:
         failures: dict[grpc.StatusCode, str] = {}
         hinted: int | None = None  # the soonest Retry-After a shedding decoder gave
         tries = 0
+        work = self._work(request)
         for replica in self._order():
             remaining = deadline - time.monotonic()
             if tries and (
@@ -205,7 +242,7 @@ class DecoderPool:
                 continue
             tries += 1
             try:
-                response = await self._invoke(replica, method, request, remaining)
+                response = await self._invoke(replica, method, request, remaining, work)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 self._observe(method, replica.address, code.name)
@@ -230,12 +267,16 @@ class DecoderPool:
         limit = self.max_in_flight
         return limit is not None and method != "GetInfo" and replica.in_flight >= limit
 
-    async def _invoke(self, replica: Replica, method: str, request: Any, timeout: float) -> Any:
+    async def _invoke(
+        self, replica: Replica, method: str, request: Any, timeout: float, work: int
+    ) -> Any:
         replica.in_flight += 1
+        replica.outstanding_work += work
         try:
             return await getattr(replica.stub, method)(request, timeout=timeout)
         finally:
             replica.in_flight -= 1
+            replica.outstanding_work -= work
 
     def _exhausted(self, failures: dict[grpc.StatusCode, str], retry_after_s: int) -> ApiError:
         # Overload anywhere wins: the client should slow down, not assume an outage.

@@ -1,5 +1,5 @@
-"""Two decoder replicas: round robin, failover when one stops, 503 + Retry-After when both do.
-Also 429 + Retry-After when a decoder's waiting queue is full."""
+"""Two decoder replicas: idle ones share calls, failover when one stops, 503 + Retry-After when
+both do. Also 429 + Retry-After when a decoder's waiting queue is full."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def test_failover_then_outage(sid_model: SidModel) -> None:
             for _ in range(4):
                 assert http.post("/v1/recommend", json=BODY).status_code == 200
             used = calls_by_decoder(http.get("/metrics").text)
-            assert used == {first.address: 2.0, second.address: 2.0}  # round robin
+            # Idle replicas tie on load and share the calls (test_least_loaded.py: busy ones).
+            assert set(used) == {first.address, second.address}, used
+            assert sum(used.values()) == 4.0, used
 
             first.stop()
             stopped.append(first)
