@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
-import socket
 
 from widebeam.services.gateway.settings import ALL_MODEL_NAMES, GatewaySettings
 from widebeam.settings_cli import add_serve_command, settings_from_flags
-
-log = logging.getLogger("widebeam.gateway")
 
 # flag dest -> settings field (flags left unset fall back to the environment, then defaults)
 _FIELDS = {
@@ -31,6 +26,7 @@ _FIELDS = {
     "max_body_bytes": "max_body_bytes",
     "request_timeout": "request_timeout_s",
     "max_in_flight_per_decoder": "max_in_flight_per_decoder",
+    "workers": "workers",
     "log_level": "log_level",
 }
 
@@ -80,6 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="requests one decoder gets at once; beyond it on all of them: 429 (default 128)",
     )
+    add(
+        "--workers",
+        type=int,
+        help="gateway processes on the one port, each with its own decoder pool (default 1) "
+        "[WIDEBEAM_GATEWAY_WORKERS]",
+    )
     add("--log-level", help="DEBUG, INFO, WARNING, ...")
     serve.set_defaults(handler=run)
 
@@ -91,48 +93,11 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
 
 
 def serve(settings: GatewaySettings) -> None:
-    import uvicorn
+    from widebeam.services.gateway.serving import configure_logging
+    from widebeam.services.gateway.serving import serve as serve_http
 
-    from widebeam.services.gateway.app import create_app
-    from widebeam.services.http.connections import ConnectionPolicy, guarded_protocol
-    from widebeam.services.http.log_rate_limit import install_log_rate_limit
-
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # Bind here rather than in uvicorn so `--port 0` can log the port actually chosen.
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on accepted sockets whose
-    # proto says TCP; without it every response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((settings.host, settings.port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from None
-    host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(
-        create_app(settings),
-        log_level=settings.log_level.lower(),
-        loop="asyncio",  # grpc.aio is tested on the standard loop
-        access_log=False,
-        http=guarded_protocol(ConnectionPolicy.from_settings(settings)),
-        timeout_keep_alive=settings.keep_alive_timeout_s,
-    )
-    install_log_rate_limit(settings.log_rate_limit, settings.log_rate_interval_s)
-    log.info("gateway listening on http://%s:%d (decoders: %s)", host, port, settings.decoders)
-    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
-    # handler it found; this one turns that into exit code 0, like the decoder's.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_cleanly)
-    uvicorn.Server(config).run(sockets=[sock])
-    log.info("gateway stopped")
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+    configure_logging(settings)
+    serve_http(settings)
 
 
 def run(args: argparse.Namespace) -> int:

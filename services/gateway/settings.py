@@ -82,6 +82,12 @@ class GatewaySettings(ClientGuardSettings):
         description="catalog file (any catalog format) whose items /v1/items searches by id "
         "or title (its `title` column); default: none, /v1/items answers 404",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        description="gateway processes serving the one port (SO_REUSEPORT), each with its own "
+        "decoder pool, poller, metrics and limits (max_in_flight_per_decoder is per worker)",
+    )
     log_level: str = "INFO"
 
     @model_validator(mode="before")
