@@ -2,8 +2,11 @@
 at n = beam = 512 with 1 and with 2 replicas behind one `widebeam gateway serve` (issue target:
 2 replicas ≥ 1.8× one). Run on a machine with as many GPUs as the largest replica count.
 
-    python bench/replicas.py [--quick] [--replicas 1,2] [--width 512]
+    python bench/replicas.py [--quick] [--replicas 1,2,4] [--width 512|50] [--gateway-workers K]
     python bench/replicas.py --model DIR --catalog FILE --width 8  # CPU smoke run, tiny model
+
+`--gateway-workers K` runs the gateway with `--workers K` (0: one worker per replica). Each row
+also has the gateway's CPU time per request (all its processes, user + system, measured run only).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -24,16 +28,21 @@ from harness import DEVICE, RunStats, environment, markdown_table, model_dir, wr
 
 LEVELS = (512, 512, 512)  # workload 3's catalog: 430k SIDs, codebook 512
 HISTORY_ITEMS = 60
+TABLE_HEADERS = [
+    "replicas", "gateway workers", "concurrency", "req/s", "p50 ms", "p99 ms",
+    "gateway CPU ms/req", "vs 1 replica",
+]  # fmt: skip
 
 
 class GatewayProcess:
-    def __init__(self, decoders: list[str], max_width: int) -> None:
+    def __init__(self, decoders: list[str], max_width: int, workers: int = 1) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         cmd = [
             sys.executable, "-m", "widebeam", "gateway", "serve",
             "--port", self.url.rsplit(":", 1)[1], "--decoder", ",".join(decoders),
             "--max-beam-width", str(max_width), "--max-n", str(max_width),
             "--max-history", str(HISTORY_ITEMS), "--request-timeout", "300",
+            "--workers", str(workers),
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
@@ -49,6 +58,17 @@ class GatewayProcess:
                 pass
             time.sleep(0.5)
         raise TimeoutError("gateway did not become ready")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the gateway and its live worker processes so far."""
+        pids = [self.proc.pid]
+        children = f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"
+        pids += [int(pid) for pid in Path(children).read_text().split()]
+        ticks = 0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -92,7 +112,8 @@ def run(args: argparse.Namespace, replicas: int, model: Path, catalog: Path, ite
     try:
         for d in decoders:
             d.wait_ready()
-        gateway = GatewayProcess([d.address for d in decoders], args.width)
+        workers = args.gateway_workers or replicas
+        gateway = GatewayProcess([d.address for d in decoders], args.width, workers)
         gateway.wait_ready()
         rng = random.Random(replicas)
 
@@ -103,8 +124,14 @@ def run(args: argparse.Namespace, replicas: int, model: Path, catalog: Path, ite
         conc = args.concurrency_per_replica * replicas
         asyncio.run(drive(gateway.url, [body() for _ in range(conc)], conc))  # warm-up wave
         num = args.requests_per_replica * replicas
+        cpu_before = gateway.cpu_seconds()
         stats, statuses = asyncio.run(drive(gateway.url, [body() for _ in range(num)], conc))
-        return {"replicas": replicas, "concurrency": conc, **stats.summary(), "statuses": statuses}
+        cpu_ms = (gateway.cpu_seconds() - cpu_before) * 1000 / num
+        return {
+            "replicas": replicas, "gateway_workers": workers, "concurrency": conc,
+            **stats.summary(), "gateway_cpu_ms_per_request": round(cpu_ms, 3),
+            "statuses": statuses,
+        }  # fmt: skip
     finally:
         if gateway is not None:
             gateway.stop()
@@ -117,6 +144,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--replicas", default="1,2")
     parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--gateway-workers", type=int, default=1, help="0: one per replica")
     parser.add_argument("--concurrency-per-replica", type=int, default=12)
     parser.add_argument("--requests-per-replica", type=int, default=48)
     parser.add_argument("--max-rows", type=int, default=16384)
@@ -137,14 +165,16 @@ def main() -> None:
     write_json("replicas", {"env": environment() | {"width": args.width}, "rows": rows})
     print(
         markdown_table(
-            ["replicas", "concurrency", "req/s", "p50 ms", "p99 ms", "vs 1 replica"],
+            TABLE_HEADERS,
             [
                 [
                     r["replicas"],
+                    r["gateway_workers"],
                     r["concurrency"],
                     r["throughput_rps"],
                     r["p50_ms"],
                     r["p99_ms"],
+                    r["gateway_cpu_ms_per_request"],
                     f"{r['throughput_rps'] / rows[0]['throughput_rps']:.2f}x",
                 ]
                 for r in rows
