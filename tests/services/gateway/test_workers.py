@@ -1,5 +1,6 @@
 """`widebeam gateway serve --workers 2`: two real worker processes on one port answer
-recommendations over real HTTP (each answer names its worker), a SIGTERM stops them all."""
+recommendations over real HTTP (each answer names its worker), a killed worker is started again,
+a SIGTERM stops them all."""
 
 from __future__ import annotations
 
@@ -91,6 +92,29 @@ def test_two_workers_serve_one_port(decoder_server: BackgroundServer) -> None:
             worker = response.headers[WORKER_HEADER]
             seen[worker] = seen.get(worker, 0) + 1
         assert set(seen) == {"0", "1"}, (seen, "".join(lines))
+
+        # A worker that dies is started again, and the gateway keeps answering meanwhile.
+        killed = min(workers)
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            current = worker_pids(proc.pid)
+            if killed not in current and len(current) == 2:
+                break
+            time.sleep(0.05)
+        assert killed not in current and len(current) == 2, (current, "".join(lines))
+        workers |= current
+        deadline = time.monotonic() + 60
+        answered = 0
+        while answered < 5 and time.monotonic() < deadline:
+            try:
+                response = httpx.post(f"{url}/v1/recommend", json=BODY, timeout=30)
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            answered += response.status_code == 200
+        assert answered == 5
+        assert "exited with -9; starting it again" in "".join(lines)
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=40) == 0, "".join(lines)
