@@ -49,11 +49,14 @@ class ServedApp:
     The socket comes from the catalog service's `bind` (TCP proto, so responses are not held
     back by Nagle); the gateway tests' GatewayServer binds a proto-0 socket, ~45 ms a call."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, keep_alive_s: float = 5.0) -> None:
         self.app = app
         sock = bind("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_config=None, log_level="warning", loop="asyncio")
+        config = uvicorn.Config(
+            app, log_config=None, log_level="warning", loop="asyncio",
+            timeout_keep_alive=keep_alive_s,
+        )  # fmt: skip
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
@@ -76,13 +79,13 @@ class ServedApp:
 class CatalogApp(ServedApp):
     def __init__(self, settings: CatalogSettings) -> None:
         self.settings = settings
-        super().__init__(create_catalog_app(settings))
+        super().__init__(create_catalog_app(settings), settings.keep_alive_timeout_s)
 
 
 class GatewayApp(ServedApp):
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        super().__init__(create_gateway_app(settings))
+        super().__init__(create_gateway_app(settings), settings.keep_alive_timeout_s)
 
 
 @contextmanager

@@ -34,7 +34,12 @@ REC_BODY = {"history": ["item-3", "item-17"], "n": 2, "beam_width": 2}
 
 @pytest.fixture
 def gateway(own_redis: RedisServer, rel_decoder: BackgroundServer) -> Iterator[GatewayApp]:
-    settings = gateway_settings([rel_decoder.address], redis_url=own_redis.url)
+    # Kept-alive connections stay open past any pause of a starved client thread (62 of them
+    # share the test process with the gateway): a close racing the next poll would read as a
+    # ReadError, which says nothing about Redis.
+    settings = gateway_settings(
+        [rel_decoder.address], redis_url=own_redis.url, keep_alive_timeout_s=HANG_GUARD_S
+    )
     with GatewayApp(settings) as app:
         yield app
 
