@@ -122,7 +122,11 @@ def test_past_the_deadline_the_job_says_so_and_retry_failed_runs_those_rows_once
     )
     assert ended["status"] == "completed_with_errors", ended
     assert ended["done"] == ROWS and 0 < ended["failed"] == len(failed_rows) < ROWS
-    assert {before[r]["error"]["code"] for r in failed_rows} == {"decoder_unavailable"}
+    # A row whose 1 s ran out between attempts says the decoder was unavailable; one whose
+    # deadline fell during an attempt says deadline_exceeded: which one depends on the
+    # machine's timing, both are the outage's answer.
+    codes = {before[r]["error"]["code"] for r in failed_rows}
+    assert codes and codes <= {"decoder_unavailable", "deadline_exceeded"}, codes
     assert retried.status_code == 202 and retried.json()["requeued"] == len(failed_rows)
     assert retried.json()["status"] in ("queued", "running") and retried.json()["retries"] == 1
     assert again.status_code == 202 and again.json()["requeued"] == 0
