@@ -11,16 +11,23 @@
     {ns}:cat:{n}:staging                  ZSET    versions being written (score = start time);
                                                   stale entries are garbage-collected
     {ns}:cat:{n}:v:{v}:manifest           STRING  manifest JSON (see ``manifest.py``)
-    {ns}:cat:{n}:v:{v}:lookup             STRING  JSON {artifact_id, item_buckets, sid_buckets}
+    {ns}:cat:{n}:v:{v}:lookup             STRING  JSON {artifact_id, layout, depth,
+                                                  item_buckets, sid_buckets}
     {ns}:cat:{n}:v:{v}:chunk:{i}          STRING  i-th chunk of the compressed trie artifact
-    {ns}:cat:{n}:v:{v}:items:{b}          HASH    item_id -> "c0,c1,...,c{L-1}" (its SID)
-    {ns}:cat:{n}:v:{v}:sids:{b}           HASH    "c0,...,c{L-1}" -> JSON list of item ids
+    {ns}:cat:{n}:v:{v}:ib:{b}             STRING  packed item -> SID records of bucket b
+    {ns}:cat:{n}:v:{v}:sb:{b}             STRING  packed SID -> items records of bucket b
 
 Chunks and lookup buckets are written first; one Lua script then writes ``manifest`` and
 ``lookup``, adds ``v`` to ``versions``, moves ``current`` and appends the event, so a version is
-either complete and visible or invisible. Lookup tables are split into buckets
-(``b = crc32(utf-8 key) % buckets``, ~64 fields each) so every HASH stays small enough for
-Redis' compact listpack encoding; the bucket counts live in the ``lookup`` key. Everything of a
+either complete and visible or invisible. Lookup tables are split into buckets of ~64 records,
+each one binary STRING (layout ``packed/1``: ``lookup_layout.py``); the bucket counts live in
+the ``lookup`` key. Versions written before that layout (their ``lookup`` key has no
+``layout``: ``hash/1``) hold instead::
+
+    {ns}:cat:{n}:v:{v}:items:{b}          HASH    item_id -> "c0,c1,...,c{L-1}" (its SID)
+    {ns}:cat:{n}:v:{v}:sids:{b}           HASH    "c0,...,c{L-1}" -> JSON list of item ids
+
+with ``b = crc32(utf-8 key) % buckets``; ``lookup.py`` reads both layouts. Everything of a
 version shares the prefix ``{ns}:cat:{n}:v:{v}:``, which retention deletes with SCAN + UNLINK.
 """
 
@@ -58,7 +65,7 @@ def validate_namespace(namespace: str) -> str:
 
 
 def bucket_of(key: str, buckets: int) -> int:
-    """Stable bucket of a lookup key (crc32, so every process and language agrees)."""
+    """Bucket of a lookup key in the ``hash/1`` layout (crc32 of its UTF-8 bytes)."""
     return zlib.crc32(key.encode("utf-8")) % buckets
 
 
@@ -130,8 +137,16 @@ class VersionKeys:
     def chunk(self, index: int) -> str:
         return f"{self.prefix}:chunk:{index}"
 
+    def item_bucket(self, bucket: int) -> str:
+        return f"{self.prefix}:ib:{bucket}"
+
+    def sid_bucket(self, bucket: int) -> str:
+        return f"{self.prefix}:sb:{bucket}"
+
     def items(self, bucket: int) -> str:
+        """Item -> SID HASH of the ``hash/1`` layout."""
         return f"{self.prefix}:items:{bucket}"
 
     def sids(self, bucket: int) -> str:
+        """SID -> items HASH of the ``hash/1`` layout."""
         return f"{self.prefix}:sids:{bucket}"

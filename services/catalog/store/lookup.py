@@ -1,89 +1,78 @@
-"""Per-version item <-> SID lookup tables in bucketed Redis HASHes (layout: ``keys.py``).
+"""Per-version item <-> SID lookup tables: the one module that writes and reads them.
 
 The gateway asks "which SID is item X" and "which items does SID S name" per request, so these
-are answered by one HGET each instead of loading the whole artifact.
+are answered by one GET of a small bucket each instead of loading the whole artifact. Written
+in the ``packed/1`` layout (``lookup_layout.py``): numpy packs every bucket, a bulk writer
+streams them. Versions published before it (layout ``hash/1``: HASH buckets, one field per
+item / SID, ``keys.py``) are still read; a lookup record naming any other layout is rejected.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import zlib
-from collections.abc import Callable, Sequence
-from json.encoder import encode_basestring  # C-accelerated string escaper
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import redis
 
-from widebeam.services.catalog.store.keys import NamespaceKeys, VersionKeys, bucket_of
-from widebeam.services.catalog.store.resp import BulkHashWriter
-from widebeam.services.catalog.store.types import VersionNotFoundError
-from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.store import lookup_layout as packed
+from widebeam.services.catalog.store.keys import NamespaceKeys, VersionKeys, bucket_of, sid_key
+from widebeam.services.catalog.store.resp import BulkWriter
+from widebeam.services.catalog.store.types import ArtifactError, VersionNotFoundError
 
-FIELDS_PER_BUCKET = 64  # well under hash-max-listpack-entries (128) even for unlucky buckets
-
-
-def bucket_count(n: int) -> int:
-    return max(1, -(-n // FIELDS_PER_BUCKET))
+LEGACY_LAYOUT = "hash/1"  # what a lookup record without a "layout" field was written in
+ITEMS, SIDS = "items", "sids"
 
 
-def _write(
+def write_lookups(
     client: redis.Redis,
-    key_of: Callable[[int], str],
-    keys: list[bytes],
-    values: list[bytes],
-    buckets: int,
-) -> None:
-    """HSET every (key, value) into its bucket's HASH."""
-    # Sorting bucket ids with numpy groups the fields without a Python dict per bucket; the
-    # fields are put in bucket order once, so each bucket is a slice.
-    ids = np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % buckets  # [n] int64
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    bounds = (np.flatnonzero(np.diff(sorted_ids)) + 1).tolist()
-    order_list = order.tolist()
-    keys = list(map(keys.__getitem__, order_list))
-    values = list(map(values.__getitem__, order_list))
-    del order, order_list
-    with BulkHashWriter(client) as writer:
-        for lo, hi in itertools.pairwise([0, *bounds, len(keys)]):
-            key = key_of(int(sorted_ids[lo])).encode("utf-8")
-            writer.hset(key, keys[lo:hi], values[lo:hi])
-
-
-def write_lookups(client: redis.Redis, vkeys: VersionKeys, trie: SidTrie) -> dict[str, int]:
-    """Write both tables for ``trie``; returns the bucket counts recorded in the manifest."""
-    # map() over C-level callables instead of comprehensions: these run once per item.
-    sid_format = b",".join([b"%d"] * trie.sids.shape[1]).__mod__  # "c0,c1,..." as sid_key
-    sid_text = list(map(sid_format, map(tuple, trie.sids.tolist())))
-    offsets = trie.sid_item_offsets.tolist()
-    sizes = np.diff(trie.sid_item_offsets)
-    item_sid = np.repeat(np.arange(len(sid_text)), sizes).tolist()
-    item_values = list(map(sid_text.__getitem__, item_sid))
-    del item_sid
-    item_keys = list(map(str.encode, trie.item_ids))  # UTF-8
-    quoted = list(map(str.encode, map(encode_basestring, trie.item_ids)))
-    # SID -> JSON list of its items, in trie order (the order the catalog builder chose).
-    sid_values = [b"[" + b",".join(quoted[lo:hi]) + b"]" for lo, hi in itertools.pairwise(offsets)]
-    del quoted
-    item_buckets = bucket_count(len(item_keys))
-    sid_buckets = bucket_count(len(sid_text))
-    _write(client, vkeys.items, item_keys, item_values, item_buckets)
-    _write(client, vkeys.sids, sid_text, sid_values, sid_buckets)
-    return {"item_buckets": item_buckets, "sid_buckets": sid_buckets}
-
-
-def parse_sid(raw: bytes | None) -> tuple[int, ...] | None:
-    return None if raw is None else tuple(int(c) for c in raw.split(b","))
-
-
-def parse_items(raw: bytes | None) -> list[str]:
-    return [] if raw is None else [str(i) for i in json.loads(raw)]
+    vkeys: VersionKeys,
+    sids: np.ndarray,  # [num_sids, L] int32, trie order
+    sid_item_offsets: np.ndarray,  # [num_sids+1] int64
+    item_blob: np.ndarray,  # [bytes] uint8, item ids in trie order, UTF-8
+    item_offsets: np.ndarray,  # [num_items+1] int64
+) -> dict[str, Any]:
+    """Write both tables; returns the lookup entry recorded in the manifest."""
+    num_sids, num_items = len(sids), len(item_offsets) - 1
+    sid_sizes = np.diff(sid_item_offsets)  # [num_sids]
+    item_buckets = packed.bucket_count(num_items)
+    sid_buckets = packed.bucket_count(num_sids)
+    by_item = packed.Records(
+        codes=np.repeat(sids, sid_sizes, axis=0),
+        string_lo=np.arange(num_items, dtype=np.int64),
+        string_count=np.ones(num_items, dtype=np.int64),
+        blob=item_blob,
+        offsets=item_offsets,
+    )
+    item_bucket = packed.item_hashes(item_blob, item_offsets) % np.uint64(item_buckets)
+    by_sid = packed.Records(
+        codes=sids,
+        string_lo=np.asarray(sid_item_offsets[:-1], dtype=np.int64),
+        string_count=sid_sizes.astype(np.int64),
+        blob=item_blob,
+        offsets=item_offsets,
+    )
+    sid_bucket = packed.sid_hashes(sids) % np.uint64(sid_buckets)
+    with BulkWriter(client) as writer:
+        for key_of, records, bucket_of_record, count in (
+            (vkeys.item_bucket, by_item, item_bucket, item_buckets),
+            (vkeys.sid_bucket, by_sid, sid_bucket, sid_buckets),
+        ):
+            for b, numeric, blob in packed.pack_buckets(
+                records, bucket_of_record.astype(np.int64), count
+            ):
+                writer.set(key_of(b).encode("utf-8"), (numeric, blob))
+    return {
+        "layout": packed.LAYOUT,
+        "depth": int(sids.shape[1]),
+        "item_buckets": item_buckets,
+        "sid_buckets": sid_buckets,
+    }
 
 
 class LookupReader:
-    """Point queries against a version's lookup tables, caching its bucket counts."""
+    """Point queries against a version's lookup tables, caching its lookup record."""
 
     def __init__(self, client: redis.Redis, keys: NamespaceKeys) -> None:
         self.client = client
@@ -92,33 +81,95 @@ class LookupReader:
         # because a version number can be reused after Redis lost its data.
         self._cache: dict[tuple[str, int], dict[str, Any]] = {}
 
-    def get(self, name: str, version: int, kind: str, keys: Sequence[str]) -> list[bytes | None]:
-        """Raw HGET values for ``keys`` in the ``kind`` ("item_buckets"/"sid_buckets") table."""
+    def item_sids(
+        self, name: str, version: int, item_ids: Sequence[str]
+    ) -> list[tuple[int, ...] | None]:
+        """SID codes of each item (None when the version has no such item)."""
+        where = f"catalog {name!r} version {version}"
+        record, raws = self._get(name, version, ITEMS, item_ids)
+        if record.get("layout", LEGACY_LAYOUT) == LEGACY_LAYOUT:
+            return [None if r is None else tuple(int(c) for c in r.split(b",")) for r in raws]
+        out: list[tuple[int, ...] | None] = []
+        for key, raw in zip(map(_utf8, item_ids), raws, strict=True):
+            bucket = _parse(raw, record, where)
+            j = -1 if bucket is None else bucket.find_string(key)
+            out.append(None if j < 0 else tuple(bucket.codes[bucket.record_of_string(j)].tolist()))
+        return out
+
+    def sid_items(self, name: str, version: int, codes: Sequence[int] | str) -> list[str]:
+        """Items whose SID is ``codes``, in trie order; [] when none (or codes are malformed)."""
+        try:
+            text = sid_key(codes)
+        except (TypeError, ValueError):
+            return []
+        values = [int(c) for c in text.split(",")]
+        if min(values) < 0:
+            return []
+        record, (raw,) = self._get(name, version, SIDS, [values])
+        if record.get("layout", LEGACY_LAYOUT) == LEGACY_LAYOUT:
+            return [] if raw is None else [str(i) for i in json.loads(raw)]
+        bucket = _parse(raw, record, f"catalog {name!r} version {version}")
+        r = -1 if bucket is None else bucket.find_codes(values)
+        return [] if r < 0 else bucket.strings_of(r)
+
+    def _get(
+        self, name: str, version: int, table: str, keys: Sequence[Any]
+    ) -> tuple[dict[str, Any], list[bytes | None]]:
+        """(lookup record, raw bucket values for ``keys``) in one round trip when cached."""
         vkeys = self.keys.catalog(name).version(version)
         cached = self._cache.get((name, version))
         # The lookup record rides along in the same round trip: it proves the version is still
         # complete and that the cached bucket counts belong to this very artifact.
         if cached is not None:
-            record_raw, *values = self._fetch(vkeys, kind, keys, cached)
+            record_raw, *values = self._fetch(vkeys, table, keys, cached)
             if record_raw is not None and json.loads(record_raw) == cached:
-                return values
+                return cached, values
         record_raw = self.client.get(vkeys.lookup)
         if record_raw is None:
             self._cache.pop((name, version), None)
             raise VersionNotFoundError(f"catalog {name!r} has no complete version {version}")
         record = json.loads(record_raw)
+        layout = record.get("layout", LEGACY_LAYOUT)
+        if layout not in (LEGACY_LAYOUT, packed.LAYOUT):
+            raise ArtifactError(
+                f"catalog {name!r} version {version}: lookup layout {layout!r} is not one this "
+                f"widebeam reads ({LEGACY_LAYOUT!r}, {packed.LAYOUT!r}); upgrade the reader or "
+                "publish the catalog again"
+            )
         if len(self._cache) > 1024:
             self._cache.clear()
         self._cache[(name, version)] = record
-        return self._fetch(vkeys, kind, keys, record)[1:]
+        return record, self._fetch(vkeys, table, keys, record)[1:]
 
     def _fetch(
-        self, vkeys: VersionKeys, kind: str, keys: Sequence[str], record: dict[str, Any]
+        self, vkeys: VersionKeys, table: str, keys: Sequence[Any], record: dict[str, Any]
     ) -> list[bytes | None]:
-        buckets = int(record[kind])
-        key_of = vkeys.items if kind == "item_buckets" else vkeys.sids
+        buckets = int(record["item_buckets" if table == ITEMS else "sid_buckets"])
         pipe = self.client.pipeline(transaction=False)
         pipe.get(vkeys.lookup)
-        for k in keys:
-            pipe.hget(key_of(bucket_of(k, buckets)), k)
+        if record.get("layout", LEGACY_LAYOUT) == LEGACY_LAYOUT:
+            key_of = vkeys.items if table == ITEMS else vkeys.sids
+            for k in keys:
+                field = k if table == ITEMS else sid_key(k)
+                pipe.hget(key_of(bucket_of(field, buckets)), field)
+        elif table == ITEMS:
+            for k in keys:
+                pipe.get(vkeys.item_bucket(packed.item_hash(_utf8(k)) % buckets))
+        else:
+            for k in keys:
+                pipe.get(vkeys.sid_bucket(packed.sid_hash(k) % buckets))
         return pipe.execute()
+
+
+def _utf8(item_id: str) -> bytes:
+    # A lone surrogate (never in a catalog: ids are checked at parse) simply matches nothing.
+    return item_id.encode("utf-8", "surrogatepass")
+
+
+def _parse(raw: bytes | None, record: dict[str, Any], where: str) -> packed.Bucket | None:
+    if raw is None:
+        return None
+    try:
+        return packed.Bucket.parse(raw, int(record["depth"]))
+    except packed.MalformedBucketError as exc:
+        raise ArtifactError(f"{where}: lookup bucket is malformed: {exc}") from None

@@ -13,7 +13,8 @@ Fields::
     dense_cell_budget budget the trie was built with (load rebuilds dense tables with it)
     artifact          encoding, compression, raw/payload bytes, payload_sha256, chunk_count,
                       chunk_sizes, chunk_sha256 (see ``codec.py``)
-    lookup            item_buckets, sid_buckets of the lookup HASHes (see ``keys.py``)
+    lookup            layout, depth, item_buckets, sid_buckets of the lookup tables (see
+                      ``keys.py``, ``lookup.py``)
     metadata          caller-supplied JSON object (source format, item count, extra tables...)
 """
 
@@ -46,7 +47,7 @@ def build_manifest(
     version: int,
     trie: SidTrie,
     artifact: dict[str, Any],
-    lookup: dict[str, int],
+    lookup: dict[str, Any],
     metadata: dict[str, Any],
 ) -> dict[str, Any]:
     return {

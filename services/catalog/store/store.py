@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import redis
 
 from widebeam.services.catalog.store import codec, lookup, retention, scripts
@@ -22,7 +23,6 @@ from widebeam.services.catalog.store.keys import (
     CatalogKeys,
     NamespaceKeys,
     VersionKeys,
-    sid_key,
     validate_namespace,
 )
 from widebeam.services.catalog.store.manifest import build_manifest, check_metadata, lookup_record
@@ -96,19 +96,21 @@ class CatalogStore:
         self.keys.catalog(name)  # rejects a bad name before any work
         meta = check_metadata(metadata)
         require_no_eviction(self.client)  # per publish: the policy can change at run time
-        # zlib and sha256 release the GIL: the artifact is compressed on a second core while
-        # this thread packs the lookup tables.
+        # The artifact's arrays are built once: they are both what is compressed and what the
+        # lookup tables are packed from. zlib and sha256 release the GIL, so the artifact is
+        # compressed on a second core while this thread packs the lookup tables.
+        arrays = trie.to_arrays()
         with ThreadPoolExecutor(1, thread_name_prefix="catalog-encode") as encoder:
-            encoded = encoder.submit(self._encode, trie)
-            return self._publish(name, trie, meta, activate, encoded)
-
-    def _encode(self, trie: SidTrie) -> tuple[list[bytes], dict[str, Any]]:
-        return codec.encode_chunks(trie.to_arrays(), self.chunk_bytes, self.compress_level)
+            encoded = encoder.submit(
+                codec.encode_chunks, arrays, self.chunk_bytes, self.compress_level
+            )
+            return self._publish(name, trie, arrays, meta, activate, encoded)
 
     def _publish(
         self,
         name: str,
         trie: SidTrie,
+        arrays: dict[str, np.ndarray],
         meta: dict[str, Any],
         activate: bool,
         encoded: Future[tuple[list[bytes], dict[str, Any]]],
@@ -119,7 +121,7 @@ class CatalogStore:
         )
         vkeys = ckeys.version(version)
         try:
-            buckets, artifact = self._write_staged(vkeys, encoded, trie)
+            buckets, artifact = self._write_staged(vkeys, encoded, arrays)
             manifest = build_manifest(name, version, trie, artifact, buckets, meta)
             keys = [vkeys.manifest, vkeys.lookup, ckeys.versions, ckeys.current]
             keys += [self.keys.catalogs, self.keys.events, ckeys.staging]
@@ -185,8 +187,8 @@ class CatalogStore:
         self,
         vkeys: VersionKeys,
         encoded: Future[tuple[list[bytes], dict[str, Any]]],
-        trie: SidTrie,
-    ) -> tuple[dict[str, int], dict[str, Any]]:
+        arrays: dict[str, np.ndarray],
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Write the version's lookup tables and chunks; returns the lookup bucket counts and
         the artifact's manifest entry.
 
@@ -198,7 +200,14 @@ class CatalogStore:
         delay = 0.05
         while True:
             try:
-                buckets = lookup.write_lookups(self.client, vkeys, trie)
+                buckets = lookup.write_lookups(
+                    self.client,
+                    vkeys,
+                    arrays["sids"],
+                    arrays["sid_item_offsets"],
+                    arrays["item_id_bytes"],
+                    arrays["item_id_offsets"],
+                )
                 chunks, artifact = encoded.result()
                 self._write_chunks(vkeys, chunks)
                 return buckets, artifact
@@ -316,14 +325,8 @@ class CatalogStore:
         self, name: str, version: int | None, item_ids: Sequence[str]
     ) -> list[tuple[int, ...] | None]:
         """Batch form of :meth:`item_sid` (one round trip in the common case)."""
-        raws = self._lookups.get(name, self._resolve(name, version), "item_buckets", item_ids)
-        return [lookup.parse_sid(r) for r in raws]
+        return self._lookups.item_sids(name, self._resolve(name, version), item_ids)
 
     def sid_items(self, name: str, version: int | None, codes: Sequence[int] | str) -> list[str]:
         """Items whose SID is ``codes`` (ints or ``"c0,c1,..."``), in trie order; [] if none."""
-        try:
-            key = sid_key(codes)
-        except (TypeError, ValueError):
-            return []
-        raws = self._lookups.get(name, self._resolve(name, version), "sid_buckets", [key])
-        return lookup.parse_items(raws[0])
+        return self._lookups.sid_items(name, self._resolve(name, version), codes)
