@@ -1,0 +1,31 @@
+"""The FP8 linear through `torch._scaled_mm` with row-wise scales (SM 8.9+ on CUDA).
+
+Its documented constraints: the first operand row-major, the second column-major (the weight
+`[out, in]` transposed is), the shared dimension and the second operand's columns divisible by
+16 (`Fp8Weight` is padded to that at load, activations at quantization), `scale_a` [M, 1] and
+`scale_b` [1, N] fp32, and, for row-wise scaling on CUDA, a bf16 output. The bias is added
+after, in the model dtype."""
+
+from __future__ import annotations
+
+import torch
+
+from widebeam.kernels.fp8.quantize import Fp8Weight, quantize_rows
+
+
+def fp8_linear_scaled_mm(
+    x: torch.Tensor,  # [tokens, in] bf16
+    weight: Fp8Weight,
+    bias: torch.Tensor | None,  # [out] bf16
+) -> torch.Tensor:  # [tokens, out] bf16
+    rows = quantize_rows(x, weight.data.shape[1])
+    out = torch._scaled_mm(
+        rows.data,
+        weight.data.t(),
+        scale_a=rows.scale,
+        scale_b=weight.scale,
+        out_dtype=x.dtype,
+    )  # [tokens, padded out]
+    if weight.data.shape[0] != weight.out_features:
+        out = out[:, : weight.out_features].contiguous()
+    return out if bias is None else out + bias

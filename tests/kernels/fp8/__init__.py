@@ -1,0 +1,1 @@
+"""The FP8 GEMMs: quantization, the torch reference, torch._scaled_mm."""
