@@ -31,6 +31,15 @@ class BeamExpansion(StrEnum):
     DENSE = "dense"
 
 
+class Quantization(StrEnum):
+    """How the decoder layers' linear weights are served."""
+
+    # in the model dtype
+    NONE = "none"
+    # W8A8: float8_e4m3fn weights per output channel, activations quantized per token
+    FP8 = "fp8"
+
+
 # The KV cache size when neither max_kv_slots nor kv_memory_fraction is given.
 DEFAULT_KV_SLOTS = 1 << 18
 
@@ -57,6 +66,14 @@ class EngineConfig:
     device: str = field(default="cpu", metadata=_help("cpu | cuda | cuda:N"))
     dtype: DType = field(
         default=DType.FLOAT32, metadata=_help("weights, activations and KV cache dtype")
+    )
+    quantization: Quantization = field(
+        default=Quantization.NONE,
+        metadata=_help(
+            "none | fp8 (W8A8: the decoder layers' linear weights in float8_e4m3fn per output "
+            "channel, activations quantized per token; the LM head and norms stay in dtype; "
+            "CUDA needs bfloat16 and compute capability 8.9+)"
+        ),
     )
     max_rows: int = field(
         default=1024, metadata=_help("rows (beams) decoding at once, summed over requests")
@@ -161,12 +178,26 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         # Plain strings (callers, settings) become the enums, so the values are always members.
-        for name, enum in (("dtype", DType), ("beam_expansion", BeamExpansion)):
+        enums = (
+            ("dtype", DType),
+            ("beam_expansion", BeamExpansion),
+            ("quantization", Quantization),
+        )
+        for name, enum in enums:
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, enum(value))
             except ValueError:
                 raise ValueError(f"{name} must be one of {_values(enum)}, got {value!r}") from None
+        if (
+            self.quantization == Quantization.FP8
+            and is_cuda_device(self.device)
+            and self.dtype != DType.BFLOAT16
+        ):
+            raise ValueError(
+                f"quantization fp8 on CUDA needs dtype bfloat16 (torch._scaled_mm's row-wise "
+                f"scaling writes bf16), got {self.dtype}"
+            )
         if self.dense_expansion_limit < 0:
             raise ValueError("dense_expansion_limit must be >= 0")
         for name in (

@@ -72,7 +72,14 @@ class Engine:
         self.device = torch.device(config.device)
         dtype = getattr(torch, config.dtype)
         if model is None:
-            model = CausalLM.from_pretrained(config.model_dir, dtype=dtype, device=self.device)
+            model = CausalLM.from_pretrained(
+                config.model_dir, dtype=dtype, device=self.device, quantization=config.quantization
+            )
+        elif model.quantization != config.quantization:
+            raise ValueError(
+                f"the given model was loaded with quantization {model.quantization!r}, the config "
+                f"asks for {config.quantization!r}"
+            )
         self.model = model
         mc = self.model.config
         self.vocab_size = mc.vocab_size

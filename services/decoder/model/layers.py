@@ -125,12 +125,16 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.register_buffer("gate_up_weight", None, persistent=False)  # [2 I, hidden]
         self.register_buffer("gate_up_bias", None, persistent=False)
+        # quantization="fp8": the fused gate/up GEMM in FP8 (gate/up_proj are then removed)
+        self.gate_up_fp8: nn.Module | None = None
 
     def fuse_projections(self) -> None:
         self.gate_up_weight, self.gate_up_bias = fuse_rows([self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, hidden]
-        if fused_applies(self.gate_up_weight, self.gate_proj.weight):
+        if self.gate_up_fp8 is not None:
+            gate, up = self.gate_up_fp8(x).chunk(2, dim=1)
+        elif fused_applies(self.gate_up_weight, self.gate_proj.weight):
             gate_up = F.linear(x, self.gate_up_weight, self.gate_up_bias)  # [N, 2 I]
             gate, up = gate_up.chunk(2, dim=1)
         else:

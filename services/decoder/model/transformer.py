@@ -13,9 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from widebeam.kernels.fp8.backend import fp8_gemm_for
 from widebeam.kernels.layers.dispatch import qk_norm_rope
+from widebeam.services.decoder.config import Quantization
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
+from widebeam.services.decoder.model.fp8_checkpoint import read_fp8_layout, split_fp8_state
 from widebeam.services.decoder.model.layers import (
     RMSNorm,
     RotaryEmbedding,
@@ -23,6 +26,7 @@ from widebeam.services.decoder.model.layers import (
     fuse_rows,
     fused_applies,
 )
+from widebeam.services.decoder.model.quantization import quantize_fp8
 from widebeam.services.decoder.model.weights import load_state_dict, validate_state_dict
 
 LM_HEAD = "lm_head.weight"
@@ -56,11 +60,16 @@ class SelfAttention(nn.Module):
         self.qkv_sizes = (q_out, kv_out, kv_out)
         self.register_buffer("qkv_weight", None, persistent=False)  # [q_out + 2 kv_out, hidden]
         self.register_buffer("qkv_bias", None, persistent=False)
+        # quantization="fp8": the fused q/k/v GEMM in FP8 (q/k/v_proj are then removed)
+        self.qkv_fp8: nn.Module | None = None
 
     def fuse_projections(self) -> None:
         self.qkv_weight, self.qkv_bias = fuse_rows([self.q_proj, self.k_proj, self.v_proj])
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.qkv_fp8 is not None:
+            q, k, v = self.qkv_fp8(x).split(self.qkv_sizes, dim=1)
+            return q, k, v
         if fused_applies(self.qkv_weight, self.q_proj.weight):
             qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [N, q_out + 2 kv_out]
             q, k, v = qkv.split(self.qkv_sizes, dim=1)  # views: the kernels take row strides
@@ -138,6 +147,7 @@ class CausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("padded_head", None, persistent=False)  # [rows, hidden], align_head
+        self.quantization = Quantization.NONE  # how from_pretrained served the linear layers
 
     @property
     def lm_head_weight(self) -> torch.Tensor:  # [vocab, hidden]
@@ -216,12 +226,25 @@ class CausalLM(nn.Module):
         path: str | Path,
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
+        quantization: Quantization = Quantization.NONE,
     ) -> CausalLM:
+        """`quantization="fp8"`: the decoder layers' linears in FP8 (`model/quantization.py`).
+        A checkpoint already in FP8 (`model/fp8_checkpoint.py`) keeps its FP8 weights with
+        "fp8" and is dequantized to `dtype` with "none"."""
+        quantization = Quantization(quantization)
         config = ModelConfig.from_pretrained(path)
+        layout = read_fp8_layout(path)
+        gemm = None
+        if quantization == Quantization.FP8:
+            gemm = fp8_gemm_for(torch.device(device), dtype)
         # Build on meta so we never allocate (and randomly init) weights that are overwritten.
         with torch.device("meta"):
             model = cls(config)
-        state = load_state_dict(path, dtype=dtype, device=device)
+        # FP8 scales must not be rounded to `dtype`: a quantized checkpoint is cast below.
+        state = load_state_dict(path, dtype=None if layout else dtype, device=device)
+        prequantized = {}
+        if layout is not None:
+            state, prequantized = split_fp8_state(state, layout, dtype, gemm is not None)
         state = {k: v for k, v in state.items() if not k.endswith(_IGNORED_SUFFIXES)}
         if config.tie_word_embeddings:
             # Some tied checkpoints still store a copy of the head; the embedding wins, as in HF.
@@ -236,4 +259,7 @@ class CausalLM(nn.Module):
         for layer in model.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
+        if gemm is not None:
+            quantize_fp8(model, gemm, prequantized)
+            model.quantization = quantization
         return model.eval()
