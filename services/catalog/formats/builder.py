@@ -64,6 +64,36 @@ class TableBuilder:
         self._popularity.append(popularity)
         self._rows.append(source_row)
 
+    def add_block(
+        self,
+        item_ids: list[str],
+        codes: np.ndarray,
+        source_rows: np.ndarray,
+        popularity: np.ndarray,
+        noun: str,
+    ) -> None:
+        """Append rows already checked one by one (``codes`` [n, L] int64 in range, ids valid,
+        popularity finite, no metadata), as :meth:`add` would row after row: the same depth
+        and ``max_items`` errors, naming the row (``f"{noun} {source_rows[i]}"``) at fault."""
+        n, depth = codes.shape
+        if not n:
+            return
+        where = f"{noun} {int(source_rows[0])}"
+        if self._depth is None:
+            self._depth, self._depth_where = depth, where
+        elif depth != self._depth:
+            self.add(item_ids[0], codes[0].tolist(), where, int(source_rows[0]))  # raises
+        if self.max_items is not None and len(self.item_ids) + n > self.max_items:
+            i = self.max_items - len(self.item_ids)
+            raise CatalogError(
+                f"{noun} {int(source_rows[i])}: the catalog has more than its limit of "
+                f"{self.max_items} items"
+            )
+        self.item_ids.extend(item_ids)
+        self._codes.frombytes(np.ascontiguousarray(codes, dtype=np.int64).tobytes())
+        self._popularity.frombytes(np.ascontiguousarray(popularity, dtype=np.float64).tobytes())
+        self._rows.frombytes(np.ascontiguousarray(source_rows, dtype=np.int64).tobytes())
+
     def finish(self) -> CatalogTable:
         depth, n = self._depth or 0, len(self.item_ids)
         metadata = [self._metadata.get(i, {}) for i in range(n)] if self._metadata else None
