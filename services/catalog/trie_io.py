@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 
 import numpy as np
 
 from widebeam.services.catalog.sid_layout import SidLayout, SidLevel
+from widebeam.services.catalog.string_table import (  # noqa: F401 (re-exported)
+    StringTable,
+    decode_strings,
+    encode_strings,
+)
 
 ARTIFACT_FORMAT_VERSION = 1
 
@@ -23,60 +27,6 @@ TRIE_FIELDS: dict[str, type] = {
 }
 
 
-_SEPARATOR = 0x0A  # "\n": never part of a multi-byte UTF-8 sequence
-
-
-def encode_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 blob (uint8) + [n+1] int64 byte offsets; safe for ids holding any character.
-
-    Encoded as one newline-joined string, then split with numpy (no per-string Python work);
-    strings that hold a newline themselves take the per-string path.
-    """
-    joined = np.frombuffer("\n".join(strings).encode("utf-8"), dtype=np.uint8)  # [bytes] uint8
-    is_separator = joined == _SEPARATOR
-    separators = np.flatnonzero(is_separator)  # [n-1] int64 when no string holds a newline
-    if len(separators) != max(len(strings) - 1, 0):
-        return _encode_each(strings)
-    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
-    if strings:
-        # string i ends at separator i in `joined`, i.e. i bytes earlier in the blob
-        offsets[1:-1] = separators - np.arange(len(separators))
-        offsets[-1] = len(joined) - len(separators)
-    return joined[~is_separator], offsets
-
-
-def _encode_each(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    encoded = [s.encode("utf-8") for s in strings]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    return blob, offsets
-
-
-def decode_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
-    """Inverse of :func:`encode_strings`; UnicodeDecodeError when a string is not UTF-8.
-
-    Decoded in one piece with a newline put between the strings and split at them; a blob that
-    holds a newline itself takes the per-string path.
-    """
-    blob = np.ascontiguousarray(blob, dtype=np.uint8)
-    n = len(offsets) - 1
-    if n <= 0:
-        return []
-    offsets = np.asarray(offsets, dtype=np.int64)
-    well_formed = offsets[0] == 0 and offsets[-1] == len(blob) and (np.diff(offsets) >= 0).all()
-    if not well_formed or (blob == _SEPARATOR).any():
-        raw = blob.tobytes()
-        return [raw[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets.tolist())]
-    # byte j of string i lands at offsets[i] + i + j: after the i separators before it
-    keep = np.ones(len(blob) + n - 1, dtype=bool)
-    keep[offsets[1:-1] + np.arange(n - 1)] = False
-    with_separators = np.full(len(keep), _SEPARATOR, dtype=np.uint8)
-    with_separators[keep] = blob
-    del keep
-    return with_separators.tobytes().decode("utf-8").split("\n")
-
-
 def pack_arrays(
     layout: SidLayout,
     depth_offsets: np.ndarray,
@@ -86,11 +36,11 @@ def pack_arrays(
     leaf_sid: np.ndarray,
     sids: np.ndarray,
     sid_item_offsets: np.ndarray,
-    item_ids: list[str],
+    item_ids: StringTable,
 ) -> dict[str, np.ndarray]:
     # Layout travels as arrays so the artifact is a plain name -> ndarray mapping; -1 = absent.
     specials = [layout.begin_token_id, layout.end_token_id]
-    blob, offsets = encode_strings(item_ids)
+    blob, offsets = item_ids.blob, item_ids.offsets
     return {
         "format_version": np.array([ARTIFACT_FORMAT_VERSION], dtype=np.int64),
         "layout_levels": np.array([[lv.base, lv.size] for lv in layout.levels], dtype=np.int64),
@@ -108,19 +58,28 @@ def pack_arrays(
 
 
 def unpack_arrays(
-    arrays: dict[str, np.ndarray],
-) -> tuple[SidLayout, list[np.ndarray], list[str]]:
-    """(layout, structural arrays in TRIE_FIELDS order, item ids); ValueError when inconsistent."""
+    arrays: dict[str, np.ndarray], copy: bool = True
+) -> tuple[SidLayout, list[np.ndarray], StringTable]:
+    """(layout, structural arrays in TRIE_FIELDS order, item ids); ValueError when inconsistent,
+    UnicodeDecodeError when an id is not UTF-8.
+
+    ``copy=False`` lets the trie keep views of ``arrays`` (for buffers nothing else holds, such
+    as a freshly decoded artifact): no second copy of the catalog while it loads."""
     version = int(np.asarray(arrays["format_version"]).reshape(-1)[0])
     if version != ARTIFACT_FORMAT_VERSION:
         raise ValueError(f"unsupported trie artifact format version {version}")
     levels = np.asarray(arrays["layout_levels"]).reshape(-1, 2).tolist()
     begin, end = (None if t < 0 else t for t in np.asarray(arrays["layout_special"]).tolist())
     layout = SidLayout(tuple(SidLevel(b, s) for b, s in levels), begin, end)
-    # Copies: the trie marks its arrays read-only and must not alias the caller's buffers.
-    fields = [np.array(arrays[name], dtype=dt, copy=True) for name, dt in TRIE_FIELDS.items()]
+
+    def field(name: str, dtype: type) -> np.ndarray:
+        # Copies by default: the trie marks its arrays read-only and must not alias the caller's.
+        return np.array(arrays[name], dtype=dtype, copy=copy or None)
+
+    fields = [field(name, dt) for name, dt in TRIE_FIELDS.items()]
     depth_offsets, child_offsets, child_tokens, child_nodes, leaf_sid, sids, sid_offsets = fields
-    item_ids = decode_strings(arrays["item_id_bytes"], np.asarray(arrays["item_id_offsets"]))
+    item_ids = StringTable(field("item_id_bytes", np.uint8), field("item_id_offsets", np.int64))
+    item_ids.check_utf8()
     num_nodes = len(leaf_sid)
     checks = [
         (len(depth_offsets) == layout.path_length(True) + 2, "depth_offsets length"),
@@ -138,26 +97,78 @@ def unpack_arrays(
 
 
 def content_hash(
-    layout: SidLayout, sids: np.ndarray, sid_item_offsets: np.ndarray, item_ids: list[str]
+    layout: SidLayout, sids: np.ndarray, sid_item_offsets: np.ndarray, item_ids: StringTable
 ) -> str:
     """sha256 over layout + sorted SIDs + items per SID (sorted, so input order is irrelevant).
 
     The node/edge arrays are a pure function of (layout, sids), so they need not be hashed.
     """
-    canonical = list(item_ids)
-    sizes = np.diff(sid_item_offsets)
-    # Only SIDs shared by several items need re-ordering; those are usually few.
-    for sid in np.flatnonzero(sizes > 1).tolist():
-        lo, hi = int(sid_item_offsets[sid]), int(sid_item_offsets[sid + 1])
-        canonical[lo:hi] = sorted(canonical[lo:hi])
-    blob, offsets = encode_strings(canonical)
+    canonical = canonical_item_ids(sid_item_offsets, item_ids)
     h = hashlib.sha256()
     h.update(f"widebeam-sid-trie/v{ARTIFACT_FORMAT_VERSION}\0{layout.to_spec()}\0".encode())
     for arr in (
         np.ascontiguousarray(sids, dtype="<i4"),
         np.ascontiguousarray(sid_item_offsets, dtype="<i8"),
-        offsets.astype("<i8"),
-        blob,
+        np.ascontiguousarray(canonical.offsets, dtype="<i8"),
+        canonical.blob,
     ):
-        h.update(arr.tobytes())
+        h.update(memoryview(arr).cast("B"))
     return h.hexdigest()
+
+
+_SORT_WIDTH_LIMIT = 64  # longest id (bytes) sorted as fixed-width numpy words
+
+
+def canonical_item_ids(sid_item_offsets: np.ndarray, item_ids: StringTable) -> StringTable:
+    """``item_ids`` with the items of each SID sorted (Python string order, which is UTF-8 byte
+    order); ``item_ids`` itself when they already are.
+
+    Only SIDs shared by several items need re-ordering, and only their bytes move."""
+    sizes = np.diff(sid_item_offsets)
+    shared = np.flatnonzero(sizes > 1)
+    if not shared.size:
+        return item_ids
+    counts = sizes[shared]
+    group = np.repeat(np.arange(len(shared)), counts)  # [m] which shared SID
+    members = _spans(sid_item_offsets[shared], counts)  # [m] int64 item positions, SID by SID
+    starts = item_ids.offsets[members]
+    lengths = item_ids.offsets[members + 1] - starts
+    width = int(lengths.max())
+    if width <= _SORT_WIDTH_LIMIT:
+        # Big-endian 8-byte words of the NUL-padded bytes compare as the bytes do; a tie
+        # (one id a prefix of the other, the rest NULs) goes to the shorter, as in Python.
+        words = -(-max(width, 1) // 8)
+        column = np.zeros((len(members), words * 8), dtype=np.uint8)  # [m, 8 * words]
+        spot = np.arange(words * 8) < lengths[:, None]  # [m, 8 * words] bool: inside the id
+        column[spot] = item_ids.blob[(starts[:, None] + np.arange(words * 8))[spot]]
+        del spot
+        keys = column.view(">u8")  # [m, words]
+        ranked = np.lexsort((lengths, *(keys[:, w] for w in reversed(range(words))), group))
+        sorted_members = members[ranked]
+        del column, keys
+    else:  # a long id: sort per SID in Python (rare)
+        out = []
+        for sid in shared.tolist():
+            lo, hi = int(sid_item_offsets[sid]), int(sid_item_offsets[sid + 1])
+            out.extend(lo + i for i in sorted(range(hi - lo), key=item_ids[lo:hi].__getitem__))
+        sorted_members = np.asarray(out, dtype=np.int64)
+    if np.array_equal(sorted_members, members):
+        return item_ids
+    all_lengths = np.diff(item_ids.offsets)
+    all_lengths[members] = all_lengths[sorted_members]
+    offsets = np.zeros(len(item_ids) + 1, dtype=np.int64)
+    np.cumsum(all_lengths, out=offsets[1:])
+    blob = item_ids.blob.copy()
+    # The shared SIDs' bytes, SID by SID, are the members' spans in member order: each SID's
+    # items are contiguous, so its bytes are too; fill them from the sorted members' spans.
+    sorted_starts = item_ids.offsets[sorted_members]
+    sorted_lengths = item_ids.offsets[sorted_members + 1] - sorted_starts
+    blob[_spans(starts, lengths)] = item_ids.blob[_spans(sorted_starts, sorted_lengths)]
+    return StringTable(blob, offsets)
+
+
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:  # [sum(lengths)] int64
+    """starts[0] .. starts[0]+lengths[0]-1, then starts[1] ..: the ranges laid end to end."""
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total)

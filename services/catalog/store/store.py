@@ -18,6 +18,7 @@ import numpy as np
 import redis
 
 from widebeam.services.catalog.store import codec, lookup, retention, scripts
+from widebeam.services.catalog.store.artifact_fetch import fetch_arrays
 from widebeam.services.catalog.store.eviction import require_no_eviction
 from widebeam.services.catalog.store.keys import (
     CatalogKeys,
@@ -39,7 +40,7 @@ from widebeam.services.catalog.types import CatalogError
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 4 << 20
-_PIPELINE_BYTES = 64 << 20  # chunk bytes per round trip when writing/reading
+_PIPELINE_BYTES = 64 << 20  # chunk bytes per round trip when writing
 
 
 class CatalogStore:
@@ -282,11 +283,11 @@ class CatalogStore:
         vkeys = self.keys.catalog(name).version(version)
         info = manifest["artifact"]
         where = f"catalog {name!r} version {version}"
-        chunks = self._read_chunks(vkeys, int(info["chunk_count"]), info["chunk_sizes"])
-        codec.verify_chunks(chunks, info, where)
-        arrays = codec.decode_chunks(chunks, info, where)  # type: ignore[arg-type]
+        arrays = fetch_arrays(self.client, vkeys, info, where)
+        budget = int(manifest["dense_cell_budget"])
         try:
-            trie = SidTrie.from_arrays(arrays, dense_cell_budget=int(manifest["dense_cell_budget"]))
+            # the decoded buffer is this load's alone: the trie keeps views of it, no copy
+            trie = SidTrie.from_arrays(arrays, dense_cell_budget=budget, copy=False)
         except CatalogError as exc:
             raise ArtifactError(f"{where}: {exc}") from None
         if trie.content_hash != manifest["content_hash"]:
@@ -300,20 +301,6 @@ class CatalogStore:
         if current is None:
             raise VersionNotFoundError(f"catalog {name!r} has no current version")
         return current
-
-    def _read_chunks(
-        self, vkeys: VersionKeys, count: int, sizes: Sequence[int]
-    ) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        batch: list[str] = []
-        pending = 0
-        for i in range(count):
-            batch.append(vkeys.chunk(i))
-            pending += int(sizes[i])
-            if pending >= _PIPELINE_BYTES or i == count - 1:
-                out.extend(self.client.mget(batch))
-                batch, pending = [], 0
-        return out
 
     # -- item / SID lookups -------------------------------------------------------------------
 

@@ -48,7 +48,9 @@ def test_small_catalog() -> None:
     assert all(type(c) is int for c in index.get("a") or ())
 
 
-@pytest.mark.parametrize("hash_id", [hash, len, lambda s: 7], ids=["hash", "len", "constant"])
+@pytest.mark.parametrize(
+    "hash_id", [None, hash, len, lambda s: 7], ids=["table", "hash", "len", "constant"]
+)
 @pytest.mark.parametrize("seed", range(4))
 def test_random_catalogs_match_a_dict(seed: int, hash_id) -> None:
     layout = BRACKETED if seed % 2 else BARE
