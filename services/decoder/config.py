@@ -164,6 +164,14 @@ class EngineConfig:
             "prepare each decode step on the host while the device finishes the previous one"
         ),
     )
+    prefix_cache: bool = field(
+        default=True,
+        metadata=_help(
+            "reuse the KV of cached page-aligned prompt prefixes (unheld ones are evicted, least "
+            "recently used first, when admission needs their pages); false: every prompt is "
+            "prefilled whole"
+        ),
+    )
     catalog_path: str | None = field(
         default=None,
         metadata=_help(

@@ -77,8 +77,8 @@ class Engine:
             )
         elif model.quantization != config.quantization:
             raise ValueError(
-                f"the given model was loaded with quantization {model.quantization!r}, the config "
-                f"asks for {config.quantization!r}"
+                f"the given model was loaded with quantization {model.quantization.value!r}, "
+                f"the config asks for {config.quantization.value!r}"
             )
         self.model = model
         mc = self.model.config
@@ -120,7 +120,7 @@ class Engine:
             config.dense_expansion_limit,
         )
         self.scheduler: Scheduler[RequestState] = Scheduler(
-            config.max_rows, pages, config.max_prefill_tokens
+            config.max_rows, pages, config.max_prefill_tokens, config.prefix_cache
         )
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.
         self.catalogs: dict[str, TrieConstraint] = {}
@@ -171,7 +171,7 @@ class Engine:
             sched.rows_in_use,
             len(sched.running),
             len(sched.waiting),
-            sched.pages.free_slots,
+            sched.kv.free_slots,
             frozenset(state.request_id for state in sched.waiting),
             sum(s.num_rows * s.remaining_steps for s in (*sched.waiting, *sched.running)),
         )
@@ -264,7 +264,9 @@ class Engine:
         for state in states:
             start_request(state, self.scheduler.pages.page_size, self.device)
         hidden = self.runner.prefill(
-            [s.resolved.spec.input_ids for s in states], [s.prompt_slots for s in states]
+            [s.resolved.spec.input_ids for s in states],
+            [s.prompt_slots for s in states],
+            [s.cached_prompt_tokens for s in states],
         )
         return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 

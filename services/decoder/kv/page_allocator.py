@@ -37,9 +37,14 @@ class PageAllocator:
 
     def reserve(self, num_slots: int) -> list[int]:
         """Take the pages holding `num_slots` slots; raises if they are not free."""
-        need = self.pages_for(num_slots)
-        if need > len(self._free):
+        if self.pages_for(num_slots) > len(self._free):
             raise RuntimeError(f"cannot reserve {num_slots} KV slots: {self.free_slots} free")
+        return self.reserve_pages(self.pages_for(num_slots))
+
+    def reserve_pages(self, need: int) -> list[int]:
+        """Take `need` pages; raises if they are not free."""
+        if need > len(self._free):
+            raise RuntimeError(f"cannot reserve {need} KV pages: {len(self._free)} free")
         taken = self._free[len(self._free) - need :]
         del self._free[len(self._free) - need :]
         taken.reverse()

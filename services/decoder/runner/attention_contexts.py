@@ -41,6 +41,26 @@ class PrefillContext(_WritingContext):
         return self.backend.prefill(q, k, v, self.metadata, self.scale)
 
 
+@dataclass(frozen=True)
+class PrefixPrefillContext(_WritingContext):
+    """Packed prompt suffixes after cached prefixes (`prefix_prefill.py`): the metadata
+    describes whole prompts; each layer reads their K, V from the cache, once this batch's are
+    written, and attends with zero queries at the cached positions (their outputs dropped)."""
+
+    full_slots: torch.Tensor  # [F] int64, every prompt's slots in order
+    query_index: torch.Tensor  # [N] int64, each new token's row among the F
+
+    def _attend(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        k_full = self.cache.k[layer_idx].index_select(0, self.full_slots)  # [F, Hkv, D]
+        v_full = self.cache.v[layer_idx].index_select(0, self.full_slots)
+        q_full = q.new_zeros((self.full_slots.shape[0], *q.shape[1:]))  # [F, Hq, D]
+        q_full.index_copy_(0, self.query_index, q)
+        out = self.backend.prefill(q_full, k_full, v_full, self.metadata, self.scale)
+        return out.index_select(0, self.query_index)
+
+
 class DecodeContext(_WritingContext):
     """One new token per row: each attends over its prompt and suffix slots in the cache."""
 

@@ -12,7 +12,11 @@ from widebeam.kernels.attention.metadata import AttentionLayout, PrefillBatch
 from widebeam.services.decoder.host_copies import to_device_async
 from widebeam.services.decoder.kv.kv_cache import KVCache
 from widebeam.services.decoder.model.transformer import CausalLM
-from widebeam.services.decoder.runner.attention_contexts import DecodeContext, PrefillContext
+from widebeam.services.decoder.runner.attention_contexts import (
+    DecodeContext,
+    PrefillContext,
+    PrefixPrefillContext,
+)
 from widebeam.services.decoder.runner.capture_counts import CaptureCounts
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
@@ -21,6 +25,7 @@ from widebeam.services.decoder.runner.prefill_graphs import (
     prefill_host_inputs,
     split_prefill_inputs,
 )
+from widebeam.services.decoder.runner.prefix_prefill import prefix_prefill_inputs
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, PreparedStep
 from widebeam.services.decoder.search.beam_expansion import Expander
 
@@ -114,7 +119,10 @@ class ModelRunner:
         self,
         prompts: list[tuple[int, ...]],
         prompt_slots: list[torch.Tensor],  # each [prompt_len] int64
+        cached: list[int] | None = None,  # each prompt's tokens whose KV is cached (default 0)
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
+        if cached is not None and any(cached):
+            return self._prefill_after_prefixes(prompts, prompt_slots, cached)
         lengths = [len(p) for p in prompts]
         if self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens:
             return self.prefill_graphs.run(prompts, prompt_slots)
@@ -125,6 +133,18 @@ class ModelRunner:
         ids, positions, last = split_prefill_inputs(to_device_async(host, self.device), cu[-1])
         metadata = self.backend.prepare_prefill(PrefillBatch(tuple(cu)), self.layout)
         return self._prefill_forward(ids, positions, torch.cat(prompt_slots), metadata, last)
+
+    def _prefill_after_prefixes(
+        self, prompts: list[tuple[int, ...]], prompt_slots: list[torch.Tensor], cached: list[int]
+    ) -> torch.Tensor:  # [num_prompts, hidden]
+        """Eager prefill of the uncached suffixes over the cached prefixes' KV."""
+        inputs = prefix_prefill_inputs(prompts, prompt_slots, cached, self.device)
+        metadata = self.backend.prepare_prefill(inputs.full_batch, self.layout)
+        ctx = PrefixPrefillContext(
+            self.cache, inputs.write_slots, metadata, self.backend, self.scale,
+            inputs.full_slots, inputs.query_index,
+        )  # fmt: skip
+        return self.model(inputs.ids, inputs.positions, ctx)[inputs.last]
 
     def prepare_decode(self, inputs: DecodeInputs) -> PreparedStep:
         """Host-side preparation of a decode step; nothing here waits for the device."""

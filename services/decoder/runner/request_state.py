@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
+from widebeam.services.decoder.kv.kv_reservation import KVReservation
 from widebeam.services.decoder.requests.results import RequestOutput, build_output
 from widebeam.services.decoder.requests.validation import ResolvedRequest
 from widebeam.services.decoder.search.beam_search import BeamSearch
@@ -19,7 +20,8 @@ class RequestState:
     resolved: ResolvedRequest
     constraint: TrieConstraint | None  # pinned at admission (None: unconstrained)
     arrival: int
-    pages: list[int] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)  # its prompt's pages, then private ones
+    reservation: KVReservation | None = None  # running: the pages it holds, cached prefix first
     prompt_slots: torch.Tensor | None = None  # [prompt_len] int64
     private_slots: torch.Tensor | None = None  # [k * max_new_tokens] int64, (step, row) -> slot
     suffix_table: torch.Tensor | None = None  # [k, steps] int64, each row's generated-token slots
@@ -39,6 +41,15 @@ class RequestState:
     @property
     def prompt_len(self) -> int:
         return len(self.resolved.spec.input_ids)
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        return self.resolved.spec.input_ids
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Prompt tokens whose KV a cached prefix already holds (prefill computes the rest)."""
+        return 0 if self.reservation is None else self.reservation.cached_tokens
 
     @property
     def kv_slots(self) -> int:

@@ -4,6 +4,10 @@ Budget per request: k rows and prompt + k x max_new_tokens KV slots, both reserv
 and held until the request finishes, so a running request is never retracted or aborted for
 memory. Strict FIFO keeps wide requests from starving behind a stream of narrow ones.
 
+With the prompt-prefix cache (`kv/prefix_cache.py`) a request's cached prefix pages are shared,
+not reserved again, and unheld cached pages are evicted to make room; a running request's pages
+never are.
+
 Plain Python: a request is anything with the few numbers the policy weighs (`Schedulable`); the
 engine's `Request` is one.
 """
@@ -13,13 +17,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Generic, Protocol, TypeVar
 
+from widebeam.services.decoder.kv.kv_reservation import KVReservation
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
+from widebeam.services.decoder.kv.prefix_cache import PrefixCache
 
 
 class Schedulable(Protocol):
     """What admission reads of a request, and the two fields it writes."""
 
-    pages: list[int]  # the KV pages reserved for it (empty until admitted, and once finished)
+    pages: list[int]  # the KV pages it addresses (empty until admitted, and once finished)
+    reservation: KVReservation | None  # what it holds of the cache (None unless running)
     finished: bool
 
     @property
@@ -32,6 +39,9 @@ class Schedulable(Protocol):
     def prompt_len(self) -> int: ...
 
     @property
+    def prompt_ids(self) -> tuple[int, ...]: ...
+
+    @property
     def kv_slots(self) -> int: ...  # prompt + k x max_new_tokens
 
 
@@ -39,9 +49,16 @@ Request = TypeVar("Request", bound=Schedulable)
 
 
 class Scheduler(Generic[Request]):
-    def __init__(self, max_rows: int, pages: PageAllocator, max_prefill_tokens: int) -> None:
+    def __init__(
+        self,
+        max_rows: int,
+        pages: PageAllocator,
+        max_prefill_tokens: int,
+        prefix_cache: bool = False,
+    ) -> None:
         self.max_rows = max_rows
         self.pages = pages
+        self.kv = PrefixCache(pages, enabled=prefix_cache)
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -58,12 +75,14 @@ class Scheduler(Generic[Request]):
             head = self.waiting[0]
             if self.rows_in_use + head.num_rows > self.max_rows:
                 break
-            if not self.pages.can_reserve(head.kv_slots):
-                break
             if admitted and prefill_tokens + head.prompt_len > self.max_prefill_tokens:
                 break
+            reservation = self.kv.reserve(head.prompt_ids, head.kv_slots)
+            if reservation is None:
+                break
             self.waiting.popleft()
-            head.pages = self.pages.reserve(head.kv_slots)
+            head.reservation = reservation
+            head.pages = list(reservation.pages)
             self.rows_in_use += head.num_rows
             prefill_tokens += head.prompt_len
             self.running.append(head)
@@ -73,9 +92,11 @@ class Scheduler(Generic[Request]):
     def finish(self, request: Request) -> None:
         if request in self.running:
             self.running.remove(request)
-            self.pages.release(request.pages)
+            assert request.reservation is not None
+            self.kv.release(request.reservation)
             self.rows_in_use -= request.num_rows
             request.pages = []
+            request.reservation = None
         request.finished = True
 
     def abort(self, request_id: str) -> Request | None:

@@ -4,6 +4,12 @@
 whether before the decoder reported ready (`startup`) or while serving (`serving`, the lazy
 fallback: a shape the start-up list missed; it should stay 0). Read from the engine's
 `CaptureCounts` at scrape time, every label pair always present (0 on CPU, which has no graphs).
+
+The prompt-prefix cache (`kv/prefix_cache.py`), read from its stats at scrape time:
+`widebeam_decoder_prefix_cache_prompt_tokens_total` (prompt tokens admitted) and
+`_hit_tokens_total` (of those, read from cached prefixes: the hit rate is their rates' ratio),
+`_hit_ratio` (the same since start), `_pages{state}` (cached pages `held` by running requests or
+`unheld`, which eviction may give back) and `_evicted_pages_total`. All 0 with the cache off.
 """
 
 from __future__ import annotations
@@ -12,12 +18,14 @@ from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from widebeam.services.decoder.kv.prefix_cache import PrefixCache
 from widebeam.services.decoder.runner.capture_counts import CaptureCounts
 
 GRAPH_CAPTURES = "widebeam_decoder_graph_captures"  # exposed with the counter's _total suffix
+PREFIX_CACHE = "widebeam_decoder_prefix_cache"  # the prefix-cache metrics' common prefix
 
 
 class _CaptureCollector(Collector):
@@ -35,10 +43,39 @@ class _CaptureCollector(Collector):
         yield family
 
 
+class _PrefixCacheCollector(Collector):
+    def __init__(self, cache: PrefixCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.cache.stats()  # plain ints, read while the engine thread runs
+        for name, text, value in (
+            ("prompt_tokens", "prompt tokens of admitted requests", stats.prompt_tokens),
+            ("hit_tokens", "prompt tokens read from cached prefixes", stats.hit_tokens),
+            ("evicted_pages", "cached prefix pages evicted", stats.evicted_pages),
+        ):
+            yield CounterMetricFamily(f"{PREFIX_CACHE}_{name}", text, value=value)
+        yield GaugeMetricFamily(
+            f"{PREFIX_CACHE}_hit_ratio",
+            "hit tokens / prompt tokens since start",
+            value=stats.hit_ratio,
+        )
+        pages = GaugeMetricFamily(
+            f"{PREFIX_CACHE}_pages",
+            "cached prefix pages: held by running requests, or unheld (evictable)",
+            labels=["state"],
+        )
+        pages.add_metric(["held"], stats.cached_pages - stats.unheld_pages)
+        pages.add_metric(["unheld"], stats.unheld_pages)
+        yield pages
+
+
 class DecoderMetrics:
-    def __init__(self, counts: CaptureCounts) -> None:
+    def __init__(self, counts: CaptureCounts, prefix_cache: PrefixCache | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_CaptureCollector(counts))
+        if prefix_cache is not None:
+            self.registry.register(_PrefixCacheCollector(prefix_cache))
         self._server: WSGIServer | None = None
 
     def serve(self, host: str, port: int) -> int:

@@ -1,5 +1,6 @@
 """The decoder's /metrics: the graph-capture counter is exported for every kind and phase, and
-on CPU (no CUDA graphs) it stays 0 before and after ready, requests served or not."""
+on CPU (no CUDA graphs) it stays 0 before and after ready, requests served or not; the
+prefix-cache counters count a repeated prompt's cached tokens."""
 
 from __future__ import annotations
 
@@ -20,11 +21,16 @@ SAMPLE = re.compile(
 )
 
 
-def captures(metrics_port: int) -> dict[tuple[str, str], float]:
+def scrape(metrics_port: int) -> str:
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return {(kind, phase): float(value) for kind, phase, value in SAMPLE.findall(text)}
+        return response.read().decode()
+
+
+def captures(metrics_port: int) -> dict[tuple[str, str], float]:
+    return {
+        (kind, phase): float(value) for kind, phase, value in SAMPLE.findall(scrape(metrics_port))
+    }
 
 
 def test_graph_captures_are_exported_and_stay_zero_on_cpu(sid_model: SidModel) -> None:
@@ -45,6 +51,30 @@ def test_graph_captures_are_exported_and_stay_zero_on_cpu(sid_model: SidModel) -
         assert all(count == 0 for count in after.values()), after
         assert srv.server.engine is not None
         assert srv.server.engine.engine.runner.capture_counts.ready
+
+
+def _sample(text: str, name: str) -> float:
+    [value] = re.findall(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+    return float(value)
+
+
+def test_prefix_cache_hits_are_counted(sid_model: SidModel) -> None:
+    prompt = list(range(1, 40))  # 2 full pages of 16, then 7 tokens
+    with BackgroundServer(make_settings(sid_model, metrics_port=0)) as srv:
+        port = srv.server.metrics_port
+        assert port
+        before = scrape(port)
+        assert _sample(before, "widebeam_decoder_prefix_cache_hit_tokens_total") == 0
+        with grpc.insecure_channel(srv.address) as channel:
+            stub = pb_grpc.DecoderStub(channel)
+            for _ in range(2):
+                request = pb.GenerateRequest(input_ids=prompt, beam_width=4, n=2, max_new_tokens=2)
+                assert stub.Generate(request, timeout=60).beams
+        text = scrape(port)
+    assert _sample(text, "widebeam_decoder_prefix_cache_prompt_tokens_total") == 2 * len(prompt)
+    assert _sample(text, "widebeam_decoder_prefix_cache_hit_tokens_total") == 32
+    assert _sample(text, "widebeam_decoder_prefix_cache_hit_ratio") == 32 / 78
+    assert _sample(text, 'widebeam_decoder_prefix_cache_pages{state="unheld"}') == 2
 
 
 def test_no_metrics_endpoint_unless_asked(sid_model: SidModel) -> None:
