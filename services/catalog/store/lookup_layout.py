@@ -161,7 +161,8 @@ def pack_buckets(
     """(bucket, numeric part, blob part) of every non-empty bucket; a bucket's value is the two
     parts back to back. Works through the records a chunk of buckets at a time."""
     depth = records.codes.shape[1]
-    order = np.argsort(bucket_of_record, kind="stable")  # [m] int64
+    # Order inside a bucket is free (its records are distinct), so no stable sort is needed.
+    order = np.argsort(bucket_of_record)  # [m] int64
     sorted_buckets = bucket_of_record[order]
     # first record (in `order`) of every bucket 0..buckets
     bucket_first = np.searchsorted(sorted_buckets, np.arange(buckets + 1))

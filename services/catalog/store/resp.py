@@ -20,6 +20,8 @@ class BulkWriter:
         self.client = client
         self.flush_bytes = flush_bytes
         self._parts: list[bytes | memoryview] = []
+        self._mset_parts: list[bytes | memoryview] = []  # key/value pairs of the open MSET
+        self._mset_pairs = 0
         self._bytes = 0
         self._commands = 0
         self._unread = 0  # commands sent whose replies are not read yet
@@ -54,6 +56,7 @@ class BulkWriter:
         """Queue ``HSET key f0 v0 f1 v1 ...``."""
         if len(fields) != len(values):
             raise ValueError(f"HSET {key!r}: {len(fields)} fields but {len(values)} values")
+        self._close_mset()  # commands go out in the order they were queued
         parts = self._parts
         parts.append(b"*%d\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n" % (2 + 2 * len(fields), len(key), key))
         size = 0
@@ -66,18 +69,27 @@ class BulkWriter:
             self._flush(self._conn)
 
     def set(self, key: bytes, value_parts: Sequence[bytes | memoryview]) -> None:
-        """Queue ``SET key value``, ``value`` being the parts back to back."""
+        """Queue ``SET key value``, ``value`` being the parts back to back. Consecutive SETs go
+        out as one MSET per batch: one reply to read instead of one per key."""
         size = sum(map(len, value_parts))
-        parts = self._parts
-        parts.append(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, size))
-        parts.extend(value_parts)
-        parts.append(b"\r\n")
-        self._commands += 1
+        pairs = self._mset_parts
+        pairs.append(b"$%d\r\n%s\r\n$%d\r\n" % (len(key), key, size))
+        pairs.extend(value_parts)
+        pairs.append(b"\r\n")
+        self._mset_pairs += 1
         self._bytes += size + len(key) + 32
         if self._bytes >= self.flush_bytes:
             self._flush(self._conn)
 
+    def _close_mset(self) -> None:
+        if self._mset_pairs:
+            self._parts.append(b"*%d\r\n$4\r\nMSET\r\n" % (1 + 2 * self._mset_pairs))
+            self._parts.extend(self._mset_parts)
+            self._commands += 1
+            self._mset_parts, self._mset_pairs = [], 0
+
     def _flush(self, conn: redis.connection.Connection | None) -> None:
+        self._close_mset()
         if conn is None or not self._commands:
             return
         payload = b"".join(self._parts)
