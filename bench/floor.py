@@ -3,7 +3,11 @@ floor — the same linear layers replayed as a CUDA graph at the row counts the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
+import torch.nn.functional as F
 
 from widebeam.services.decoder.model.config import ModelConfig
 
@@ -32,29 +36,40 @@ def request_flops(
     return float(flops)
 
 
+Gemm = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _layer_gemms(layer: torch.nn.Module) -> tuple[Gemm, Gemm, Gemm, Gemm]:
+    """A decoder layer's four GEMMs as the engine runs them: the fused q/k/v, o, the fused
+    gate/up and down, in the model dtype or in FP8 (`quantization="fp8"`: its modules)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    if attn.qkv_fp8 is not None:
+        return attn.qkv_fp8, attn.o_proj, mlp.gate_up_fp8, mlp.down_proj
+    return (
+        partial(F.linear, weight=attn.qkv_weight),
+        partial(F.linear, weight=attn.o_proj.weight),
+        partial(F.linear, weight=mlp.gate_up_weight),
+        partial(F.linear, weight=mlp.down_proj.weight),
+    )
+
+
 def linear_step_ms(
     model: torch.nn.Module, rows: int, columns: torch.Tensor | None = None, reps: int = 10
 ) -> float:
     """One decode step's linear layers as the engine runs them (per layer the fused q,k,v, o,
-    the fused gate/up, down; then the aligned LM head) at `rows` rows, captured once as a CUDA
-    graph and replayed: cuBLAS at this shape. `columns` [C] int64: the head computes those
-    vocabulary columns only (`normalization="sid"`)."""
+    the fused gate/up, down, in FP8 for a quantized model; then the aligned LM head) at `rows`
+    rows, captured once as a CUDA graph and replayed: cuBLAS at this shape. `columns` [C] int64:
+    the head computes those vocabulary columns only (`normalization="sid"`)."""
     x = torch.randn(rows, model.config.hidden_size, device="cuda", dtype=model.dtype)
-    weights = []
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        q_out = attn.qkv_sizes[0]
-        weights.append(
-            (q_out, attn.qkv_weight, attn.o_proj.weight, mlp.gate_up_weight, mlp.down_proj.weight)
-        )
+    layers = [(layer.self_attn.qkv_sizes[0], *_layer_gemms(layer)) for layer in model.model.layers]
 
     def step() -> torch.Tensor:
         h = x
-        for q_out, qkv, o, gate_up, down in weights:
-            attn_out = torch.nn.functional.linear(h, qkv)[:, :q_out]
-            h = h + torch.nn.functional.linear(attn_out, o)
-            gate, up = torch.nn.functional.linear(h, gate_up).chunk(2, dim=1)
-            h = h + torch.nn.functional.linear(gate * up, down)
+        for q_out, qkv, o, gate_up, down in layers:
+            attn_out = qkv(h)[:, :q_out]
+            h = h + o(attn_out)
+            gate, up = gate_up(h).chunk(2, dim=1)
+            h = h + down(gate * up)
         return model.head_logits(h) if columns is None else model.column_logits(h, columns)
 
     stream = torch.cuda.Stream()

@@ -52,7 +52,9 @@ def main() -> None:
     catalog = random_catalog(430_000, LEVELS)
     sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
     valid = set(sids)
-    model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
+    model = CausalLM.from_pretrained(
+        path, dtype=torch.bfloat16, device="cuda", quantization=args.quantization
+    )
     engine = make_engine(
         path,
         max_rows=16384,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig
+from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig, Quantization
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
@@ -78,6 +78,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expansion", default=BeamExpansion.STREAMED, choices=[e.value for e in BeamExpansion]
     )
+    parser.add_argument(
+        "--quantization",
+        default=Quantization.NONE,
+        choices=[q.value for q in Quantization],
+        help="fp8: the decoder layers' linears in W8A8 FP8 (torch._scaled_mm)",
+    )
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
     parser.add_argument(
@@ -113,6 +119,7 @@ def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
 def engine_options(args: argparse.Namespace) -> dict[str, object]:
     return {
         "attention_backend": args.attention,
+        "quantization": args.quantization,
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,

@@ -57,7 +57,9 @@ def main() -> None:
         print(f"transformers, context 1000: {hf_ms:.0f} ms", flush=True)
         del hf_model
         torch.cuda.empty_cache()
-    model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
+    model = CausalLM.from_pretrained(
+        path, dtype=torch.bfloat16, device="cuda", quantization=args.quantization
+    )
     peak = matmul_tflops()
     engine = make_engine(
         path,

@@ -111,7 +111,9 @@ def main() -> None:
             print(f"transformers beam {BEAMS}, {tokens} tokens: {hf_ms[tokens]:.0f} ms", flush=True)
         del hf_model
         torch.cuda.empty_cache()
-    model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda")
+    model = CausalLM.from_pretrained(
+        path, dtype=torch.bfloat16, device="cuda", quantization=args.quantization
+    )
     cfg = model.config
     peak = matmul_tflops()
     results, rows = [], []

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import IO, Any
 
-from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, DType, EngineConfig
+from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, DType, EngineConfig, Quantization
 from widebeam.services.decoder.requests.parsing import request_from_dict
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
@@ -22,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sid-layout", help="BASE:SIZE,... (default: from the tokenizer)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default=DType.FLOAT32, choices=[d.value for d in DType])
+    parser.add_argument(
+        "--quantization",
+        default=Quantization.NONE,
+        choices=[q.value for q in Quantization],
+        help="fp8: the decoder layers' linears in W8A8 FP8 (CUDA: with --dtype bfloat16)",
+    )
     parser.add_argument("--input", default="-", help="JSONL file of requests, or - for stdin")
     parser.add_argument("--output", default="-", help="JSONL output file, or - for stdout")
     parser.add_argument("--max-rows", type=int, default=EngineConfig.max_rows)
@@ -75,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         model_dir=args.model,
         device=args.device,
         dtype=args.dtype,
+        quantization=args.quantization,
         catalog_path=args.catalog,
         sid_layout=args.sid_layout,
         max_rows=args.max_rows,
