@@ -1,0 +1,34 @@
+"""`bench/recif_throughput.py --smoke` (workload 4 at a CPU size): every variant and width runs,
+no illegal SID, the shared-prefix prompts hit the prefix cache only with it on, and the cache
+on and off return the same beams."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def test_recif_smoke_run(tmp_path: Path) -> None:
+    env = os.environ | {"OUT": str(tmp_path / "out"), "WIDEBEAM_BENCH_CACHE": str(tmp_path)}
+    cmd = [sys.executable, "recif_throughput.py", "--smoke", "--cache", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "recif_throughput.json").read_text())
+    rows = {(r["variant"], r["width"]): r for r in report["rows"]}
+    assert set(rows) == {(v, w) for v in ("distinct", "shared", "shared-nocache") for w in (4, 8)}
+    for row in rows.values():
+        assert row["n"] == row["requests"] == 4 and row["throughput_rps"] > 0
+        assert row["illegal_sids"] == 0 and row["beams_checked"] > 0
+        assert row["floor_rps"] is None  # GPU only
+    for width in (4, 8):
+        # 32 shared tokens = 2 pages of 16 in a 61-token prompt
+        assert rows["shared", width]["prefix_hit_ratio"] > 0.4
+        assert rows["shared-nocache", width]["prefix_hit_ratio"] == 0
+        assert rows["distinct", width]["prefix_hit_ratio"] < 0.1
+    assert report["shared_cache_on_equals_off"] is True
+    assert report["shared_cache_max_score_diff"] < 1e-4
