@@ -3,8 +3,9 @@
 Measures, each phase in a fresh child process (so its peak RSS is its own):
   build   parse + validate (load_catalog) and trie build (build_trie), Parquet and JSONL input;
   publish CatalogStore.publish to a real redis-server;
-  load    CatalogStore.load of the current version (RSS it adds), the decoder's ItemSidIndex
-          over it (time, RSS it adds), and a CatalogSubscriber until ready;
+  load    CatalogStore.load of the current version (RSS it adds), what a CPU decoder builds
+          over it (ItemSidIndex, TrieConstraint: time, RSS they add), a CatalogSubscriber until
+          ready;
   http    optional (--http): the same Parquet file through `widebeam catalog serve` + upload.
 
     .venv/bin/python bench/catalog_scale.py [--items 1500000] [--redis-url URL] [--write-docs]
@@ -118,9 +119,13 @@ def phase_build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def phase_load(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
     from widebeam.services.catalog.store import CatalogStore, CatalogSubscriber
     from widebeam.services.decoder.constraint.item_sid_index import ItemSidIndex
+    from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 
+    torch.set_num_threads(1)
     rss_before = rss_mib()
     t0 = time.perf_counter()
     loaded = CatalogStore(redis.Redis.from_url(args.redis_url, socket_timeout=120)).load(args.name)
@@ -129,13 +134,24 @@ def phase_load(args: argparse.Namespace) -> dict[str, Any]:
     index = ItemSidIndex(loaded.trie)  # what a decoder builds per version for item histories
     t2 = time.perf_counter()
     index_rss = rss_mib() - rss_before - trie_rss
-    del loaded, index
+    # the rest of what a CPU decoder builds per version (ServedCatalog): the trie as tensors
+    constraint = TrieConstraint(loaded.trie, version="bench", device="cpu")
+    t3 = time.perf_counter()
+    decoder_rss = rss_mib() - rss_before
+    probe = [loaded.trie.item_ids[i] for i in range(0, loaded.trie.num_items, 997)][:1000]
+    t4 = time.perf_counter()
+    found, unknown = index.resolve(probe)
+    resolve_us = (time.perf_counter() - t4) * 1e6
+    assert len(found) == len(probe) and not unknown
+    del loaded, index, constraint
+    t5 = time.perf_counter()
     with CatalogSubscriber(args.redis_url, [args.name]) as sub:
         ok = sub.wait_ready(120) and sub.get(args.name) is not None
-        t3 = time.perf_counter()
-    return {"store_load_s": t1 - t0, "subscriber_ready_s": t3 - t2, "ok": ok,
+        t6 = time.perf_counter()
+    return {"store_load_s": t1 - t0, "subscriber_ready_s": t6 - t5, "ok": ok,
             "item_index_s": t2 - t1, "trie_rss_mib": trie_rss, "item_index_rss_mib": index_rss,
-            "peak_rss_mib": peak_rss_mib()}  # fmt: skip
+            "constraint_s": t3 - t2, "decoder_catalog_rss_mib": decoder_rss,
+            "resolve_1000_us": resolve_us, "peak_rss_mib": peak_rss_mib()}  # fmt: skip
 
 
 def phase_http(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,6 +251,8 @@ def report(args: argparse.Namespace, res: dict[str, Any], sizes: dict[str, int])
         f"peak {load['peak_rss_mib']:.0f} MiB |",
         f"| decoder item index (`ItemSidIndex`) | {load['item_index_s']:.1f} s | "
         f"+{load['item_index_rss_mib']:.0f} MiB RSS |",
+        f"| decoder trie tensors (`TrieConstraint`, CPU) | {load['constraint_s']:.1f} s | "
+        f"decoder catalog total +{load['decoder_catalog_rss_mib']:.0f} MiB RSS |",
         f"| `CatalogSubscriber` start → ready | {aim(load['subscriber_ready_s'], aims['load'])} | "
         "(same process) |"])  # fmt: skip
     if h := res.get("http"):

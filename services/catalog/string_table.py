@@ -25,7 +25,7 @@ _ITER_BATCH = 1 << 16  # strings decoded per step when iterating a whole table
 _P = np.uint64(0x100000001B3)  # the 64-bit FNV prime
 _P_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
 _L = np.uint64(0x9E3779B97F4A7C15)
-_HASH_CHUNK_BYTES = 1 << 22  # bytes hashed per step: bounds the temporaries to ~100 MB
+_HASH_CHUNK_BYTES = 1 << 19  # bytes hashed per step: temporaries and power tables ~4 MB each
 
 
 class StringTable(Sequence[str]):
