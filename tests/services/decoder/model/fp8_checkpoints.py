@@ -44,7 +44,18 @@ def transformers_config(block: tuple[int, int] | None) -> dict[str, Any]:
     }
 
 
-def compressed_tensors_config(strategy: str = "channel") -> dict[str, Any]:
+def compressed_tensors_config(
+    strategy: str = "channel", block: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    weights: dict[str, Any] = {
+        "num_bits": 8,
+        "type": "float",
+        "strategy": strategy,
+        "symmetric": True,
+        "dynamic": False,
+    }
+    if block is not None:
+        weights["block_structure"] = list(block)
     return {
         "quant_method": "compressed-tensors",
         "format": "float-quantized",
@@ -54,13 +65,7 @@ def compressed_tensors_config(strategy: str = "channel") -> dict[str, Any]:
         "config_groups": {
             "group_0": {
                 "targets": ["Linear"],
-                "weights": {
-                    "num_bits": 8,
-                    "type": "float",
-                    "strategy": strategy,
-                    "symmetric": True,
-                    "dynamic": False,
-                },
+                "weights": weights,
                 "input_activations": {
                     "num_bits": 8,
                     "type": "float",
@@ -76,10 +81,13 @@ def compressed_tensors_config(strategy: str = "channel") -> dict[str, Any]:
 def write_fp8_checkpoint(
     source: Path,
     out: Path,
-    layout: str,  # "transformers" or "compressed-tensors"
-    block: tuple[int, int] | None = None,  # transformers: None is one scale per tensor
+    layout: str,  # "transformers", or "compressed-tensors" with its strategy after a colon
+    block: tuple[int, int] | None = None,  # None: one scale per tensor (or per channel)
 ) -> Path:
-    """`source`'s model with every decoder-layer linear weight in FP8, `layout`'s way."""
+    """`source`'s model with every decoder-layer linear weight in FP8, `layout`'s way:
+    "transformers" (`weight_scale_inv` per block, or per tensor without a block) or
+    "compressed-tensors:channel" / ":tensor" / ":block" (`weight_scale`)."""
+    layout, _, strategy = layout.partition(":")
     shutil.copytree(source, out)
     (out / "model.safetensors").unlink()
     state = load_file(str(source / "model.safetensors"))
@@ -94,16 +102,20 @@ def write_fp8_checkpoint(
             data, scale = _blocks(weight, shape)
             written[name] = data
             written[name + "_scale_inv"] = scale if block else scale.reshape(())
-        else:
+        elif strategy == "channel":
             scale = weight.abs().amax(1, keepdim=True).clamp(min=1e-12) / 448.0  # [out, 1]
             written[name] = (weight / scale).clamp(-448, 448).to(FP8)
             written[name + "_scale"] = scale
+        else:
+            data, scale = _blocks(weight, block if strategy == "block" else tuple(weight.shape))
+            written[name] = data
+            written[name + "_scale"] = scale if strategy == "block" else scale.reshape(1)
     save_file(written, str(out / "model.safetensors"))
     config = json.loads((source / "config.json").read_text())
     if layout == "transformers":
         config["quantization_config"] = transformers_config(block)
     else:
-        config["quantization_config"] = compressed_tensors_config()
+        config["quantization_config"] = compressed_tensors_config(strategy, block)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
 

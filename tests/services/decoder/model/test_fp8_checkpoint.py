@@ -30,7 +30,9 @@ LAYOUTS = [
     ("transformers", (128, 128)),  # Qwen3-*-FP8's blocks: one block per tiny weight
     ("transformers", (48, 32)),  # several blocks, partial ones at the edges
     ("transformers", None),  # one scale per tensor
-    ("compressed-tensors", None),  # per channel
+    ("compressed-tensors:channel", None),
+    ("compressed-tensors:tensor", None),
+    ("compressed-tensors:block", (32, 48)),
 ]
 
 
@@ -62,7 +64,7 @@ def test_fp8_checkpoint_loads_dequantized_without_quantization(
     stored = load_file(str(ckpt / "model.safetensors"))
     model = CausalLM.from_pretrained(ckpt, dtype=torch.float32)
     name = "model.layers.1.mlp.down_proj.weight"
-    scale = stored[name + ("_scale" if layout == "compressed-tensors" else "_scale_inv")]
+    scale = stored[name + ("_scale" if layout.startswith("compressed") else "_scale_inv")]
     weight = stored[name].float()
     if block is not None:
         scale = scale.repeat_interleave(block[0], 0)[: weight.shape[0]]
@@ -85,7 +87,7 @@ def test_fp8_checkpoint_served_in_fp8(
     if block is None:  # per channel or per tensor: the stored FP8 values and scales, as they are
         out_features = stored[name].shape[0]
         assert torch.equal(down.weight[:out_features].float(), stored[name].float())
-        scale_key = name + ("_scale" if layout == "compressed-tensors" else "_scale_inv")
+        scale_key = name + ("_scale" if layout.startswith("compressed") else "_scale_inv")
         want = stored[scale_key].float().reshape(-1).expand(out_features)
         assert torch.equal(down.weight_scale[0, :out_features], want)
     # against the same checkpoint served dequantized in bf16: activations' quantization only
@@ -101,7 +103,7 @@ def _refused(model_dir: Path, match: str) -> None:
 
 
 def test_unknown_quant_method_is_refused(source: Path, tmp_path: Path) -> None:
-    ckpt = _checkpoint(source, tmp_path, "compressed-tensors", None)
+    ckpt = _checkpoint(source, tmp_path, "compressed-tensors:channel", None)
     set_quantization_config(ckpt, {"quant_method": "gptq", "bits": 4})
     _refused(ckpt, "quant_method 'gptq' is not supported")
 
@@ -145,13 +147,13 @@ def _compressed(**weights: Any) -> dict[str, Any]:
 def test_unsupported_compressed_tensors_layouts_are_refused(
     source: Path, tmp_path: Path, config: dict[str, Any], match: str
 ) -> None:
-    ckpt = _checkpoint(source, tmp_path, "compressed-tensors", None)
+    ckpt = _checkpoint(source, tmp_path, "compressed-tensors:channel", None)
     set_quantization_config(ckpt, config)
     _refused(ckpt, match)
 
 
 def test_static_activation_scales_are_refused(source: Path, tmp_path: Path) -> None:
-    ckpt = _checkpoint(source, tmp_path, "compressed-tensors", None)
+    ckpt = _checkpoint(source, tmp_path, "compressed-tensors:channel", None)
     config = compressed_tensors_config()
     config["config_groups"]["group_0"]["input_activations"]["dynamic"] = False
     set_quantization_config(ckpt, config)
@@ -159,7 +161,7 @@ def test_static_activation_scales_are_refused(source: Path, tmp_path: Path) -> N
 
 
 def test_a_weight_without_its_scale_is_refused(source: Path, tmp_path: Path) -> None:
-    ckpt = _checkpoint(source, tmp_path, "compressed-tensors", None)
+    ckpt = _checkpoint(source, tmp_path, "compressed-tensors:channel", None)
     state = load_file(str(ckpt / "model.safetensors"))
     del state["model.layers.0.self_attn.q_proj.weight_scale"]
     save_file(state, str(ckpt / "model.safetensors"))
