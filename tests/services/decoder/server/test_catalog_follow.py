@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import grpc
 import redis
@@ -81,3 +82,65 @@ def test_catalog_with_another_layout_is_not_served(
         assert "differs from the model's" in server.server.catalog_sync.rejected["wrong"]
         response = stub.Recommend(pb.RecommendRequest(catalog="good", n=1), timeout=30)
         assert [i.item_id for i in response.items] == ["a"]
+
+
+PAUSE_MS = 20_000  # how long the new version's load is held up; the old one must answer meanwhile
+
+
+def activate_while_pausing_redis(client: redis.Redis, name: str, version: int) -> float:
+    """Make ``version`` current and pause every Redis client for PAUSE_MS, in one transaction:
+    the decoder hears of the version (or sees ``current`` move) but cannot read it until the
+    pause ends, as a load that takes that long would. Returns the monotonic time by which the
+    pause had begun."""
+    with client.pipeline(transaction=True) as pipe:
+        CatalogStore(pipe).activate(name, version)  # queued; runs inside the transaction
+        pipe.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
+        assert pipe.execute() == [1, b"OK"]
+    return time.monotonic()
+
+
+def test_the_old_version_answers_until_the_new_one_is_loaded(
+    sid_model: SidModel, redis_url: str, redis_client: redis.Redis
+) -> None:
+    layout = SidLayout.from_tokenizer(sid_model.model_dir)
+    assert layout is not None
+    store = CatalogStore(redis_client)
+    old = [CatalogEntry(item, sid) for item, sid in sid_model.catalog]
+    new = [CatalogEntry(f"v2-{item}", sid) for item, sid in sid_model.catalog]
+    store.publish("default", SidTrie.build(old, layout))
+    store.publish("default", SidTrie.build(new, layout), activate=False)  # complete, not current
+    settings = make_settings(sid_model, catalog_file=None, redis_url=redis_url)
+    history = [item for item, _ in sid_model.catalog[:3]]  # items of the old version only
+    request = pb.RecommendRequest(history_item_ids=history, n=4)
+    with BackgroundServer(settings) as server, grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.DecoderStub(channel)
+        assert stub.Recommend(request, timeout=30).catalog.version == "1"
+        paused_at = activate_while_pausing_redis(redis_client, "default", 2)
+        during: list[tuple[float, pb.RecommendResponse]] = []
+        for _ in range(3):  # answered while the new version cannot be read
+            response = stub.Recommend(request, timeout=30)
+            during.append((time.monotonic(), response))
+        info = stub.GetInfo(empty_pb2.Empty(), timeout=30)
+        info_at = time.monotonic()
+        # Only what was answered before the pause could have ended proves anything; at least
+        # the first answer is (a tiny model answers in well under 20 s).
+        in_pause = [r for at, r in during if at < paused_at + PAUSE_MS / 1000]
+        assert in_pause, "no answer came back during the pause"
+        for response in in_pause:
+            assert response.catalog.version == "1"
+            assert [i.item_id for i in response.items] and not response.skipped_history_item_ids
+        if info_at < paused_at + PAUSE_MS / 1000:
+            assert [(c.name, c.version) for c in info.catalogs] == [("default", "1")]
+        # The pause ends, the decoder reads the new version and swaps it in; the old version's
+        # items are unknown to it, so the same request now skips them (and still answers).
+        wait_until(
+            lambda: stub.GetInfo(empty_pb2.Empty(), timeout=30).catalogs[0].version == "2",
+            PAUSE_MS / 1000 + 60,
+            "the new version after the pause",
+        )
+        response = stub.Recommend(
+            pb.RecommendRequest(history_item_ids=history, n=4, skip_unknown_items=True), timeout=30
+        )
+        assert response.catalog.version == "2"
+        assert list(response.skipped_history_item_ids) == history
+        assert all(i.item_id.startswith("v2-") for i in response.items)
