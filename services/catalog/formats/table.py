@@ -87,15 +87,37 @@ class CatalogTable:
         if self.num_items == 0:
             return np.zeros(0, dtype=np.int64)
         # np.lexsort sorts by the last key first and is stable. Packing the SID into one int64
-        # key (when it fits) halves the sort time of a 1.5M-item catalog.
+        # key (when it fits) is faster; packing the row number in too makes every key distinct,
+        # so a plain (unstable, much faster) sort of the keys gives the stable order.
         sizes = self.sids.max(axis=0).astype(np.float64) + 1  # [L]
         if self.sids.min() >= 0 and float(np.prod(sizes)) < 2.0**62:
             packed = np.zeros(self.num_items, dtype=np.int64)  # [num_items]
             for lvl, size in enumerate(sizes.astype(np.int64).tolist()):
                 packed = packed * size + self.sids[:, lvl]
+            row_bits = max(1, (self.num_items - 1).bit_length())
+            if int(packed.max()).bit_length() + row_bits <= 63:
+                return self._order_by_packed_rows(packed, row_bits)
             return np.lexsort((-self.popularity, packed)).astype(np.int64)
         keys = (-self.popularity, *(self.sids[:, lvl] for lvl in reversed(range(self.depth))))
         return np.lexsort(keys).astype(np.int64)
+
+    def _order_by_packed_rows(self, packed: np.ndarray, row_bits: int) -> np.ndarray:
+        keys = (packed << row_bits) | np.arange(self.num_items, dtype=np.int64)  # [num_items]
+        keys.sort()
+        order = keys & ((1 << row_bits) - 1)  # rows by SID, input order within a SID
+        sorted_sids = keys >> row_bits
+        del keys
+        shared = sorted_sids[1:] == sorted_sids[:-1]  # [num_items-1]
+        if not shared.any():
+            return order
+        # Only the rows of shared SIDs need popularity order: a stable sort of those few.
+        in_group = np.zeros(self.num_items, dtype=bool)
+        in_group[1:] |= shared
+        in_group[:-1] |= shared
+        at = np.flatnonzero(in_group)  # positions (in `order`) of rows of shared SIDs
+        rows = order[at]
+        order[at] = rows[np.lexsort((-self.popularity[rows], sorted_sids[at]))]
+        return order
 
     def sorted_for_trie(self) -> CatalogTable:
         """This table grouped by SID, popularity descending within a SID (see module doc)."""
