@@ -184,9 +184,10 @@ def windows(run: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, part in parts.items():
         errors = [o for o in part if o.status != 200 or o.problem is not None]
+        answered = [o.latency for o in part if o.status == 200]
         out[name] = {"requests": len(part), "errors": len(errors),
                      "problems": sorted({o.problem or str(o.status) for o in errors})[:5],
-                     "latency": Latency.of([o.latency for o in part if o.status == 200])}  # fmt: skip
+                     "latency": Latency.of(answered)}  # fmt: skip
     before, during = out["before"]["latency"].p99_ms, out["during"]["latency"].p99_ms
     out["p99_during_over_before"] = during / before if before else None
     out["swap_s"] = end - start
