@@ -12,6 +12,7 @@ import pytest
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.support import GatewayServer, gateway_settings
+from tests.services.gateway.wide_beam_checks import check_generate_matches_completions
 from widebeam.cli import build_parser
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.cli import settings_from_args
@@ -54,20 +55,7 @@ def test_models_reports_the_raised_width(wide: httpx.Client) -> None:
 def test_n_equals_beam_at_a_raised_width_through_generate_and_completions(
     wide: httpx.Client,
 ) -> None:
-    params = {"n": WIDE, "max_new_tokens": 2, "ignore_eos": True}
-    answer = wide.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": params})
-    assert answer.status_code == 200, answer.text
-    beams = answer.json()["meta_info"]["beam_results"]
-    assert len(beams) == WIDE and len({tuple(b["output_ids"]) for b in beams}) == WIDE
-    body = {"model": "model", "prompt": [1, 2, 3], "n": WIDE, "beam_width": WIDE,
-            "max_tokens": 2, "ignore_eos": True}  # fmt: skip
-    completion = wide.post("/v1/completions", json=body)
-    assert completion.status_code == 200, completion.text
-    choices = completion.json()["choices"]
-    assert [c["token_ids"] for c in choices] == [b["output_ids"] for b in beams]
-    assert [c["sequence_score"] for c in choices] == [
-        b["meta_info"]["sequence_score"] for b in beams
-    ]
+    check_generate_matches_completions(wide, WIDE, new_tokens=2)
     too_wide = wide.post("/generate", json={"input_ids": [1], "sampling_params": {"n": WIDE + 1}})
     assert too_wide.status_code == 400 and too_wide.json()["error"]["param"] == "sampling_params.n"
 

@@ -10,6 +10,7 @@ import torch
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings
 from tests.services.gateway.support import GatewayServer, gateway_settings
+from tests.services.gateway.wide_beam_checks import check_generate_matches_completions
 from widebeam.services.decoder.server.background import BackgroundServer
 
 pytestmark = pytest.mark.gpu
@@ -26,20 +27,7 @@ def test_beam_5000_through_generate_and_rest(sid_model: SidModel) -> None:
         GatewayServer(gateway_settings([decoder.address], max_beam_width=WIDE)) as gateway,
         httpx.Client(base_url=gateway.url, timeout=600) as http,
     ):
-        params = {"n": WIDE, "max_new_tokens": 3, "ignore_eos": True}
-        answer = http.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": params})
-        assert answer.status_code == 200, answer.text
-        beams = answer.json()["meta_info"]["beam_results"]
-        assert len(beams) == WIDE and len({tuple(b["output_ids"]) for b in beams}) == WIDE
-        scores = [b["meta_info"]["sequence_score"] for b in beams]
-        assert scores == sorted(scores, reverse=True)
-        body = {"model": "model", "prompt": [1, 2, 3], "n": WIDE, "beam_width": WIDE,
-                "max_tokens": 3, "ignore_eos": True}  # fmt: skip
-        completion = http.post("/v1/completions", json=body)
-        assert completion.status_code == 200, completion.text
-        choices = completion.json()["choices"]
-        assert [c["token_ids"] for c in choices] == [b["output_ids"] for b in beams]
-        assert [c["sequence_score"] for c in choices] == pytest.approx(scores, abs=1e-4)
+        check_generate_matches_completions(http, WIDE, new_tokens=3, score_abs=1e-4)
         history = [item for item, _ in sid_model.catalog[:3]]
         reply = http.post("/v1/recommend", json={"history": history, "n": 200, "beam_width": WIDE})
         assert reply.status_code == 200, reply.text
