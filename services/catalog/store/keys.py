@@ -11,17 +11,18 @@
     {ns}:cat:{n}:staging                  ZSET    versions being written (score = start time);
                                                   stale entries are garbage-collected
     {ns}:cat:{n}:v:{v}:manifest           STRING  manifest JSON (see ``manifest.py``)
-    {ns}:cat:{n}:v:{v}:lookup             STRING  JSON {artifact_id, layout, depth,
-                                                  item_buckets, sid_buckets}
+    {ns}:cat:{n}:v:{v}:lookup             STRING  JSON {artifact_id, layout, depth, num_items,
+                                                  item_buckets, sid_buckets, names_per_bucket}
     {ns}:cat:{n}:v:{v}:chunk:{i}          STRING  i-th chunk of the compressed trie artifact
-    {ns}:cat:{n}:v:{v}:ib:{b}             STRING  packed item -> SID records of bucket b
-    {ns}:cat:{n}:v:{v}:sb:{b}             STRING  packed SID -> items records of bucket b
+    {ns}:cat:{n}:v:{v}:nb:{k}             STRING  item ids of trie positions k*64 .. k*64+63
+    {ns}:cat:{n}:v:{v}:ib:{b}             STRING  item records (hash, position, SID) of bucket b
+    {ns}:cat:{n}:v:{v}:sb:{b}             STRING  SID records (hash, items' positions, codes)
 
 Chunks and lookup buckets are written first; one Lua script then writes ``manifest`` and
 ``lookup``, adds ``v`` to ``versions``, moves ``current`` and appends the event, so a version is
 either complete and visible or invisible. Lookup tables are split into buckets of ~64 records,
-each one binary STRING (layout ``packed/1``: ``lookup_layout.py``); the bucket counts live in
-the ``lookup`` key. Versions written before that layout (their ``lookup`` key has no
+each one binary STRING (layout ``packed/1``: ``lookup_layout.py``); their sizes live in the
+``lookup`` key. Versions written before that layout (their ``lookup`` key has no
 ``layout``: ``hash/1``) hold instead::
 
     {ns}:cat:{n}:v:{v}:items:{b}          HASH    item_id -> "c0,c1,...,c{L-1}" (its SID)
@@ -136,6 +137,9 @@ class VersionKeys:
 
     def chunk(self, index: int) -> str:
         return f"{self.prefix}:chunk:{index}"
+
+    def name_bucket(self, bucket: int) -> str:
+        return f"{self.prefix}:nb:{bucket}"
 
     def item_bucket(self, bucket: int) -> str:
         return f"{self.prefix}:ib:{bucket}"

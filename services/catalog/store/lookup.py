@@ -1,10 +1,11 @@
 """Per-version item <-> SID lookup tables: the one module that writes and reads them.
 
 The gateway asks "which SID is item X" and "which items does SID S name" per request, so these
-are answered by one GET of a small bucket each instead of loading the whole artifact. Written
-in the ``packed/1`` layout (``lookup_layout.py``): numpy packs every bucket, a bulk writer
-streams them. Versions published before it (layout ``hash/1``: HASH buckets, one field per
-item / SID, ``keys.py``) are still read; a lookup record naming any other layout is rejected.
+are answered by two round trips of small GETs (the hash bucket, then the names bucket holding
+the ids) instead of loading the whole artifact. Written in the ``packed/1`` layout
+(``lookup_layout.py``): numpy sorts and slices every table, a bulk writer streams the buckets.
+Versions published before it (layout ``hash/1``: HASH buckets, one field per item / SID,
+``keys.py``) are still read; a lookup record naming any other layout is rejected.
 """
 
 from __future__ import annotations
@@ -33,41 +34,25 @@ def write_lookups(
     item_blob: np.ndarray,  # [bytes] uint8, item ids in trie order, UTF-8
     item_offsets: np.ndarray,  # [num_items+1] int64
 ) -> dict[str, Any]:
-    """Write both tables; returns the lookup entry recorded in the manifest."""
-    num_sids, num_items = len(sids), len(item_offsets) - 1
-    sid_sizes = np.diff(sid_item_offsets)  # [num_sids]
-    item_buckets = packed.bucket_count(num_items)
-    sid_buckets = packed.bucket_count(num_sids)
-    by_item = packed.Records(
-        codes=np.repeat(sids, sid_sizes, axis=0),
-        string_lo=np.arange(num_items, dtype=np.int64),
-        string_count=np.ones(num_items, dtype=np.int64),
-        blob=item_blob,
-        offsets=item_offsets,
-    )
-    item_bucket = packed.item_hashes(item_blob, item_offsets) % np.uint64(item_buckets)
-    by_sid = packed.Records(
-        codes=sids,
-        string_lo=np.asarray(sid_item_offsets[:-1], dtype=np.int64),
-        string_count=sid_sizes.astype(np.int64),
-        blob=item_blob,
-        offsets=item_offsets,
-    )
-    sid_bucket = packed.sid_hashes(sids) % np.uint64(sid_buckets)
+    """Write the three tables; returns the lookup entry recorded in the manifest."""
+    sid_of_item = np.repeat(np.arange(len(sids)), np.diff(sid_item_offsets))  # [num_items]
+    items = packed.pack_items(packed.item_hashes(item_blob, item_offsets), sids[sid_of_item])
+    del sid_of_item
+    by_sid = packed.pack_sids(packed.sid_hashes(sids), sids, sid_item_offsets)
     with BulkWriter(client) as writer:
-        for key_of, records, bucket_of_record, count in (
-            (vkeys.item_bucket, by_item, item_bucket, item_buckets),
-            (vkeys.sid_bucket, by_sid, sid_bucket, sid_buckets),
-        ):
-            for b, numeric, blob in packed.pack_buckets(
-                records, bucket_of_record.astype(np.int64), count
-            ):
-                writer.set(key_of(b).encode("utf-8"), (numeric, blob))
+        for k, lengths, blob in packed.name_buckets(item_blob, item_offsets):
+            writer.set(vkeys.name_bucket(k).encode("utf-8"), (lengths, blob))
+        for b, value in items.buckets():
+            writer.set(vkeys.item_bucket(b).encode("utf-8"), (value,))
+        for b, value in by_sid.buckets():
+            writer.set(vkeys.sid_bucket(b).encode("utf-8"), (value,))
     return {
         "layout": packed.LAYOUT,
         "depth": int(sids.shape[1]),
-        "item_buckets": item_buckets,
-        "sid_buckets": sid_buckets,
+        "num_items": len(item_offsets) - 1,
+        "item_buckets": 1 << items.bits,  # powers of two: a bucket is its hashes' top bits
+        "sid_buckets": 1 << by_sid.bits,
+        "names_per_bucket": packed.NAMES_PER_BUCKET,
     }
 
 
@@ -85,15 +70,26 @@ class LookupReader:
         self, name: str, version: int, item_ids: Sequence[str]
     ) -> list[tuple[int, ...] | None]:
         """SID codes of each item (None when the version has no such item)."""
-        where = f"catalog {name!r} version {version}"
         record, raws = self._get(name, version, ITEMS, item_ids)
         if record.get("layout", LEGACY_LAYOUT) == LEGACY_LAYOUT:
             return [None if r is None else tuple(int(c) for c in r.split(b",")) for r in raws]
-        out: list[tuple[int, ...] | None] = []
-        for key, raw in zip(map(_utf8, item_ids), raws, strict=True):
-            bucket = _parse(raw, record, where)
-            j = -1 if bucket is None else bucket.find_string(key)
-            out.append(None if j < 0 else tuple(bucket.codes[bucket.record_of_string(j)].tolist()))
+        where = f"catalog {name!r} version {version}"
+        keys = list(map(_utf8, item_ids))
+        words = 2 + int(record["depth"])
+        # candidates: (query, position, codes) whose stored hash matches the query's
+        candidates: list[tuple[int, int, tuple[int, ...]]] = []
+        for q, (key, raw) in enumerate(zip(keys, raws, strict=True)):
+            if raw is None:
+                continue
+            rows = _records(raw, words, where)
+            for row in rows[rows[:, 0] == packed.item_hash(key) >> 32].tolist():
+                codes = tuple(np.array(row[2:], dtype=np.uint32).view(np.int32).tolist())
+                candidates.append((q, row[1], codes))
+        names = self._names(name, version, record, {pos for _, pos, _ in candidates}, where)
+        out: list[tuple[int, ...] | None] = [None] * len(keys)
+        for q, pos, codes in candidates:
+            if names.get(pos) == keys[q]:
+                out[q] = codes
         return out
 
     def sid_items(self, name: str, version: int, codes: Sequence[int] | str) -> list[str]:
@@ -103,14 +99,47 @@ class LookupReader:
         except (TypeError, ValueError):
             return []
         values = [int(c) for c in text.split(",")]
-        if min(values) < 0:
+        if min(values) < 0 or max(values) > packed.MAX_CODE:
             return []
         record, (raw,) = self._get(name, version, SIDS, [values])
         if record.get("layout", LEGACY_LAYOUT) == LEGACY_LAYOUT:
             return [] if raw is None else [str(i) for i in json.loads(raw)]
-        bucket = _parse(raw, record, f"catalog {name!r} version {version}")
-        r = -1 if bucket is None else bucket.find_codes(values)
-        return [] if r < 0 else bucket.strings_of(r)
+        where = f"catalog {name!r} version {version}"
+        if raw is None or len(values) != int(record["depth"]):
+            return []
+        rows = _records(raw, 3 + len(values), where)
+        want = np.array(values, dtype=np.int32).view(np.uint32)
+        hit = np.flatnonzero((rows[:, 3:] == want).all(axis=1))
+        if not len(hit):
+            return []
+        lo, count = int(rows[hit[0], 1]), int(rows[hit[0], 2])
+        names = self._names(name, version, record, set(range(lo, lo + count)), where)
+        try:
+            return [names[p].decode("utf-8") for p in range(lo, lo + count)]
+        except (KeyError, UnicodeDecodeError):
+            raise ArtifactError(f"{where}: lookup names of SID {text} are missing") from None
+
+    def _names(
+        self, name: str, version: int, record: dict[str, Any], positions: set[int], where: str
+    ) -> dict[int, bytes]:
+        """Item ids (UTF-8) at these trie positions, one GET per names bucket holding any."""
+        per = int(record["names_per_bucket"])
+        n = int(record["num_items"])
+        wanted = sorted({p // per for p in positions if 0 <= p < n})
+        if not wanted:
+            return {}
+        vkeys = self.keys.catalog(name).version(version)
+        raws = self.client.mget([vkeys.name_bucket(k) for k in wanted])
+        out: dict[int, bytes] = {}
+        for k, raw in zip(wanted, raws, strict=True):
+            if raw is None:
+                raise ArtifactError(f"{where}: lookup names bucket {k} is missing")
+            try:
+                ids = packed.parse_names(raw, min(per, n - k * per))
+            except packed.MalformedBucketError as exc:
+                raise ArtifactError(f"{where}: lookup bucket is malformed: {exc}") from None
+            out.update(enumerate(ids, start=k * per))
+        return out
 
     def _get(
         self, name: str, version: int, table: str, keys: Sequence[Any]
@@ -144,20 +173,23 @@ class LookupReader:
     def _fetch(
         self, vkeys: VersionKeys, table: str, keys: Sequence[Any], record: dict[str, Any]
     ) -> list[bytes | None]:
-        buckets = int(record["item_buckets" if table == ITEMS else "sid_buckets"])
         pipe = self.client.pipeline(transaction=False)
         pipe.get(vkeys.lookup)
         if record.get("layout", LEGACY_LAYOUT) == LEGACY_LAYOUT:
+            buckets = int(record["item_buckets" if table == ITEMS else "sid_buckets"])
             key_of = vkeys.items if table == ITEMS else vkeys.sids
             for k in keys:
                 field = k if table == ITEMS else sid_key(k)
                 pipe.hget(key_of(bucket_of(field, buckets)), field)
         elif table == ITEMS:
+            bits = int(record["item_buckets"]).bit_length() - 1
             for k in keys:
-                pipe.get(vkeys.item_bucket(packed.item_hash(_utf8(k)) % buckets))
+                h = packed.item_hash(_utf8(k))
+                pipe.get(vkeys.item_bucket(packed.bucket_of_hash(h, bits)))
         else:
+            bits = int(record["sid_buckets"]).bit_length() - 1
             for k in keys:
-                pipe.get(vkeys.sid_bucket(packed.sid_hash(k) % buckets))
+                pipe.get(vkeys.sid_bucket(packed.bucket_of_hash(packed.sid_hash(k), bits)))
         return pipe.execute()
 
 
@@ -166,10 +198,8 @@ def _utf8(item_id: str) -> bytes:
     return item_id.encode("utf-8", "surrogatepass")
 
 
-def _parse(raw: bytes | None, record: dict[str, Any], where: str) -> packed.Bucket | None:
-    if raw is None:
-        return None
+def _records(raw: bytes, words: int, where: str) -> np.ndarray:
     try:
-        return packed.Bucket.parse(raw, int(record["depth"]))
+        return packed.parse_records(raw, words)
     except packed.MalformedBucketError as exc:
         raise ArtifactError(f"{where}: lookup bucket is malformed: {exc}") from None

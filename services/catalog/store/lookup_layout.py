@@ -1,47 +1,52 @@
-"""Packed lookup buckets (lookup layout ``packed/1``): the byte format, its hashes, and both
-directions — numpy packing of a whole table, and the search of one fetched bucket.
+"""Packed lookup tables (lookup layout ``packed/1``): their byte format, hashes, the numpy
+packing of a whole version and the parsing of fetched buckets.
 
-A table is a list of *records*, each with ``L`` SID codes and a list of strings (item ids):
-the item -> SID table has one record per item (its id, its SID), the SID -> items table one per
-SID (its items, in trie order). Records are hashed into ``B`` buckets; each bucket is one Redis
-STRING, all little-endian::
+Three tables of binary STRING buckets, all little-endian uint32 words unless said otherwise
+(``L`` = SID depth, ``n`` = items in trie order, ``K`` = ``NAMES_PER_BUCKET``)::
 
-    u32 m, u32 s                  records, strings in the bucket
-    i32 codes[m * L]              SID codes of record r at codes[r*L : (r+1)*L]
-    u32 string_starts[m + 1]      record r owns strings string_starts[r] .. string_starts[r+1]-1
-    u32 byte_offsets[s + 1]       string j is blob[byte_offsets[j] : byte_offsets[j+1]]
-    u8  blob[byte_offsets[s]]     UTF-8 bytes of the strings, back to back
+    names:{k}   item ids of trie positions k*K .. k*K+K-1: u32 byte length of each, then
+                their UTF-8 bytes back to back
+    items:{b}   one record per item whose hash falls in bucket b: hash_hi, position, codes[L]
+    sids:{b}    one record per SID whose hash falls in bucket b: hash_hi, first item position,
+                item count, codes[L] (i32)
 
-Bucket of an item: ``item_hash(utf-8 id) % B``; of a SID: ``sid_hash(codes) % B``. Both hashes
-are a polynomial over the bytes / codes modulo 2**64 finished with murmur3's fmix64, so Python
-(one key, at lookup) and numpy (every key, at publish) compute the same value. Buckets that
-hold no record are not written.
+Bucket ``b`` of a hash ``h`` is its top ``bits`` bits (``2**bits`` buckets, ~``K`` records
+each); ``hash_hi`` is ``h >> 32``, which lets a reader skip records without reading names.
+An item lookup reads its items bucket, then the names bucket of each candidate to compare the
+id; a SID lookup reads its sids bucket, then the names buckets of its items. Every bucket is a
+contiguous slice of one array sorted by (hash, position), so packing a version is a few numpy
+sorts and gathers of fixed-width rows — no per-item Python and no per-byte index. Both hashes
+are a polynomial modulo 2**64 finished with murmur3's fmix64, the same value from Python (one
+key) and numpy (every key).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 LAYOUT = "packed/1"
-RECORDS_PER_BUCKET = 64  # a lookup fetches ~1-2 KiB; ~300k keys per table at 10M items
+MAX_CODE = 2**31 - 1  # codes are stored as int32
+NAMES_PER_BUCKET = 64
+RECORDS_PER_BUCKET = 64  # on average; a lookup fetches ~1-2 KiB
 
 _MASK = (1 << 64) - 1
 _P = 0x100000001B3  # FNV-64 prime: odd, so invertible modulo 2**64
 _P_INV = pow(_P, -1, 1 << 64)
 _FMIX = (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53)
-_HEADER_WORDS = 2
-# Bytes of item ids hashed per numpy pass: bounds the power tables (3 x 8 bytes a byte).
+# Bytes of item ids hashed per numpy pass: bounds the power tables (8 bytes a byte each).
 _HASH_CHUNK_BYTES = 1 << 22
-# Records packed per numpy pass of the writer: bounds its index arrays.
-_PACK_CHUNK_RECORDS = 1 << 18
 
 
-def bucket_count(records: int) -> int:
-    return max(1, -(-records // RECORDS_PER_BUCKET))
+def bucket_bits(records: int) -> int:
+    """log2 of the bucket count for ``records`` (~RECORDS_PER_BUCKET a bucket)."""
+    return max(0, (max(1, records // RECORDS_PER_BUCKET) - 1).bit_length())
+
+
+def bucket_of_hash(h: int, bits: int) -> int:
+    return h >> (64 - bits) if bits else 0
 
 
 # -- hashes: one key in Python ---------------------------------------------------------------
@@ -126,157 +131,106 @@ def item_hashes(blob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return _fmix64_np(out)
 
 
-# -- packing every bucket of a table ---------------------------------------------------------
+# -- packing ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Records:
-    """A table to pack: record r has ``codes[r]`` and the strings ``string_lo[r] ..
-    string_lo[r] + string_count[r] - 1`` of (``blob``, ``offsets``)."""
+class Packed:
+    """A table ready to write: bucket b is ``rows[first[b]:first[b+1]]``."""
 
-    codes: np.ndarray  # [m, L] int32
-    string_lo: np.ndarray  # [m] int64
-    string_count: np.ndarray  # [m] int64
-    blob: np.ndarray  # [bytes] uint8
-    offsets: np.ndarray  # [strings+1] int64
+    rows: np.ndarray  # [records, words] <u4, sorted by bucket
+    first: np.ndarray  # [buckets+1] int64
+    bits: int
 
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(starts[i], starts[i] + counts[i]) for all i, as int64."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    before = np.cumsum(counts) - counts  # exclusive prefix
-    return np.repeat(starts - before, counts) + np.arange(total, dtype=np.int64)
+    def buckets(self) -> Iterator[tuple[int, memoryview]]:
+        """(bucket, its value) of every non-empty bucket."""
+        view = memoryview(self.rows.reshape(-1).view(np.uint8))
+        width = self.rows.shape[1] * 4
+        first = self.first.tolist()
+        for b in np.flatnonzero(np.diff(self.first)).tolist():
+            yield b, view[first[b] * width : first[b + 1] * width]
 
 
-def _within(group_first: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
-    """[n] position of each element inside its group (elements sorted by group)."""
-    return np.arange(n, dtype=np.int64) - group_first[groups]
+def _by_hash(hashes: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(record order sorted by hash, [2**bits + 1] first record of each bucket)."""
+    n = len(hashes)
+    row_bits = max(1, (n - 1).bit_length())
+    # The low hash bits give way to the record number: every key is distinct, so a plain sort
+    # (much faster than argsort) orders the records; the top bits still name the bucket.
+    keys = (hashes >> np.uint64(row_bits)) << np.uint64(row_bits)
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort()
+    order = (keys & np.uint64((1 << row_bits) - 1)).astype(np.int64)
+    top = keys >> np.uint64(64 - bits) if bits else np.zeros(n, dtype=np.uint64)
+    first = np.searchsorted(top, np.arange((1 << bits) + 1, dtype=np.uint64))
+    return order, first.astype(np.int64)
 
 
-def pack_buckets(
-    records: Records, bucket_of_record: np.ndarray, buckets: int
+def pack_items(
+    hashes: np.ndarray,  # [n] uint64, item_hash of each item in trie order
+    item_codes: np.ndarray,  # [n, L] int32, each item's SID
+) -> Packed:
+    bits = bucket_bits(len(hashes))
+    order, first = _by_hash(hashes, bits)
+    depth = item_codes.shape[1]
+    rows = np.empty((len(order), 2 + depth), dtype="<u4")
+    rows[:, 0] = hashes[order] >> np.uint64(32)
+    rows[:, 1] = order
+    rows[:, 2:] = item_codes[order].astype("<i4").view("<u4")
+    return Packed(rows, first, bits)
+
+
+def pack_sids(
+    hashes: np.ndarray,  # [num_sids] uint64, sid_hash of each SID in trie order
+    sids: np.ndarray,  # [num_sids, L] int32
+    sid_item_offsets: np.ndarray,  # [num_sids+1] int64
+) -> Packed:
+    bits = bucket_bits(len(hashes))
+    order, first = _by_hash(hashes, bits)
+    depth = sids.shape[1]
+    rows = np.empty((len(order), 3 + depth), dtype="<u4")
+    rows[:, 0] = hashes[order] >> np.uint64(32)
+    rows[:, 1] = sid_item_offsets[:-1][order]
+    rows[:, 2] = np.diff(sid_item_offsets)[order]
+    rows[:, 3:] = sids[order].astype("<i4").view("<u4")
+    return Packed(rows, first, bits)
+
+
+def name_buckets(
+    blob: np.ndarray, offsets: np.ndarray
 ) -> Iterator[tuple[int, memoryview, memoryview]]:
-    """(bucket, numeric part, blob part) of every non-empty bucket; a bucket's value is the two
-    parts back to back. Works through the records a chunk of buckets at a time."""
-    depth = records.codes.shape[1]
-    # Order inside a bucket is free (its records are distinct), so no stable sort is needed.
-    order = np.argsort(bucket_of_record)  # [m] int64
-    sorted_buckets = bucket_of_record[order]
-    # first record (in `order`) of every bucket 0..buckets
-    bucket_first = np.searchsorted(sorted_buckets, np.arange(buckets + 1))
-    b0 = 0
-    while b0 < buckets:
-        r0 = int(bucket_first[b0])
-        b1 = int(np.searchsorted(bucket_first, r0 + _PACK_CHUNK_RECORDS, side="right")) - 1
-        b1 = min(max(b1, b0 + 1), buckets)
-        r1 = int(bucket_first[b1])
-        yield from _pack_chunk(records, order[r0:r1], bucket_first[b0 : b1 + 1] - r0, depth, b0)
-        b0 = b1
+    """(bucket, lengths part, bytes part) of every names bucket."""
+    lengths = np.diff(offsets).astype("<u4")  # [n]
+    length_view = memoryview(lengths.view(np.uint8))
+    blob_view = memoryview(np.ascontiguousarray(blob, dtype=np.uint8))
+    bounds = [*offsets[::NAMES_PER_BUCKET].tolist(), int(offsets[-1])]
+    n = len(lengths)
+    for k in range(-(-n // NAMES_PER_BUCKET)):
+        lo, hi = k * NAMES_PER_BUCKET, min(n, (k + 1) * NAMES_PER_BUCKET)
+        yield k, length_view[lo * 4 : hi * 4], blob_view[bounds[k] : bounds[k + 1]]
 
 
-def _pack_chunk(
-    records: Records, rows: np.ndarray, first: np.ndarray, depth: int, bucket_base: int
-) -> Iterator[tuple[int, memoryview, memoryview]]:
-    nb, nr = len(first) - 1, len(rows)
-    rec_bucket = np.repeat(np.arange(nb), np.diff(first))  # [nr] local bucket of each record
-    m = np.diff(first)  # [nb] records per bucket
-    counts = records.string_count[rows]  # [nr] strings per record
-    string_ids = _ranges(records.string_lo[rows], counts)  # [ns] global string index
-    lens = records.offsets[string_ids + 1] - records.offsets[string_ids]  # [ns] bytes
-    str_bucket = np.repeat(rec_bucket, counts)  # [ns]
-    s = np.bincount(str_bucket, minlength=nb)  # [nb] strings per bucket
-    str_first = np.concatenate(([0], np.cumsum(s)))
-    byte_bucket_total = np.bincount(str_bucket, weights=lens, minlength=nb).astype(np.int64)
-    blob = records.blob[_ranges(records.offsets[string_ids], lens)]  # [bytes] uint8
-    blob_first = np.concatenate(([0], np.cumsum(byte_bucket_total)))
-
-    words = _HEADER_WORDS + depth * m + (m + 1) + (s + 1)  # [nb]
-    word_first = np.concatenate(([0], np.cumsum(words)))
-    packed = np.zeros(int(word_first[-1]), dtype="<u4")
-    base = word_first[:-1]
-    packed[base] = m
-    packed[base + 1] = s
-    pos = _within(first, rec_bucket, nr)  # [nr] record index inside its bucket
-    code_at = base[rec_bucket] + _HEADER_WORDS + pos * depth  # [nr]
-    codes = records.codes[rows].astype("<i4").view("<u4")  # [nr, L]
-    for lvl in range(depth):
-        packed[code_at + lvl] = codes[:, lvl]
-    starts_base = base + _HEADER_WORDS + depth * m  # [nb]
-    count_first = np.cumsum(counts) - counts  # exclusive prefix over records of the chunk
-    packed[starts_base[rec_bucket] + pos] = count_first - str_first[rec_bucket]
-    packed[starts_base + m] = s
-    offsets_base = starts_base + m + 1  # [nb]
-    q = _within(str_first, str_bucket, len(string_ids))  # [ns] string index inside its bucket
-    byte_first = np.cumsum(lens) - lens
-    packed[offsets_base[str_bucket] + q] = byte_first - blob_first[str_bucket]
-    packed[offsets_base + s] = byte_bucket_total
-
-    numeric = memoryview(packed.view(np.uint8))
-    blob_view = memoryview(blob)
-    wf = (word_first * 4).tolist()
-    bf = blob_first.tolist()
-    for b in np.flatnonzero(m).tolist():
-        yield bucket_base + b, numeric[wf[b] : wf[b + 1]], blob_view[bf[b] : bf[b + 1]]
-
-
-# -- reading one bucket ----------------------------------------------------------------------
+# -- reading ---------------------------------------------------------------------------------
 
 
 class MalformedBucketError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """One fetched bucket, parsed lazily into numpy views of its bytes."""
+def parse_records(raw: bytes, words: int) -> np.ndarray:
+    """[records, words] uint32 rows of an items / sids bucket."""
+    if len(raw) % (4 * words):
+        raise MalformedBucketError(f"{len(raw)} bytes is not a whole number of records")
+    return np.frombuffer(raw, "<u4").reshape(-1, words)
 
-    codes: np.ndarray  # [m, L] int32
-    string_starts: np.ndarray  # [m+1] uint32
-    byte_offsets: np.ndarray  # [s+1] uint32
-    blob: bytes
 
-    @classmethod
-    def parse(cls, raw: bytes, depth: int) -> Bucket:
-        if len(raw) < 8:
-            raise MalformedBucketError(f"{len(raw)} bytes, shorter than its header")
-        m, s = (int(x) for x in np.frombuffer(raw, "<u4", 2))
-        words = _HEADER_WORDS + depth * m + (m + 1) + (s + 1)
-        if len(raw) < words * 4:
-            raise MalformedBucketError(f"{len(raw)} bytes for {m} records and {s} strings")
-        numeric = np.frombuffer(raw, "<u4", words)
-        codes = numeric[_HEADER_WORDS : _HEADER_WORDS + depth * m].view("<i4").reshape(m, depth)
-        at = _HEADER_WORDS + depth * m
-        starts, offsets = numeric[at : at + m + 1], numeric[at + m + 1 :]
-        blob = raw[words * 4 :]
-        if int(starts[-1]) != s or int(offsets[-1]) != len(blob):
-            raise MalformedBucketError("string counts or byte offsets do not match its size")
-        return cls(codes, starts, offsets, blob)
-
-    def find_string(self, key: bytes) -> int:
-        """Index of the string equal to ``key``, or -1."""
-        starts = self.byte_offsets[:-1]
-        pos = self.blob.find(key)
-        while pos >= 0:
-            j = int(np.searchsorted(starts, pos))
-            if j < len(starts) and starts[j] == pos and self.byte_offsets[j + 1] - pos == len(key):
-                return j
-            pos = self.blob.find(key, pos + 1)
-        return -1
-
-    def record_of_string(self, j: int) -> int:
-        return int(np.searchsorted(self.string_starts, j, side="right")) - 1
-
-    def find_codes(self, codes: Sequence[int]) -> int:
-        """Index of the record whose codes are ``codes``, or -1."""
-        if len(codes) != self.codes.shape[1] or not len(self.codes):
-            return -1
-        hit = np.flatnonzero((self.codes == np.asarray(codes, dtype=np.int64)).all(axis=1))
-        return int(hit[0]) if len(hit) else -1
-
-    def strings_of(self, record: int) -> list[str]:
-        lo, hi = int(self.string_starts[record]), int(self.string_starts[record + 1])
-        off = self.byte_offsets[lo : hi + 1].tolist()
-        blob = self.blob
-        return [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(off)]
+def parse_names(raw: bytes, count: int) -> list[bytes]:
+    """The ``count`` item ids (UTF-8) of a names bucket."""
+    if len(raw) < 4 * count:
+        raise MalformedBucketError(f"{len(raw)} bytes, shorter than its {count} lengths")
+    lengths = np.frombuffer(raw, "<u4", count)
+    ends = (np.cumsum(lengths, dtype=np.int64) + 4 * count).tolist()
+    if (ends[-1] if ends else 4 * count) != len(raw):
+        raise MalformedBucketError("item id lengths do not match its size")
+    starts = [4 * count, *ends[:-1]]
+    return [raw[a:b] for a, b in zip(starts, ends, strict=True)]

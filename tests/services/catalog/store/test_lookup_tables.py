@@ -47,22 +47,31 @@ def trie_tables(trie: SidTrie) -> tuple[dict[str, tuple[int, ...]], dict[tuple[i
 
 def stored_tables(client: redis.Redis, prefix: str, record: dict) -> tuple[dict, dict]:
     """Every bucket decoded; also checks each record sits in the bucket its hash names."""
+    n, per, depth = record["num_items"], record["names_per_bucket"], record["depth"]
+    names: dict[int, str] = {}
+    for key in client.scan_iter(f"{prefix}:nb:*".encode()):
+        k = int(key.rsplit(b":", 1)[1])
+        for i, raw in enumerate(packed.parse_names(client.get(key), min(per, n - k * per))):
+            names[k * per + i] = raw.decode()
+    assert sorted(names) == list(range(n))
     by_item: dict[str, tuple[int, ...]] = {}
+    for key in client.scan_iter(f"{prefix}:ib:*".encode()):
+        b = int(key.rsplit(b":", 1)[1])
+        for row in packed.parse_records(client.get(key), 2 + depth).tolist():
+            item = names[row[1]]
+            h = packed.item_hash(item.encode())
+            assert packed.bucket_of_hash(h, record["item_buckets"].bit_length() - 1) == b
+            assert row[0] == h >> 32
+            by_item[item] = tuple(np.array(row[2:], dtype=np.uint32).view(np.int32).tolist())
     by_sid: dict[tuple[int, ...], list[str]] = {}
-    for table, count in (("ib", record["item_buckets"]), ("sb", record["sid_buckets"])):
-        for key in client.scan_iter(f"{prefix}:{table}:*".encode()):
-            b = int(key.rsplit(b":", 1)[1])
-            bucket = packed.Bucket.parse(client.get(key), record["depth"])
-            for r in range(len(bucket.codes)):
-                codes = tuple(bucket.codes[r].tolist())
-                strings = bucket.strings_of(r)
-                if table == "ib":
-                    assert len(strings) == 1
-                    assert packed.item_hash(strings[0].encode()) % count == b
-                    by_item[strings[0]] = codes
-                else:
-                    assert packed.sid_hash(codes) % count == b
-                    by_sid[codes] = strings
+    for key in client.scan_iter(f"{prefix}:sb:*".encode()):
+        b = int(key.rsplit(b":", 1)[1])
+        for row in packed.parse_records(client.get(key), 3 + depth).tolist():
+            codes = tuple(np.array(row[3:], dtype=np.uint32).view(np.int32).tolist())
+            h = packed.sid_hash(codes)
+            assert packed.bucket_of_hash(h, record["sid_buckets"].bit_length() - 1) == b
+            assert row[0] == h >> 32
+            by_sid[codes] = [names[p] for p in range(row[1], row[1] + row[2])]
     return by_item, by_sid
 
 
@@ -72,7 +81,7 @@ def test_lookup_tables_match_the_trie(redis_client: redis.Redis, seed: int) -> N
     store = CatalogStore(redis_client, chunk_bytes=512)
     published = store.publish("shop", trie)
     record = published.manifest["lookup"]
-    assert record["layout"] == "packed/1" and record["item_buckets"] > 1
+    assert record["layout"] == "packed/1" and record["item_buckets"] >= 8
     prefix = f"widebeam:cat:shop:v:{published.version}"
     assert stored_tables(redis_client, prefix, record) == trie_tables(trie)
     by_item, by_sid = trie_tables(trie)
@@ -86,10 +95,9 @@ def test_lookup_tables_match_the_trie(redis_client: redis.Redis, seed: int) -> N
 def test_packing_in_many_chunks_and_long_ids(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Chunk boundaries of the numpy passes (tiny here) change nothing; an id longer than a
+    """Chunk boundaries of the hashing passes (tiny here) change nothing; an id longer than a
     hashing chunk gets a chunk of its own."""
     monkeypatch.setattr(packed, "_HASH_CHUNK_BYTES", 16)
-    monkeypatch.setattr(packed, "_PACK_CHUNK_RECORDS", 7)
     rng = random.Random(5)
     entries = [CatalogEntry(f"i{k}" * rng.randint(1, 30), (k % 5, k % 3, k % 7)) for k in
                range(400)]  # fmt: skip
@@ -120,8 +128,9 @@ def write_hash_layout_version(client: redis.Redis, store: CatalogStore, trie: Si
     and a lookup record without a layout."""
     published = store.publish("old", trie)
     prefix = f"widebeam:cat:old:v:{published.version}"
-    for key in [*client.scan_iter(f"{prefix}:ib:*"), *client.scan_iter(f"{prefix}:sb:*")]:
-        client.delete(key)
+    for table in ("nb", "ib", "sb"):
+        for key in client.scan_iter(f"{prefix}:{table}:*"):
+            client.delete(key)
     by_item, by_sid = trie_tables(trie)
     for item, codes in by_item.items():
         sid = ",".join(map(str, codes)).encode()
@@ -154,10 +163,18 @@ def test_unknown_layout_and_malformed_buckets_are_named(redis_client: redis.Redi
     v = store.publish("odd", trie).version
     prefix = f"widebeam:cat:odd:v:{v}"
     item = trie.item_ids[0]
-    bucket_key = next(iter(redis_client.scan_iter(f"{prefix}:ib:*")))
-    redis_client.set(bucket_key, b"\x05\x00")
-    with pytest.raises(ArtifactError, match=f"catalog 'odd' version {v}: lookup bucket is malf"):
-        CatalogStore(redis_client).item_sids("odd", v, [trie.item_ids[i] for i in range(40)])
+    everything = [trie.item_ids[i] for i in range(40)]
+    for table in ("ib", "nb"):
+        bucket_key = next(iter(redis_client.scan_iter(f"{prefix}:{table}:*")))
+        good = redis_client.get(bucket_key)
+        redis_client.set(bucket_key, b"\x05\x00")
+        with pytest.raises(ArtifactError, match=f"catalog 'odd' version {v}: lookup bucket is"):
+            CatalogStore(redis_client).item_sids("odd", v, everything)
+        redis_client.set(bucket_key, good)
+    names_key = next(iter(redis_client.scan_iter(f"{prefix}:nb:*")))
+    redis_client.delete(names_key)
+    with pytest.raises(ArtifactError, match=r"lookup names bucket \d+ is missing"):
+        CatalogStore(redis_client).item_sids("odd", v, everything)
     record = json.loads(redis_client.get(f"{prefix}:lookup"))
     redis_client.set(f"{prefix}:lookup", json.dumps({**record, "layout": "packed/9"}))
     with pytest.raises(ArtifactError, match="lookup layout 'packed/9' is not one this widebeam"):
