@@ -185,11 +185,19 @@ class Engine:
         started = time.perf_counter()
         plan = startup_captures(self.config)
         path = None if self.constraint is None else self.constraint.path_length((0,))
-        for bucket in plan:
-            request = warm_up_request(bucket, self.config, self.limits.max_model_len, path)
-            [out] = self.generate([request])
-            if out.error is not None:  # a bucket this configuration cannot fill (KV, length)
-                log.warning("warm-up of %s %s skipped: %s", bucket.kind, bucket.size, out.error)
+        # Each warm-up prompt must prefill all its tokens to fill its bucket: no prefix reuse
+        # (their prompts share zeros), and nothing of them left cached.
+        kv = self.scheduler.kv
+        kv.enabled = False
+        try:
+            for bucket in plan:
+                request = warm_up_request(bucket, self.config, self.limits.max_model_len, path)
+                [out] = self.generate([request])
+                if out.error is not None:  # a bucket this configuration cannot fill
+                    kind, size = bucket.kind, bucket.size
+                    log.warning("warm-up of %s %s skipped: %s", kind, size, out.error)
+        finally:
+            kv.enabled = self.config.prefix_cache
         seconds = time.perf_counter() - started
         log.info(
             "captured %d CUDA graphs for %d start-up buckets in %.1f s",

@@ -34,3 +34,13 @@ def test_graph_equals_eager_with_the_prefix_cache(sid_model: SidModel) -> None:
     assert digest(graphs.generate(requests)) == digest(eager.generate(requests))
     assert digest(_one_by_one(graphs, requests)) == digest(_one_by_one(eager, requests))
     assert graphs.scheduler.kv.stats().hit_tokens > 0
+
+
+def test_warm_up_fills_every_prefill_bucket_and_caches_nothing(sid_model: SidModel) -> None:
+    """Warm-up prompts share their zeros: with reuse, larger prefill buckets would be hits that
+    prefill eagerly and leave their graphs to be captured while serving."""
+    engine = sid_model.engine(device="cuda", capture_at_start=True)
+    engine.warm_up()
+    engine.mark_ready()
+    assert engine.scheduler.kv.enabled and engine.scheduler.kv.tree.num_nodes == 0
+    assert engine.scheduler.kv.stats().hit_tokens == 0
