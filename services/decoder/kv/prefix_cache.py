@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from widebeam.services.decoder.kv.kv_reservation import KVReservation
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
-from widebeam.services.decoder.kv.prefix_tree import PrefixTree
+from widebeam.services.decoder.kv.prefix_tree import PrefixNode, PrefixTree
 
 
 class PrefixCacheStats(NamedTuple):
@@ -52,6 +52,15 @@ class PrefixCache:
             self.prompt_tokens, self.hit_tokens, tree.num_nodes, tree.unheld, tree.evicted
         )
 
+    def _match(self, prompt: Sequence[int]) -> list[PrefixNode]:
+        # At least the prompt's last token is prefilled: its hidden state starts the search.
+        tree = self.tree
+        return tree.match(tree.blocks(prompt, (len(prompt) - 1) // self.pages.page_size))
+
+    def cached_tokens(self, prompt: Sequence[int]) -> int:
+        """The prompt tokens a reservation now would find cached (prefill skips them)."""
+        return len(self._match(prompt)) * self.pages.page_size if self.enabled else 0
+
     def reserve(self, prompt: Sequence[int], kv_slots: int) -> KVReservation | None:
         """The pages for a request of `prompt` needing `kv_slots` slots in all (prompt first),
         or None, changing nothing, when they cannot be had now."""
@@ -62,8 +71,7 @@ class PrefixCache:
             own = tuple(self.pages.reserve(kv_slots))
             return KVReservation(own, 0, size, owned=own)
         tree = self.tree
-        # At least the prompt's last token is prefilled: its hidden state starts the search.
-        matched = tree.match(tree.blocks(prompt, (len(prompt) - 1) // size))
+        matched = self._match(prompt)
         tree.acquire(matched)
         need = self.pages.pages_for(kv_slots - len(matched) * size)
         shortfall = need - self.pages.free_pages

@@ -75,7 +75,9 @@ class Scheduler(Generic[Request]):
             head = self.waiting[0]
             if self.rows_in_use + head.num_rows > self.max_rows:
                 break
-            if admitted and prefill_tokens + head.prompt_len > self.max_prefill_tokens:
+            # The step's prefill budget counts the tokens prefill computes: not cached ones.
+            prefill = head.prompt_len - self.kv.cached_tokens(head.prompt_ids)
+            if admitted and prefill_tokens + prefill > self.max_prefill_tokens:
                 break
             reservation = self.kv.reserve(head.prompt_ids, head.kv_slots)
             if reservation is None:
@@ -84,7 +86,7 @@ class Scheduler(Generic[Request]):
             head.reservation = reservation
             head.pages = list(reservation.pages)
             self.rows_in_use += head.num_rows
-            prefill_tokens += head.prompt_len
+            prefill_tokens += head.prompt_len - reservation.cached_tokens
             self.running.append(head)
             admitted.append(head)
         return admitted

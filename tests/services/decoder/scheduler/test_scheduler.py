@@ -60,3 +60,22 @@ def test_abort_waiting_and_running() -> None:
     assert sched.abort("b") is b and not sched.waiting
     assert sched.abort("a") is a and sched.rows_in_use == 0 and sched.pages.free_pages == 8
     assert sched.abort("zzz") is None
+
+
+def test_prefix_cache_shares_pages_and_counts_only_prefilled_tokens() -> None:
+    sched = Scheduler(
+        max_rows=100, pages=PageAllocator(10, 16), max_prefill_tokens=40, prefix_cache=True
+    )
+    first = _state("first", 1, 40, 2, 0)  # prompt 0..39: 2 full pages cached at admission
+    sched.add(first)
+    assert sched.admit() == [first] and first.cached_prompt_tokens == 0
+    # 40 tokens each, 32 of them cached: 8 + 8 + 8 fit the 40-token budget, 40 alone would not
+    others = [_state(f"r{i}", 1, 40, 2, i) for i in range(1, 4)]
+    for s in others:
+        sched.add(s)
+    assert sched.admit() == others
+    assert all(s.cached_prompt_tokens == 32 and s.pages[:2] == first.pages[:2] for s in others)
+    assert sched.pages.free_pages == 10 - 3 - 3  # each of the others: 1 page of its own
+    for s in (first, *others):
+        sched.finish(s)
+    assert sched.pages.free_pages == 8 and sched.kv.free_slots == 160  # 2 cached, evictable
