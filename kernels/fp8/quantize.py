@@ -18,7 +18,7 @@ FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 # torch._scaled_mm needs the shared (in) dimension and the weight's out dimension divisible by 16.
 FP8_ALIGN = 16
 # An all-zero row gets this scale instead of 0 (its quantized values are zeros either way).
-_MIN_SCALE = 1e-12
+MIN_SCALE = 1e-12
 
 
 def padded(size: int) -> int:
@@ -39,7 +39,7 @@ def quantize_rows(x: torch.Tensor, cols: int | None = None) -> Fp8Rows:
     width = padded(x.shape[1]) if cols is None else cols
     xf = x.float()
     amax = xf.abs().amax(dim=1, keepdim=True)  # [rows, 1] fp32
-    scale = amax.clamp(min=_MIN_SCALE) / FP8_MAX
+    scale = amax.clamp(min=MIN_SCALE) / FP8_MAX
     q = (xf / scale).clamp(-FP8_MAX, FP8_MAX)
     if width != x.shape[1]:
         q = F.pad(q, (0, width - x.shape[1]))

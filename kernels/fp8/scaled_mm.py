@@ -4,13 +4,33 @@ Its documented constraints: the first operand row-major, the second column-major
 `[out, in]` transposed is), the shared dimension and the second operand's columns divisible by
 16 (`Fp8Weight` is padded to that at load, activations at quantization), `scale_a` [M, 1] and
 `scale_b` [1, N] fp32, and, for row-wise scaling on CUDA, a bf16 output. The bias is added
-after, in the model dtype."""
+after, in the model dtype. Activations are quantized by the one-pass Triton kernel where Triton
+is importable (`triton_quantize.py`, the same values), by the torch reference otherwise."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
-from widebeam.kernels.fp8.quantize import Fp8Weight, quantize_rows
+from widebeam.kernels.fp8.quantize import Fp8Rows, Fp8Weight, quantize_rows
+
+Quantizer = Callable[[torch.Tensor, int | None], Fp8Rows]
+
+
+@functools.cache
+def _triton_quantizer() -> Quantizer | None:
+    try:
+        from widebeam.kernels.fp8.triton_quantize import quantize_rows_triton
+    except ImportError:
+        return None
+    return quantize_rows_triton
+
+
+def quantize_activations(x: torch.Tensor, cols: int) -> Fp8Rows:
+    fused = _triton_quantizer() if x.is_cuda else None
+    return quantize_rows(x, cols) if fused is None else fused(x, cols)
 
 
 def fp8_linear_scaled_mm(
@@ -18,7 +38,7 @@ def fp8_linear_scaled_mm(
     weight: Fp8Weight,
     bias: torch.Tensor | None,  # [out] bf16
 ) -> torch.Tensor:  # [tokens, out] bf16
-    rows = quantize_rows(x, weight.data.shape[1])
+    rows = quantize_activations(x, weight.data.shape[1])
     out = torch._scaled_mm(
         rows.data,
         weight.data.t(),
