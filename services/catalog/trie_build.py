@@ -25,7 +25,7 @@ class TrieArrays(NamedTuple):
     leaf_sid: np.ndarray  # [num_nodes] int32
     sids: np.ndarray  # [num_sids, L] int32
     sid_item_offsets: np.ndarray  # [num_sids+1] int64
-    item_ids: list[str]  # [num_items], grouped by SID
+    item_ids: Sequence[str]  # [num_items], grouped by SID
 
 
 def step_ranges(layout: SidLayout) -> list[tuple[int, int]]:
@@ -100,17 +100,23 @@ def _stable_lex_order(codes: np.ndarray, layout: SidLayout) -> np.ndarray:
     return np.lexsort(tuple(codes[:, lvl] for lvl in reversed(range(codes.shape[1]))))
 
 
-def build_arrays(item_ids: list[str], codes: np.ndarray, layout: SidLayout) -> TrieArrays:
-    """Build the BFS-numbered CSR trie from validated columns."""
+def build_arrays(
+    item_ids: Sequence[str], codes: np.ndarray, layout: SidLayout, grouped: bool = False
+) -> TrieArrays:
+    """Build the BFS-numbered CSR trie from validated columns; ``grouped``: the rows are
+    already in SID order (lexicographic), so they are kept as they are."""
     n, _depth = codes.shape
-    order = _stable_lex_order(codes, layout)
-    sorted_codes = codes[order]
+    if grouped:
+        order, sorted_codes = None, codes
+    else:
+        order = _stable_lex_order(codes, layout)
+        sorted_codes = codes[order]
     row_differs = np.any(sorted_codes[1:] != sorted_codes[:-1], axis=1)
     sid_starts = np.flatnonzero(np.concatenate(([True], row_differs)))
     sids = sorted_codes[sid_starts].astype(np.int32)
     num_sids = len(sids)
     sid_item_offsets = np.append(sid_starts, n).astype(np.int64)
-    if n <= 1 or (order == np.arange(n)).all():  # already grouped (build_trie sorts first)
+    if order is None or n <= 1 or (order == np.arange(n)).all():
         grouped_ids = item_ids
     else:
         grouped_ids = list(operator.itemgetter(*order.tolist())(item_ids))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from widebeam.services.catalog.formats.bulk import paused_gc
+from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.types import CatalogEntry
 
 # How a 1-based ``source_rows`` position is named in error messages, per input format.
@@ -31,6 +32,9 @@ class CatalogTable:
     source_rows: np.ndarray | None = None
     # Per-level codebook size the input declared (sid2pid's C, or load_catalog's codebook_size).
     codebook_size: int | None = None
+    # The layout ``validate_table`` last accepted this very table for (so ``build_trie`` need not
+    # check it again); None when not validated against a layout. Not carried to derived tables.
+    validated_layout: SidLayout | None = None
 
     def __repr__(self) -> str:
         # The generated repr would print every item id: useless (and huge) for 1.5M items.
@@ -62,6 +66,7 @@ class CatalogTable:
                 popularity=self.popularity[index],
                 metadata=None if self.metadata is None else [self.metadata[i] for i in rows],
                 source_rows=None if self.source_rows is None else self.source_rows[index],
+                validated_layout=None,
             )
 
     def describe_row(self, i: int) -> str:

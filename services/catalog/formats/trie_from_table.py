@@ -36,8 +36,8 @@ def build_trie(
         order = valid.trie_order()  # [n] int64
         ids = StringTable(*take_strings(*encode_strings(valid.item_ids), order))
         # validate_table did every check entries_to_columns would (depth, ranges, duplicates);
-        # the rows are in trie order, so build_arrays keeps the table as it is.
-        arrays = build_arrays(ids, valid.sids[order], layout)  # type: ignore[arg-type]
+        # the rows are in trie order, which groups them by SID.
+        arrays = build_arrays(ids, valid.sids[order], layout, grouped=True)
         return SidTrie(layout, *arrays, dense_cell_budget=dense_cell_budget)
 
 

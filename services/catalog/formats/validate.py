@@ -19,6 +19,14 @@ from widebeam.services.catalog.types import CatalogError
 
 def validate_table(table: CatalogTable, layout: SidLayout | None = None) -> CatalogTable:
     """Check ``table`` (against ``layout`` when given); return it deduplicated."""
+    if layout is not None and table.validated_layout == layout:
+        return table  # this very table passed these checks (load_catalog, then build_trie)
+    valid = _validate(table, layout)
+    valid.validated_layout = layout
+    return valid
+
+
+def _validate(table: CatalogTable, layout: SidLayout | None) -> CatalogTable:
     _check_shapes(table)
     n = table.num_items
     if n == 0:

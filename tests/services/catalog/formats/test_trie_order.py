@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from widebeam.services.catalog.formats import build_trie
+from widebeam.services.catalog.formats import CatalogError, build_trie, validate_table
 from widebeam.services.catalog.formats.table import CatalogTable
 from widebeam.services.catalog.formats.trie_from_table import take_strings
 from widebeam.services.catalog.sid_layout import SidLayout
@@ -66,3 +66,15 @@ def test_take_strings(monkeypatch: pytest.MonkeyPatch) -> None:
     blob, offsets = take_strings(*encode_strings(strings), order)
     got = [blob[a:b].tobytes().decode() for a, b in itertools.pairwise(offsets.tolist())]
     assert got == [strings[i] for i in order.tolist()]
+
+
+def test_build_trie_checks_again_for_another_layout() -> None:
+    """A table validated for one layout is not taken as valid for another."""
+    table = random_table(0, 50, 16, 20)
+    wide, narrow = SidLayout.parse("0:16,16:16,32:16"), SidLayout.parse("0:4,4:16,20:16")
+    valid = validate_table(table, wide)
+    assert valid.validated_layout == wide
+    assert build_trie(valid, wide).num_items == 50
+    with pytest.raises(CatalogError, match=r"outside the codebook 0\.\.3"):
+        build_trie(valid, narrow)
+    assert valid.take(np.arange(3)).validated_layout is None
