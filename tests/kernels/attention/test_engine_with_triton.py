@@ -78,3 +78,33 @@ def test_padded_prefill_buckets_match_the_eager_prefill(
     torch.testing.assert_close(cache.k[:, 200 : 200 + total], cache.k[:, :total])
     torch.testing.assert_close(cache.v[:, 200 : 200 + total], cache.v[:, :total])
     assert not cache.k[:, total:200].any()  # padding tokens wrote only the trash slot
+
+
+def test_prefill_over_cached_prefix_pages_matches_the_whole_prefill(
+    sid_model: SidModel, kernel_device: object
+) -> None:
+    """The prefix cache's prefill with the Triton backend (its prefill kernel over the whole
+    prompt's K/V gathered from the cache, zero queries at the cached positions): the suffix's
+    last-token states and KV equal those of a prefill of the whole prompt."""
+    import torch
+
+    config = EngineConfig(
+        model_dir=str(sid_model.model_dir), device=str(kernel_device), attention_backend="triton"
+    )
+    runner = Engine(config).runner
+    device = torch.device(str(kernel_device))
+    prompts = [tuple(range(3, 40)), tuple(range(100, 150)), tuple(range(50, 67))]
+    cached = [32, 16, 16]
+    whole = [torch.arange(64 * i, 64 * i + len(p), device=device) for i, p in enumerate(prompts)]
+    expected = runner.prefill(prompts, whole)
+    reference_k, reference_v = runner.cache.k.clone(), runner.cache.v.clone()
+    # Second copies: the cached prefixes are the first prompts' slots, the suffixes new ones.
+    again = [
+        torch.cat((s[:c], torch.arange(1000 + 64 * i, 1000 + 64 * i + len(p) - c, device=device)))
+        for i, (s, p, c) in enumerate(zip(whole, prompts, cached, strict=True))
+    ]
+    got = runner.prefill(prompts, again, cached)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for s_whole, s_again, c in zip(whole, again, cached, strict=True):
+        torch.testing.assert_close(runner.cache.k[:, s_again[c:]], reference_k[:, s_whole[c:]])
+        torch.testing.assert_close(runner.cache.v[:, s_again[c:]], reference_v[:, s_whole[c:]])
