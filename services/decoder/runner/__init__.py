@@ -1,6 +1,7 @@
 """Everything the engine runs on the device for its running requests. The model's forwards:
 prefill and decode over the KV cache (`model_runner.py`), the attention contexts the model calls
-per layer, and the CUDA-graph paths — bucketed decode steps, prefill batches and beam
+per layer, the prefill of prompts whose prefix is cached (`prefix_prefill.py`), and the
+CUDA-graph paths — bucketed decode steps, prefill batches and beam
 expansions with their static buffers (`*_graphs.py`, `graph_capture.py`), the buckets captured
 at start-up (`capture_plan.py`, plain Python) and the count of captures before and after ready
 (`capture_counts.py`); attention backends
