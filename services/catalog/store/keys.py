@@ -14,13 +14,13 @@
     {ns}:cat:{n}:v:{v}:lookup             STRING  JSON {artifact_id, layout, depth, num_items,
                                                   item_buckets, sid_buckets, names_per_bucket}
     {ns}:cat:{n}:v:{v}:chunk:{i}          STRING  i-th chunk of the compressed trie artifact
-    {ns}:cat:{n}:v:{v}:nb:{k}             STRING  item ids of trie positions k*64 .. k*64+63
+    {ns}:cat:{n}:v:{v}:nb:{k}             STRING  item ids of trie positions k*128 .. k*128+127
     {ns}:cat:{n}:v:{v}:ib:{b}             STRING  item records (hash, position, SID) of bucket b
     {ns}:cat:{n}:v:{v}:sb:{b}             STRING  SID records (hash, items' positions, codes)
 
 Chunks and lookup buckets are written first; one Lua script then writes ``manifest`` and
 ``lookup``, adds ``v`` to ``versions``, moves ``current`` and appends the event, so a version is
-either complete and visible or invisible. Lookup tables are split into buckets of ~64 records,
+either complete and visible or invisible. Lookup tables are split into buckets of ~100 records,
 each one binary STRING (layout ``packed/1``: ``lookup_layout.py``); their sizes live in the
 ``lookup`` key. Versions written before that layout (their ``lookup`` key has no
 ``layout``: ``hash/1``) hold instead::

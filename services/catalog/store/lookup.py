@@ -35,9 +35,9 @@ def write_lookups(
     item_offsets: np.ndarray,  # [num_items+1] int64
 ) -> dict[str, Any]:
     """Write the three tables; returns the lookup entry recorded in the manifest."""
-    sid_of_item = np.repeat(np.arange(len(sids)), np.diff(sid_item_offsets))  # [num_items]
-    items = packed.pack_items(packed.item_hashes(item_blob, item_offsets), sids[sid_of_item])
-    del sid_of_item
+    item_hashes = packed.item_hashes(item_blob, item_offsets)
+    items = packed.pack_items(item_hashes, sids, sid_item_offsets)
+    del item_hashes
     by_sid = packed.pack_sids(packed.sid_hashes(sids), sids, sid_item_offsets)
     with BulkWriter(client) as writer:
         for k, lengths, blob in packed.name_buckets(item_blob, item_offsets):

@@ -29,8 +29,8 @@ import numpy as np
 
 LAYOUT = "packed/1"
 MAX_CODE = 2**31 - 1  # codes are stored as int32
-NAMES_PER_BUCKET = 64
-RECORDS_PER_BUCKET = 64  # on average; a lookup fetches ~1-2 KiB
+NAMES_PER_BUCKET = 128
+RECORDS_PER_BUCKET = 64  # at least, on average (up to twice that): a lookup fetches ~2-3 KiB
 
 _MASK = (1 << 64) - 1
 _P = 0x100000001B3  # FNV-64 prime: odd, so invertible modulo 2**64
@@ -41,8 +41,8 @@ _HASH_CHUNK_BYTES = 1 << 22
 
 
 def bucket_bits(records: int) -> int:
-    """log2 of the bucket count for ``records`` (~RECORDS_PER_BUCKET a bucket)."""
-    return max(0, (max(1, records // RECORDS_PER_BUCKET) - 1).bit_length())
+    """log2 of the bucket count for ``records`` (RECORDS_PER_BUCKET .. twice that a bucket)."""
+    return max(0, (records // RECORDS_PER_BUCKET).bit_length() - 1)
 
 
 def bucket_of_hash(h: int, bits: int) -> int:
@@ -168,15 +168,17 @@ def _by_hash(hashes: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
 
 def pack_items(
     hashes: np.ndarray,  # [n] uint64, item_hash of each item in trie order
-    item_codes: np.ndarray,  # [n, L] int32, each item's SID
+    sids: np.ndarray,  # [num_sids, L] int32
+    sid_item_offsets: np.ndarray,  # [num_sids+1] int64
 ) -> Packed:
     bits = bucket_bits(len(hashes))
     order, first = _by_hash(hashes, bits)
-    depth = item_codes.shape[1]
+    sid_of_item = np.repeat(np.arange(len(sids)), np.diff(sid_item_offsets))  # [n]
+    depth = sids.shape[1]
     rows = np.empty((len(order), 2 + depth), dtype="<u4")
     rows[:, 0] = hashes[order] >> np.uint64(32)
     rows[:, 1] = order
-    rows[:, 2:] = item_codes[order].astype("<i4").view("<u4")
+    rows[:, 2:] = sids[sid_of_item[order]].astype("<i4").view("<u4")
     return Packed(rows, first, bits)
 
 
