@@ -268,9 +268,10 @@ def report(args: argparse.Namespace, res: dict[str, Any], sizes: dict[str, int])
         f"{stats['num_sids']:,} distinct SIDs ({args.shared:.0%} of items share a SID), "
         f"trie {stats['num_nodes']:,} nodes, max branching {stats['max_branching']}",
         f"- Redis: {res['redis_used_mib']:.0f} MiB used after the two publishes "
-        "(artifact chunks + item/SID lookup hashes)",
+        "(artifact chunks + item/SID lookup tables)",
         "- peak RSS: of the measuring child process (interpreter, numpy and pyarrow included); "
-        "publish time is mostly the item → SID and SID → items lookup hashes; timings vary by "
+        "publish: artifact chunks and the packed item → SID / SID → items lookup tables; "
+        "timings vary by "
         "up to ~30% between runs on this shared 2-core machine (Redis runs on the same cores)",
         *lines])  # fmt: skip
 
