@@ -123,48 +123,88 @@ def canonical_item_ids(sid_item_offsets: np.ndarray, item_ids: StringTable) -> S
     """``item_ids`` with the items of each SID sorted (Python string order, which is UTF-8 byte
     order); ``item_ids`` itself when they already are.
 
-    Only SIDs shared by several items need re-ordering, and only their bytes move."""
+    Only SIDs shared by several items need re-ordering, and only their bytes move. Most shared
+    SIDs have two items: those are compared pairwise, 8 bytes at a time; larger groups are
+    sorted together (lexsort over fixed-width words, or in Python when an id is long)."""
     sizes = np.diff(sid_item_offsets)
-    shared = np.flatnonzero(sizes > 1)
-    if not shared.size:
+    pairs = sid_item_offsets[:-1][sizes == 2]  # [p] int64 first item of each 2-item SID
+    swap = _sorts_before(item_ids, pairs + 1, pairs)  # [p] bool: the second id goes first
+    moved = [pairs[swap], pairs[swap] + 1]  # positions whose id changes ...
+    source = [pairs[swap] + 1, pairs[swap]]  # ... and the position it comes from
+    many = np.flatnonzero(sizes > 2)
+    if many.size:
+        members = _spans(sid_item_offsets[many], sizes[many])
+        ranked = _sorted_groups(item_ids, sid_item_offsets, many, members)
+        # a larger SID with any change is rewritten whole: its other ids may shift in bytes
+        group = np.repeat(np.arange(len(many)), sizes[many])
+        changed = np.zeros(len(many), dtype=bool)
+        changed[group[ranked != members]] = True
+        rewrite = changed[group]
+        moved.append(members[rewrite])
+        source.append(ranked[rewrite])
+    moved_at, moved_from = np.concatenate(moved), np.concatenate(source)
+    if not moved_at.size:
         return item_ids
-    counts = sizes[shared]
-    group = np.repeat(np.arange(len(shared)), counts)  # [m] which shared SID
-    members = _spans(sid_item_offsets[shared], counts)  # [m] int64 item positions, SID by SID
-    starts = item_ids.offsets[members]
-    lengths = item_ids.offsets[members + 1] - starts
-    width = int(lengths.max())
-    if width <= _SORT_WIDTH_LIMIT:
-        # Big-endian 8-byte words of the NUL-padded bytes compare as the bytes do; a tie
-        # (one id a prefix of the other, the rest NULs) goes to the shorter, as in Python.
-        words = -(-max(width, 1) // 8)
-        column = np.zeros((len(members), words * 8), dtype=np.uint8)  # [m, 8 * words]
-        spot = np.arange(words * 8) < lengths[:, None]  # [m, 8 * words] bool: inside the id
-        column[spot] = item_ids.blob[(starts[:, None] + np.arange(words * 8))[spot]]
-        del spot
-        keys = column.view(">u8")  # [m, words]
-        ranked = np.lexsort((lengths, *(keys[:, w] for w in reversed(range(words))), group))
-        sorted_members = members[ranked]
-        del column, keys
-    else:  # a long id: sort per SID in Python (rare)
-        out = []
-        for sid in shared.tolist():
-            lo, hi = int(sid_item_offsets[sid]), int(sid_item_offsets[sid + 1])
-            out.extend(lo + i for i in sorted(range(hi - lo), key=item_ids[lo:hi].__getitem__))
-        sorted_members = np.asarray(out, dtype=np.int64)
-    if np.array_equal(sorted_members, members):
-        return item_ids
-    all_lengths = np.diff(item_ids.offsets)
-    all_lengths[members] = all_lengths[sorted_members]
+    lengths = np.diff(item_ids.offsets)
+    source_lengths = lengths[moved_from]
+    lengths[moved_at] = source_lengths
     offsets = np.zeros(len(item_ids) + 1, dtype=np.int64)
-    np.cumsum(all_lengths, out=offsets[1:])
+    np.cumsum(lengths, out=offsets[1:])
     blob = item_ids.blob.copy()
-    # The shared SIDs' bytes, SID by SID, are the members' spans in member order: each SID's
-    # items are contiguous, so its bytes are too; fill them from the sorted members' spans.
-    sorted_starts = item_ids.offsets[sorted_members]
-    sorted_lengths = item_ids.offsets[sorted_members + 1] - sorted_starts
-    blob[_spans(starts, lengths)] = item_ids.blob[_spans(sorted_starts, sorted_lengths)]
+    blob[_spans(offsets[moved_at], source_lengths)] = item_ids.blob[
+        _spans(item_ids.offsets[moved_from], source_lengths)
+    ]
     return StringTable(blob, offsets)
+
+
+def _sorts_before(table: StringTable, x: np.ndarray, y: np.ndarray) -> np.ndarray:  # [k] bool
+    """Per pair: whether id ``x[i]`` sorts before id ``y[i]`` (bytes, shorter prefix first).
+
+    Compared as big-endian 8-byte words of NUL-padded bytes, one word per round for the pairs
+    still equal; when one id ends inside an equal word it is a prefix of the other."""
+    result = np.zeros(len(x), dtype=bool)
+    open_ = np.arange(len(x))
+    x_start, y_start = table.offsets[x], table.offsets[y]
+    x_len, y_len = table.offsets[x + 1] - x_start, table.offsets[y + 1] - y_start
+    at = 0
+    while open_.size:
+        wx = _words(table.blob, x_start[open_] + at, x_len[open_] - at)
+        wy = _words(table.blob, y_start[open_] + at, y_len[open_] - at)
+        result[open_[wx < wy]] = True
+        equal = open_[wx == wy]
+        at += 8
+        ended = (x_len[equal] <= at) | (y_len[equal] <= at)
+        result[equal[ended]] = x_len[equal[ended]] < y_len[equal[ended]]
+        open_ = equal[~ended]
+    return result
+
+
+def _words(blob: np.ndarray, starts: np.ndarray, left: np.ndarray) -> np.ndarray:  # [k] uint64
+    """The 8 bytes at each start (NULs past ``left`` bytes) as big-endian integers."""
+    lane = np.arange(8)
+    inside = lane < left[:, None]  # [k, 8] bool
+    where = np.where(inside, starts[:, None] + lane, 0)
+    return np.where(inside, blob[where], 0).astype(np.uint8).view(">u8").reshape(-1)
+
+
+def _sorted_groups(
+    table: StringTable, sid_item_offsets: np.ndarray, groups: np.ndarray, members: np.ndarray
+) -> np.ndarray:  # [m] int64: each group's members in sorted order
+    starts = table.offsets[members]
+    lengths = table.offsets[members + 1] - starts
+    width = int(lengths.max())
+    if width > _SORT_WIDTH_LIMIT:  # a long id: sort per SID in Python (rare)
+        out = []
+        for sid in groups.tolist():
+            lo, hi = int(sid_item_offsets[sid]), int(sid_item_offsets[sid + 1])
+            out.extend(lo + i for i in sorted(range(hi - lo), key=table[lo:hi].__getitem__))
+        return np.asarray(out, dtype=np.int64)
+    # Big-endian 8-byte words of the NUL-padded bytes compare as the bytes do; a tie (one id a
+    # prefix of the other, the rest NULs) goes to the shorter, as in Python.
+    words = -(-max(width, 1) // 8)
+    keys = np.stack([_words(table.blob, starts + 8 * w, lengths - 8 * w) for w in range(words)])
+    group = np.repeat(np.arange(len(groups)), np.diff(sid_item_offsets)[groups])
+    return members[np.lexsort((lengths, *keys[::-1], group))]
 
 
 def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:  # [sum(lengths)] int64

@@ -1,13 +1,14 @@
-"""item id -> SID codes of one catalog version, held as two numpy arrays instead of a dict.
+"""item id -> SID codes of one catalog version, held as one sorted numpy array instead of a dict.
 
-The trie already stores every item id (a string table, grouped by SID), so the index only adds
-the ids' 64-bit hashes sorted ascending and the item position of each: 12 bytes per item
-(int64 hash, int32 position), against ~100 bytes per item for a dict of str -> int. The hashes
-are computed over the trie's string table with numpy (``StringTable.hashes``), so building the
-index does no per-item Python work. A lookup is a binary search over the hashes (one
-``searchsorted`` for a whole history), then a byte comparison with the trie's ids of equal
-hash, so hash collisions are resolved exactly; an item's SID row is found from its position
-with one more ``searchsorted`` over the trie's SID groups.
+The trie already stores every item id (a string table, grouped by SID), so the index adds 8
+bytes per item, against ~100 for a dict of str -> int: a uint64 per item whose high bits are
+the id's 64-bit hash and whose low ``ceil(log2(items))`` bits are its position in the trie,
+sorted. The hashes are computed over the trie's string table with numpy
+(``StringTable.hashes``), so building the index does no per-item Python work. A lookup is a
+binary search for the id's hash bits (one ``searchsorted`` for a whole history), then a byte
+comparison with the trie's ids whose hash bits are equal, so collisions are resolved exactly;
+an item's SID row is found from its position with one more ``searchsorted`` over the trie's SID
+groups.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ class ItemSidIndex:
             hashes = self._item_ids.hashes()  # [n] int64
         else:
             hashes = np.fromiter(map(hash_id, self._item_ids), dtype=np.int64, count=n)
-        order = np.argsort(hashes)  # ties: any order, equal hashes are compared byte by byte
-        position_dtype = np.int32 if n < 2**31 else np.int64
-        self._positions = order.astype(position_dtype)  # [n] item position, by ascending hash
-        self._hashes = hashes[order]  # [n] int64, ascending
-        del hashes, order
+        self._position_bits = max(1, (n - 1).bit_length())
+        self._position_mask = np.uint64((1 << self._position_bits) - 1)
+        packed = self._hash_bits(hashes)
+        packed |= np.arange(n, dtype=np.uint64)
+        del hashes
+        packed.sort()  # equal hash bits: by position
+        self._packed = packed  # [n] uint64: hash bits | item position, ascending
 
     def __len__(self) -> int:
         return len(self._item_ids)
@@ -63,6 +66,9 @@ class ItemSidIndex:
     def _sid_rows(self, positions: list[int]) -> np.ndarray:  # [len(positions)] int64
         return np.searchsorted(self._sid_item_offsets, positions, side="right") - 1
 
+    def _hash_bits(self, hashes: np.ndarray) -> np.ndarray:  # [m] uint64, position bits 0
+        return hashes.view(np.uint64) & ~self._position_mask
+
     def _positions_of(self, item_ids: Sequence[str]) -> list[int]:
         """Per id: its item position in the trie, or -1 when the trie has no such id."""
         if not item_ids:
@@ -70,14 +76,20 @@ class ItemSidIndex:
         # lone surrogates (never in a valid UTF-8 id) give bytes that match no id
         encoded = [item.encode("utf-8", "surrogatepass") for item in item_ids]
         if self._hash_id is None:
-            keys = hash_encoded(encoded)  # [m] int64
+            hashes = hash_encoded(encoded)  # [m] int64
         else:
-            keys = np.array([self._hash_id(item) for item in item_ids], dtype=np.int64)
-        starts = np.searchsorted(self._hashes, keys).tolist()
-        hashes, positions, ids, n = self._hashes, self._positions, self._item_ids, len(self)
+            hashes = np.array([self._hash_id(item) for item in item_ids], dtype=np.int64)
+        keys = self._hash_bits(hashes)
+        starts = np.searchsorted(self._packed, keys).tolist()
+        packed, ids, n = self._packed, self._item_ids, len(self)
+        bits, mask = self._position_bits, int(self._position_mask)
         found = []
         for wanted, key, i in zip(encoded, keys.tolist(), starts, strict=True):
-            while i < n and hashes[i] == key and ids.raw(int(positions[i])) != wanted:
+            position = -1
+            while i < n and (entry := int(packed[i])) >> bits == key >> bits:
+                if ids.raw(entry & mask) == wanted:
+                    position = entry & mask
+                    break
                 i += 1
-            found.append(int(positions[i]) if i < n and hashes[i] == key else -1)
+            found.append(position)
         return found

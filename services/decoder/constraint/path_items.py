@@ -20,7 +20,7 @@ class PathItems:
         nodes = np.repeat(np.arange(trie.num_nodes, dtype=np.int64), counts)
         # node * key_base + token: ascending, as the CSR is node-major and token-sorted
         self.edge_keys = nodes * self.key_base + tokens  # [edges] int64
-        self.edge_child = trie.child_nodes.astype(np.int64)  # [edges] int64
+        self.edge_child = trie.child_nodes  # [edges] int32 (the trie's own array, not a copy)
 
     def children(
         self,
@@ -32,7 +32,7 @@ class PathItems:
         keys = nodes * self.key_base + tokens
         pos = np.minimum(np.searchsorted(self.edge_keys, keys), self.edge_keys.size - 1)
         found = (tokens >= 0) & (tokens < self.key_base) & (self.edge_keys[pos] == keys)
-        return np.where(found, self.edge_child[pos], -1)
+        return np.where(found, self.edge_child[pos], -1).astype(np.int64)
 
     def items(
         self,

@@ -9,6 +9,7 @@ never spend themselves on the same item with different EOS tokens. The transform
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,12 +21,23 @@ from widebeam.services.decoder.constraint.path_items import PathItems
 OFF_TRIE = -1
 
 
+def _device_copy(array: np.ndarray, device: torch.device) -> torch.Tensor:  # int64
+    """``array`` as an int64 tensor on ``device``; on the CPU an int64 array is shared, not
+    copied (a 10M-item trie's offsets are 140 MB). Never written: trie versions are
+    immutable, which is why the array is read-only and torch's warning about that is moot."""
+    if device.type == "cpu" and array.dtype == np.int64:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(array)
+    return torch.tensor(array, dtype=torch.int64, device=device)
+
+
 class TrieConstraint:
     def __init__(self, trie: SidTrie, version: str, device: torch.device | str) -> None:
         self.trie = trie
         self.version = version
         self.device = torch.device(device)
-        self.child_offsets = torch.tensor(trie.child_offsets, dtype=torch.int64, device=device)
+        self.child_offsets = _device_copy(trie.child_offsets, self.device)  # [nodes+1] int64
         self.child_tokens = torch.tensor(trie.child_tokens, dtype=torch.int64, device=device)
         self.child_nodes = torch.tensor(trie.child_nodes, dtype=torch.int64, device=device)
         # Edge keys node * key_base + token, derived once on the host (finished beams' items
