@@ -1,7 +1,8 @@
 """Versioned SID-trie catalogs in Redis: publisher (:class:`CatalogStore`) and in-process
 follower (:class:`CatalogSubscriber`).
 
-Key layout: ``keys.py``; manifest fields: ``manifest.py``; artifact encoding: ``codec.py``.
+Key layout: ``keys.py``; manifest fields: ``manifest.py``; artifact encoding: ``codec.py``;
+how a load reads and decodes the chunks (pipelined): ``artifact_fetch.py``.
 """
 
 from widebeam.services.catalog.store.eviction import EvictingRedisError, require_no_eviction
