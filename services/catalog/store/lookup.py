@@ -11,7 +11,8 @@ Versions published before it (layout ``hash/1``: HASH buckets, one field per ite
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -35,17 +36,26 @@ def write_lookups(
     item_offsets: np.ndarray,  # [num_items+1] int64
 ) -> dict[str, Any]:
     """Write the three tables; returns the lookup entry recorded in the manifest."""
-    item_hashes = packed.item_hashes(item_blob, item_offsets)
-    items = packed.pack_items(item_hashes, sids, sid_item_offsets)
-    del item_hashes
-    by_sid = packed.pack_sids(packed.sid_hashes(sids), sids, sid_item_offsets)
-    with BulkWriter(client) as writer:
-        for k, lengths, blob in packed.name_buckets(item_blob, item_offsets):
-            writer.set(vkeys.name_bucket(k).encode("utf-8"), (lengths, blob))
-        for b, value in items.buckets():
-            writer.set(vkeys.item_bucket(b).encode("utf-8"), (value,))
-        for b, value in by_sid.buckets():
-            writer.set(vkeys.sid_bucket(b).encode("utf-8"), (value,))
+
+    def pack() -> Iterator[packed.Packed]:
+        yield packed.pack_items(packed.item_hashes(item_blob, item_offsets), sids, sid_item_offsets)
+        yield packed.pack_sids(packed.sid_hashes(sids), sids, sid_item_offsets)
+
+    # numpy releases the GIL: the hash tables are packed on a second thread while this one
+    # streams the names buckets (which need no hashing) and waits on Redis' replies.
+    with ThreadPoolExecutor(1, thread_name_prefix="catalog-lookups") as pool:
+        tables = pack()
+        items_future = pool.submit(next, tables)
+        with BulkWriter(client) as writer:
+            for k, lengths, blob in packed.name_buckets(item_blob, item_offsets):
+                writer.set(vkeys.name_bucket(k).encode("utf-8"), (lengths, blob))
+            items = items_future.result()
+            sids_future = pool.submit(next, tables)
+            for b, value in items.buckets():
+                writer.set(vkeys.item_bucket(b).encode("utf-8"), (value,))
+            by_sid = sids_future.result()
+            for b, value in by_sid.buckets():
+                writer.set(vkeys.sid_bucket(b).encode("utf-8"), (value,))
     return {
         "layout": packed.LAYOUT,
         "depth": int(sids.shape[1]),
