@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from tests.services.catalog.store.conftest import LAYOUT
+from widebeam.services.catalog.formats import load_trie
 from widebeam.services.catalog.store import ArtifactError, CatalogStore
 from widebeam.services.catalog.store import lookup_layout as packed
 from widebeam.services.catalog.store.resp import BulkWriter
@@ -205,3 +206,28 @@ def test_bulk_writer_error_keeps_the_client_usable(redis_client: redis.Redis) ->
     mismatched = pytest.raises(ValueError, match="2 fields but 1 values")
     with mismatched, BulkWriter(redis_client) as writer:
         writer.hset(b"k", [b"a", b"b"], [b"1"])
+
+
+def test_catalog_file_through_publish_and_lookups(redis_client: redis.Redis) -> None:
+    """A JSONL file with ids of every kind of character, a duplicated row, an id far longer
+    than the rest and one SID shared by more items than a names bucket holds: what the lookups
+    answer after publish is what the trie built from the file says."""
+    rows = [{"item_id": f"shared-{k}", "sid": [3, 3, 3], "popularity": k % 7} for k in range(300)]
+    rng = random.Random(9)
+    for k in range(500):
+        item = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 6))) + f"#{k}"
+        rows.append({"item_id": item, "sid": [rng.randrange(16) for _ in range(3)]})
+    rows.append({"item_id": "x" * 20000, "sid": [1, 2, 3]})
+    rows.append(rows[7])  # the same item and SID again: dropped, first row kept
+    data = "\n".join(json.dumps(r, ensure_ascii=rng.random() < 0.5) for r in rows).encode()
+    trie, fmt = load_trie(data + b"\n", LAYOUT)
+    assert fmt == "jsonl" and trie.num_items == 801
+    store = CatalogStore(redis_client)
+    store.publish("file", trie)
+    by_item, by_sid = trie_tables(trie)
+    assert store.item_sids("file", None, list(by_item)) == list(by_item.values())
+    shared = store.sid_items("file", None, [3, 3, 3])
+    assert shared == by_sid[(3, 3, 3)] and len(shared) >= 300
+    assert shared[:2] == ["shared-6", "shared-13"]  # popularity 6 first, then input order
+    assert store.item_sid("file", None, "x" * 20000) == (1, 2, 3)
+    assert store.item_sid("file", None, "x" * 19999) is None
