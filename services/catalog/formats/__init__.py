@@ -5,7 +5,7 @@ every failure is a ``CatalogError`` whose message names the line / row / key at 
 Items sharing a SID are kept by popularity, highest first (ties: input order); build tries
 from ``table.sorted_for_trie()`` or with ``build_trie(table, layout)``; ``load_trie`` does
 load + build in one call and is what both the catalog service and the decoder's catalog file
-use.
+use. JSONL is read in chunks of whole lines, plain ones through pyarrow (``jsonl_fast``).
 """
 
 from widebeam.services.catalog.formats.csv_table import parse_csv
