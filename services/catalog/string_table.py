@@ -18,6 +18,7 @@ from typing import overload
 import numpy as np
 
 _SEPARATOR = 0x0A  # "\n": never part of a multi-byte UTF-8 sequence
+_UTF8_PIECE = 1 << 20  # bytes validated per step
 _ITER_BATCH = 1 << 16  # strings decoded per step when iterating a whole table
 
 # Polynomial hash over a string's bytes, mod 2^64: h = sum(byte_j * P^j) + len * L.
@@ -57,9 +58,13 @@ class StringTable(Sequence[str]):
     def check_utf8(self) -> None:
         """UnicodeDecodeError unless every string is valid UTF-8 on its own.
 
-        The whole buffer is decoded once; with that, a string is valid exactly when it does not
+        The whole buffer is decoded once, in 1 MiB pieces so that a process's other threads
+        get the interpreter in between; with that, a string is valid exactly when it does not
         start inside another character (on a UTF-8 continuation byte)."""
-        codecs.utf_8_decode(self._view, "strict", True)
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        for at in range(0, len(self.blob), _UTF8_PIECE):
+            decoder.decode(self._view[at : at + _UTF8_PIECE], False)
+        decoder.decode(b"", True)
         starts = self.offsets[:-1]
         starts = starts[starts < len(self.blob)]
         bad = np.flatnonzero((self.blob[starts] & 0xC0) == 0x80)

@@ -2,7 +2,8 @@
 follower (:class:`CatalogSubscriber`).
 
 Key layout: ``keys.py``; manifest fields: ``manifest.py``; artifact encoding: ``codec.py``;
-how a load reads and decodes the chunks (pipelined): ``artifact_fetch.py``; item <-> SID
+how a load reads and decodes the chunks (pipelined): ``artifact_fetch.py``; a load in a child
+process whose arrays are mapped into this one: ``load_process.py``; item <-> SID
 lookup tables, written and read only through ``lookup.py`` (byte layout: ``lookup_layout.py``).
 """
 

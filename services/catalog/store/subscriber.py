@@ -7,6 +7,8 @@ update. Every load is checksum-verified; a version that fails to load is logged 
 one kept. New versions are swapped in atomically: :meth:`get` returns the latest
 :class:`LoadedCatalog`, and readers holding an older object keep it, unchanged, for as long as
 they hold it (pinning by reference; the subscriber never mutates a published object).
+With ``load_in_child`` each version is loaded by a child process and mapped in
+(``load_process.py``), so a large load does not hold this process' GIL for seconds.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from widebeam.services.catalog.store.keys import validate_name
+from widebeam.services.catalog.store.load_process import load_in_child
 from widebeam.services.catalog.store.store import CatalogStore
 from widebeam.services.catalog.store.types import CatalogStoreError, LoadedCatalog
 from widebeam.services.started_in_with import StartedInWith
@@ -42,6 +45,7 @@ class CatalogSubscriber(StartedInWith):
         namespace: str = "widebeam",
         poll_block_ms: int = 1000,
         resync_interval_s: float = 30.0,
+        load_in_child: bool = False,
     ) -> None:
         self.redis_url = redis_url
         self.names = None if names is None else list(names)
@@ -50,6 +54,9 @@ class CatalogSubscriber(StartedInWith):
         self.poll_block_ms = int(poll_block_ms)
         # Periodic re-read of `current`: covers events trimmed from the stream while we lagged.
         self.resync_interval_s = resync_interval_s
+        # Load each version in a child process (load_process.py): for a process that serves
+        # while a large version loads, whose threads the load would otherwise starve.
+        self.load_in_child = load_in_child
         self.resyncs = 0  # completed full re-reads (for tests and metrics)
         self.last_error: str | None = None
         self._catalogs: dict[str, LoadedCatalog] = {}
@@ -209,7 +216,7 @@ class CatalogSubscriber(StartedInWith):
         if held is not None and (held.version, held.artifact_id) == ref:
             return
         try:
-            loaded = store.load(name, ref[0])
+            loaded = self._load(store, name, ref[0])
         except CatalogStoreError as exc:
             # A broken or just-retired version: keep the old one; the next event or the
             # periodic resync tries again.
@@ -225,3 +232,9 @@ class CatalogSubscriber(StartedInWith):
                 self.on_update(loaded)
             except Exception:
                 log.exception("catalog subscriber: on_update callback failed for %s", name)
+
+    def _load(self, store: CatalogStore, name: str, version: int) -> LoadedCatalog:
+        if not self.load_in_child:
+            return store.load(name, version)
+        raw_bytes = int(store.manifest(name, version)["artifact"]["raw_bytes"])
+        return load_in_child(self.redis_url, self.namespace, name, version, raw_bytes)

@@ -33,8 +33,10 @@ class CatalogSync:
         self.model_layout = model_layout
         self.device = device
         self.rejected: dict[str, str] = {}  # name -> why its latest version was not served
+        # Versions load in a child process: a large one would starve the serving threads of
+        # the GIL for seconds (issue 21: 10M items under traffic).
         self.subscriber = CatalogSubscriber(
-            redis_url, names, on_update=self._on_update, namespace=namespace
+            redis_url, names, on_update=self._on_update, namespace=namespace, load_in_child=True
         )
 
     def start(self) -> CatalogSync:

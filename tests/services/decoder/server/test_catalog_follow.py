@@ -48,7 +48,7 @@ def test_new_versions_are_picked_up_while_requests_flow(
         try:
             wait_until(lambda: len(seen) >= 3, what="traffic before the publish")
             store.publish("default", SidTrie.build(items["2"], layout))
-            wait_until(lambda: seen[-1].catalog.version == "2", 2.0, "the new version")
+            wait_until(lambda: seen[-1].catalog.version == "2", 60.0, "the new version")
             count = len(seen)
             wait_until(lambda: len(seen) >= count + 3, what="traffic after the swap")
         finally:

@@ -1,0 +1,49 @@
+"""A version loaded in a child process (load_process.py) is the version CatalogStore.load gives,
+mapped into this process; the child's errors come back as the store's own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import redis
+
+from tests.services.catalog.store.conftest import MakeTrie
+from tests.support.redis_server import free_port
+from widebeam.services.catalog.store import ArtifactError, CatalogStore, VersionNotFoundError
+from widebeam.services.catalog.store.load_process import load_in_child
+
+
+def child_load(store: CatalogStore, url: str, name: str, version: int):
+    raw_bytes = int(store.manifest(name, version)["artifact"]["raw_bytes"])
+    return load_in_child(url, store.namespace, name, version, raw_bytes)
+
+
+def test_same_version_as_an_in_process_load(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie
+) -> None:
+    store.publish("books", make_trie(300, seed=1), metadata={"source": "test"})
+    store.publish("books", make_trie(200, seed=2, prefix="é\n漢"))
+    for version in (1, 2):
+        here, there = store.load("books", version), child_load(store, redis_url, "books", version)
+        assert (there.name, there.version, there.manifest) == ("books", version, here.manifest)
+        assert there.trie.content_hash == here.trie.content_hash == here.content_hash
+        want, got = here.trie.to_arrays(), there.trie.to_arrays()
+        assert want.keys() == got.keys()
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+        assert list(there.trie.item_ids) == list(here.trie.item_ids)
+        assert not there.trie.child_offsets.flags.writeable  # a mapped version is immutable
+
+
+def test_errors_are_the_stores(store: CatalogStore, redis_url: str, make_trie: MakeTrie) -> None:
+    store.publish("c", make_trie(100))
+    key = store.keys.catalog("c").version(1).chunk(1)
+    raw = store.client.get(key)
+    store.client.set(key, bytes([raw[0] ^ 0xFF]) + raw[1:])
+    with pytest.raises(ArtifactError, match=r"version 1: chunk 1/\d+ checksum mismatch"):
+        child_load(store, redis_url, "c", 1)
+    with pytest.raises(VersionNotFoundError, match="no complete version 7"):
+        load_in_child(redis_url, store.namespace, "c", 7, 1000)
+    nobody = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(redis.ConnectionError):
+        load_in_child(nobody, store.namespace, "c", 1, 1000)
