@@ -48,6 +48,7 @@ class StringTable(Sequence[str]):
         self.blob = blob
         self.offsets = offsets
         self._view = memoryview(blob)
+        self._hash_index: np.ndarray | None = None
 
     @classmethod
     def from_strings(cls, strings: Iterable[str]) -> StringTable:
@@ -134,6 +135,37 @@ class StringTable(Sequence[str]):
 
     def hashes(self) -> np.ndarray:  # [n] int64
         return _hash_blob(self.blob, self.offsets)
+
+    @property
+    def hash_index(self) -> np.ndarray:  # [n] uint64, ascending
+        """:func:`pack_hash_index` of this table's hashes: computed once, or attached."""
+        if self._hash_index is None:
+            self.attach_hash_index(pack_hash_index(self.hashes()))
+        return self._hash_index  # type: ignore[return-value]
+
+    def attach_hash_index(self, index: np.ndarray) -> None:
+        """Adopt a :attr:`hash_index` computed elsewhere (a process that loaded this table)."""
+        if index.shape != (len(self),) or index.dtype != np.uint64:
+            raise ValueError(f"a hash index of {len(self)} uint64 values, got {index.shape} "
+                             f"{index.dtype}")  # fmt: skip
+        index.setflags(write=False)
+        self._hash_index = index
+
+
+def position_bits(n: int) -> int:
+    """Low bits of a :func:`pack_hash_index` entry that hold the string's position."""
+    return max(1, (n - 1).bit_length())
+
+
+def pack_hash_index(hashes: np.ndarray) -> np.ndarray:  # [n] uint64, ascending
+    """One uint64 per string, sorted: its hash's high bits over its position in the table
+    (the low ``position_bits(n)`` bits), so equal hash bits sort by position. A lookup binary
+    searches for a string's hash bits, then compares the strings there byte by byte."""
+    n = len(hashes)
+    packed = hashes.view(np.uint64) & ~np.uint64((1 << position_bits(n)) - 1)
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()  # numpy's vectorised sort: ~0.1 s for 10M values (argsort is ~10x slower)
+    return packed
 
 
 def hash_strings(strings: Sequence[str]) -> np.ndarray:  # [n] int64

@@ -6,7 +6,9 @@ starves the serving threads. Here a child interpreter, at a lower CPU priority, 
 ``CatalogStore.load`` (every check included) and writes the verified trie's arrays to files
 in shared memory (``/dev/shm``, else the temporary directory); this process maps them
 read-only (``np.memmap``: no copy, no per-array work) and unlinks them at once, so the
-memory goes when the last array is dropped. Errors come back as the store's own types.
+memory goes when the last array is dropped. The child also sends the item ids' hash index
+(``StringTable.hash_index``, what the decoder's item lookups search), so the serving process
+does not sort it. Errors come back as the store's own types.
 
 Run as ``python -m widebeam.services.catalog.store.load_process REQUEST_JSON`` (that is what
 :func:`load_in_child` does); the answer is one JSON line on stdout.
@@ -33,6 +35,7 @@ from widebeam.services.catalog.types import CatalogError
 
 DEFAULT_NICENESS = 10  # how much lower the child's CPU priority is than this process'
 _SPACE_MARGIN = 1.25  # free space wanted in /dev/shm beyond the artifact's raw size
+_HASH_INDEX = "item_id_hash_index"
 
 
 def load_in_child(
@@ -80,7 +83,8 @@ def load_in_child(
         trie = SidTrie.from_arrays(
             arrays, dense_cell_budget=int(manifest["dense_cell_budget"]), copy=False
         )
-    except CatalogError as exc:
+        trie.item_ids.attach_hash_index(arrays[_HASH_INDEX])
+    except (CatalogError, ValueError, KeyError) as exc:
         raise ArtifactError(f"{where}: {exc}") from None
     return LoadedCatalog(name, version, trie, manifest)
 
@@ -121,7 +125,10 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         client.close()
     spool = Path(request["spool"])
     specs = {}
-    for key, array in loaded.trie.to_arrays().items():
+    # the item ids' hash index too (the decoder's item lookups): its sort is work this
+    # process can spare the serving one
+    arrays = loaded.trie.to_arrays() | {_HASH_INDEX: loaded.trie.item_ids.hash_index}
+    for key, array in arrays.items():
         contiguous = np.ascontiguousarray(array)
         if contiguous.nbytes:
             contiguous.tofile(spool / key)

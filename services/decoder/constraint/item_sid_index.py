@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from widebeam.services.catalog.string_table import hash_encoded
+from widebeam.services.catalog.string_table import hash_encoded, pack_hash_index, position_bits
 from widebeam.services.catalog.trie import SidTrie
 
 
@@ -33,17 +33,13 @@ class ItemSidIndex:
         self._sids = trie.sids  # [num_sids, L] int32
         self._sid_item_offsets = trie.sid_item_offsets  # [num_sids+1] int64
         n = len(self._item_ids)
-        if hash_id is None:
-            hashes = self._item_ids.hashes()  # [n] int64
+        if hash_id is None:  # the table's own index (built once per version, maybe elsewhere)
+            self._packed = self._item_ids.hash_index  # [n] uint64: hash bits | position, sorted
         else:
             hashes = np.fromiter(map(hash_id, self._item_ids), dtype=np.int64, count=n)
-        self._position_bits = max(1, (n - 1).bit_length())
+            self._packed = pack_hash_index(hashes)
+        self._position_bits = position_bits(n)
         self._position_mask = np.uint64((1 << self._position_bits) - 1)
-        packed = self._hash_bits(hashes)
-        packed |= np.arange(n, dtype=np.uint64)
-        del hashes
-        packed.sort()  # equal hash bits: by position
-        self._packed = packed  # [n] uint64: hash bits | item position, ascending
 
     def __len__(self) -> int:
         return len(self._item_ids)

@@ -10,7 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from widebeam.services.catalog.string_table import StringTable, hash_strings
+from widebeam.services.catalog.string_table import (
+    StringTable,
+    hash_strings,
+    pack_hash_index,
+    position_bits,
+)
 from widebeam.services.catalog.trie_io import canonical_item_ids
 
 ALPHABETS = ["abc-0", "ab\n é漢\x00😀", "\x00a"]
@@ -93,3 +98,20 @@ def test_canonical_order_is_a_per_sid_sort(alphabet: str, seed: int) -> None:
     assert list(canonical_item_ids(offsets, table)) == expected
     already = StringTable.from_strings(expected)
     assert canonical_item_ids(offsets, already) is already
+
+
+def test_hash_index_sorts_hash_bits_over_positions() -> None:
+    strings = random_strings(random.Random(3), "abc", 500, longest=5)
+    table = StringTable.from_strings(list(dict.fromkeys(strings)))
+    index, bits = table.hash_index, position_bits(len(table))
+    assert index.dtype == np.uint64 and (np.diff(index) > 0).all()
+    positions = (index & np.uint64((1 << bits) - 1)).astype(np.int64)
+    assert sorted(positions.tolist()) == list(range(len(table)))
+    expected = table.hashes().view(np.uint64)[positions] >> np.uint64(bits)
+    np.testing.assert_array_equal(index >> np.uint64(bits), expected)
+    np.testing.assert_array_equal(pack_hash_index(table.hashes()), index)
+    other = StringTable.from_strings(list(table))
+    other.attach_hash_index(pack_hash_index(table.hashes()))
+    np.testing.assert_array_equal(other.hash_index, index)
+    with pytest.raises(ValueError):
+        other.attach_hash_index(index[:-1])

@@ -32,6 +32,8 @@ def test_same_version_as_an_in_process_load(
         for key in want:
             np.testing.assert_array_equal(got[key], want[key])
         assert list(there.trie.item_ids) == list(here.trie.item_ids)
+        # the child's hash index (its own process, same hash) is the one computed here
+        np.testing.assert_array_equal(there.trie.item_ids.hash_index, here.trie.item_ids.hash_index)
         assert not there.trie.child_offsets.flags.writeable  # a mapped version is immutable
 
 
