@@ -29,6 +29,10 @@ from widebeam.services.catalog.types import CatalogError
 _LEVEL_KEY = re.compile(r"sid_(0|[1-9][0-9]{0,5})")  # no leading zeros: one key per level
 _BOM = b"\xef\xbb\xbf"  # utf-8-sig: dropped at the start of the input only
 CHUNK_BYTES = 32 << 20
+# The first piece is small and each next one twice the last (up to CHUNK_BYTES): a row limit
+# is checked after each piece, so an input far over it (a gzip bomb) is stopped after about
+# twice the bytes the limit allows, not after a whole 32 MiB piece.
+FIRST_CHUNK_BYTES = 1 << 20
 
 
 def parse_jsonl(
@@ -55,11 +59,14 @@ def parse_jsonl(
 
 
 def _line_chunks(stream: IO[bytes], chunk_bytes: int) -> Iterator[bytes]:
-    """The stream in pieces of about ``chunk_bytes`` that end at a line end (a longer line is
-    one piece); "\n" ends every line, so no "\r\n" or UTF-8 sequence is ever split."""
+    """The stream in pieces that end at a line end (a longer line is one piece), growing from
+    ``FIRST_CHUNK_BYTES`` to about ``chunk_bytes``; "\n" ends every line, so no "\r\n" or
+    UTF-8 sequence is ever split."""
     pending = b""
+    size = min(FIRST_CHUNK_BYTES, chunk_bytes)
     while True:
-        data = stream.read(chunk_bytes)
+        data = stream.read(size)
+        size = min(2 * size, chunk_bytes)
         if not data:
             if pending:
                 yield pending
