@@ -22,14 +22,17 @@ OFF_TRIE = -1
 
 
 def _device_copy(array: np.ndarray, device: torch.device) -> torch.Tensor:  # int64
-    """``array`` as an int64 tensor on ``device``; on the CPU an int64 array is shared, not
-    copied (a 10M-item trie's offsets are 140 MB). Never written: trie versions are
+    """``array`` as an int64 tensor on ``device``. On the CPU an int64 array is shared, not
+    copied (a 10M-item trie's offsets are 140 MB); any other goes through torch's own cast,
+    which leaves the GIL to the serving threads while a new version is built beside them
+    (``torch.tensor`` of a numpy array copies holding it). Never written: trie versions are
     immutable, which is why the array is read-only and torch's warning about that is moot."""
-    if device.type == "cpu" and array.dtype == np.int64:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return torch.from_numpy(array)
-    return torch.tensor(array, dtype=torch.int64, device=device)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        shared = torch.from_numpy(array)
+    if device.type == "cpu" and shared.dtype == torch.int64:
+        return shared
+    return shared.to(device=device, dtype=torch.int64)
 
 
 class TrieConstraint:
@@ -38,8 +41,8 @@ class TrieConstraint:
         self.version = version
         self.device = torch.device(device)
         self.child_offsets = _device_copy(trie.child_offsets, self.device)  # [nodes+1] int64
-        self.child_tokens = torch.tensor(trie.child_tokens, dtype=torch.int64, device=device)
-        self.child_nodes = torch.tensor(trie.child_nodes, dtype=torch.int64, device=device)
+        self.child_tokens = _device_copy(trie.child_tokens, self.device)  # [edges] int64
+        self.child_nodes = _device_copy(trie.child_nodes, self.device)  # [edges] int64
         # Edge keys node * key_base + token, derived once on the host (finished beams' items
         # are looked up there) and copied: the device's searchsorted table.
         self.path_items = PathItems(trie)
