@@ -72,8 +72,14 @@ def unpack_arrays(
     begin, end = (None if t < 0 else t for t in np.asarray(arrays["layout_special"]).tolist())
     layout = SidLayout(tuple(SidLevel(b, s) for b, s in levels), begin, end)
 
+    # Copies by default: the trie marks its arrays read-only and must not alias the caller's.
+    # Views of a decoded artifact sit where its header put them, often not on their item
+    # size: numpy's loops over unaligned arrays run 2-3x slower, so then all are copied
+    # (not some: a few views would keep the whole decoded buffer alive beside the copies).
+    names = {**TRIE_FIELDS, "item_id_bytes": np.uint8, "item_id_offsets": np.int64}
+    copy = copy or not all(np.asarray(arrays[name]).flags.aligned for name in names)
+
     def field(name: str, dtype: type) -> np.ndarray:
-        # Copies by default: the trie marks its arrays read-only and must not alias the caller's.
         return np.array(arrays[name], dtype=dtype, copy=copy or None)
 
     fields = [field(name, dt) for name, dt in TRIE_FIELDS.items()]

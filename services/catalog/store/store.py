@@ -286,7 +286,8 @@ class CatalogStore:
         arrays = fetch_arrays(self.client, vkeys, info, where)
         budget = int(manifest["dense_cell_budget"])
         try:
-            # the decoded buffer is this load's alone: the trie keeps views of it, no copy
+            # the decoded buffer is this load's alone: the trie may keep views of it (when
+            # the payload's arrays are aligned; see unpack_arrays)
             trie = SidTrie.from_arrays(arrays, dense_cell_budget=budget, copy=False)
         except CatalogError as exc:
             raise ArtifactError(f"{where}: {exc}") from None
