@@ -54,7 +54,8 @@ def load_in_child(
     ``VersionNotFoundError``; ``redis.ConnectionError`` when the child could not reach Redis)."""
     spool = Path(tempfile.mkdtemp(prefix="widebeam-catalog-", dir=_spool_root(raw_bytes)))
     request = {"redis_url": redis_url, "namespace": namespace, "name": name,
-               "version": version, "spool": str(spool), "niceness": niceness}  # fmt: skip
+               "version": version, "spool": str(spool), "niceness": niceness,
+               "parent": os.getpid()}  # fmt: skip
     try:
         done = subprocess.run(
             [sys.executable, "-m", __name__, json.dumps(request)],
@@ -108,9 +109,22 @@ def _error(kind: str, message: str) -> Exception:
     return RuntimeError(f"catalog load process: {kind}: {message}")
 
 
+def _die_with_parent(parent: int) -> None:
+    """Linux: be killed when the parent dies, so a dead decoder's load never writes ~1 GB into
+    shared memory that nobody would remove; then check it has not died already."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
 def _child(request: dict[str, Any]) -> dict[str, Any]:
     from widebeam.services.catalog.store.store import CatalogStore
 
+    _die_with_parent(int(request["parent"]))
     os.nice(int(request["niceness"]))
     client = redis.Redis.from_url(request["redis_url"], socket_timeout=60)
     try:
