@@ -10,8 +10,8 @@ memory goes when the last array is dropped. The child also sends the item ids' h
 (``StringTable.hash_index``, what the decoder's item lookups search), so the serving process
 does not sort it. Errors come back as the store's own types.
 
-Run as ``python -m widebeam.services.catalog.store.load_process REQUEST_JSON`` (that is what
-:func:`load_in_child` does); the answer is one JSON line on stdout.
+Run as ``python -m widebeam.services.catalog.store.load_process`` with the request JSON on
+stdin (that is what :func:`load_in_child` does); the answer is one JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ def load_in_child(
                "parent": os.getpid()}  # fmt: skip
     try:
         done = subprocess.run(
-            [sys.executable, "-m", __name__, json.dumps(request)],
+            # The request (its Redis URL may hold a password) goes on stdin, not in argv,
+            # where any user of the machine could read it.
+            [sys.executable, "-m", __name__], input=json.dumps(request),
             capture_output=True, text=True, timeout=timeout_s, check=False,
         )  # fmt: skip
         lines = done.stdout.strip().splitlines()
@@ -152,4 +154,4 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child(json.loads(sys.argv[1]))))
+    print(json.dumps(_child(json.loads(sys.stdin.read()))))

@@ -49,3 +49,25 @@ def test_errors_are_the_stores(store: CatalogStore, redis_url: str, make_trie: M
     nobody = f"redis://127.0.0.1:{free_port()}/0"
     with pytest.raises(redis.ConnectionError):
         load_in_child(nobody, store.namespace, "c", 1, 1000)
+
+
+def test_a_password_protected_redis(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie
+) -> None:
+    # The URL with its password reaches the child on stdin (never in its argv).
+    store.publish("locked", make_trie(50))
+    raw_bytes = int(store.manifest("locked", 1)["artifact"]["raw_bytes"])
+    assert redis_url.startswith("redis://") and "@" not in redis_url
+
+    def with_password(password: str) -> str:
+        return redis_url.replace("redis://", f"redis://:{password}@", 1)
+
+    store.client.config_set("requirepass", "s3cret-pass")  # this connection stays signed in
+    try:
+        good = with_password("s3cret-pass")
+        loaded = load_in_child(good, store.namespace, "locked", 1, raw_bytes)
+        assert loaded.trie.num_items == 50
+        with pytest.raises(redis.ConnectionError, match=r"(?i)invalid|auth|WRONGPASS"):
+            load_in_child(with_password("wrong"), store.namespace, "locked", 1, raw_bytes)
+    finally:
+        store.client.config_set("requirepass", "")
