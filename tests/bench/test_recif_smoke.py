@@ -4,21 +4,13 @@ on and off return the same beams."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.smoke import run_smoke
 
 
 def test_recif_smoke_run(tmp_path: Path) -> None:
-    env = os.environ | {"OUT": str(tmp_path / "out"), "WIDEBEAM_BENCH_CACHE": str(tmp_path)}
-    cmd = [sys.executable, "recif_throughput.py", "--smoke", "--cache", str(tmp_path)]
-    done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((tmp_path / "out" / "recif_throughput.json").read_text())
+    report, _ = run_smoke("recif_throughput.py", tmp_path, "--cache", str(tmp_path))
     rows = {(r["variant"], r["width"]): r for r in report["rows"]}
     assert set(rows) == {(v, w) for v in ("distinct", "shared", "shared-nocache") for w in (4, 8)}
     for row in rows.values():

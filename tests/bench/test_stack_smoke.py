@@ -4,22 +4,15 @@ every path and width, every closed-loop request answered, and no graph capture a
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.smoke import run_smoke
+
 PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat"}
 
 
 def test_stack_smoke_run(tmp_path: Path) -> None:
-    env = os.environ | {"OUT": str(tmp_path / "out"), "WIDEBEAM_BENCH_CACHE": str(tmp_path)}
-    cmd = [sys.executable, "stack.py", "--smoke", "--cache", str(tmp_path)]
-    done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((tmp_path / "out" / "stack.json").read_text())
+    report, stdout = run_smoke("stack.py", tmp_path, "--cache", str(tmp_path))
     rows = report["closed_loop"]
     assert {(r["path"], r["width"]) for r in rows} == {(p, w) for p in PATHS for w in (4,)}
     for row in rows:
@@ -33,4 +26,4 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     assert sweep["load"] == 2.0 and sweep["statuses"].get("200", 0) > 0, sweep
     assert report["decoder_captures_after_ready"] == 0
     assert report["engine_captures_after_ready"] == 0
-    assert "graph captures after ready: decoder 0" in done.stdout
+    assert "graph captures after ready: decoder 0" in stdout

@@ -1,0 +1,29 @@
+"""Runs one bench script at its CPU smoke size, as a user would (`python SCRIPT --smoke` in
+bench/), with its output folder and model cache under the test's tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run_smoke(
+    script: str, tmp_path: Path, *args: str, timeout: float = 600, own_tmpdir: bool = False
+) -> tuple[dict[str, Any], str]:
+    """The script's JSON report (`$OUT/<script stem>.json`) and its stdout; fails the test
+    with the end of its output when it exits non-zero. `own_tmpdir`: TMPDIR is tmp_path too
+    (for scripts that write their work files to the temporary directory)."""
+    out = tmp_path / "out"
+    env = os.environ | {"OUT": str(out), "WIDEBEAM_BENCH_CACHE": str(tmp_path)}
+    if own_tmpdir:
+        env["TMPDIR"] = str(tmp_path)
+    cmd = [sys.executable, script, "--smoke", *args]
+    done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / f"{Path(script).stem}.json").read_text()), done.stdout
