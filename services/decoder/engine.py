@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -320,5 +321,6 @@ class Engine:
         return finished
 
     def _finish(self, state: RequestState) -> RequestOutput:
+        cached = state.cached_prompt_tokens  # read before finish releases the reservation
         self.scheduler.finish(state)
-        return state.output()
+        return replace(state.output(), cached_prompt_tokens=cached)

@@ -40,12 +40,14 @@ class Generated:
     def text(self, beam: pb.Beam) -> str:
         return self.codec.decode(list(beam.output_ids)) if self.codec is not None else ""
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, object]:
         usage = self.response.usage
         return {
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            # OpenAI's place for prompt tokens served from a cache.
+            "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
         }
 
     def extensions(self, beam: pb.Beam) -> dict[str, object]:

@@ -48,6 +48,7 @@ class RequestOutput:
     error: str | None = None
     catalog_version: str | None = None
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, those read from the prefix cache
 
     @property
     def ok(self) -> bool:

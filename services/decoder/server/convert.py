@@ -97,6 +97,7 @@ def generate_response(
         usage=pb.Usage(
             prompt_tokens=out.prompt_tokens,
             completion_tokens=sum(len(b.output_ids) for b in out.beams),
+            cached_prompt_tokens=out.cached_prompt_tokens,
         ),
     )
     if out.catalog_version is not None:

@@ -150,6 +150,7 @@ def recommend_response(
         usage=pb.Usage(
             prompt_tokens=out.prompt_tokens,
             completion_tokens=sum(len(b.output_ids) for b in out.beams),
+            cached_prompt_tokens=out.cached_prompt_tokens,
         ),
         exhausted=len(items) < spec.n,
         beams_returned=len(out.beams),

@@ -232,7 +232,7 @@ def _answer(
         **best["meta_info"],
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
-        "cached_tokens": 0,
+        "cached_tokens": usage.cached_prompt_tokens,
         "e2e_latency": round(time.perf_counter() - started, 6),
     }
     if beam_search:

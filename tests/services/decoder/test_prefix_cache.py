@@ -119,3 +119,18 @@ def test_an_aborted_request_gives_its_prefix_pages_back(sid_model: SidModel) -> 
     )
     _same_answers([again], [fresh])
     assert kv.stats().hit_tokens == 32
+
+
+def test_each_answer_says_how_much_of_its_prompt_was_cached(sid_model: SidModel) -> None:
+    engine = sid_model.engine()
+    prompt = (*SHARED, 7, 8, 9)  # 43 tokens: 2 full pages of 16 can be cached
+    first, second = (
+        engine.generate([GenerationRequest(rid, prompt, beam_width=4, max_new_tokens=3)])[0]
+        for rid in ("first", "second")
+    )
+    assert (first.prompt_tokens, first.cached_prompt_tokens) == (43, 0)
+    assert (second.prompt_tokens, second.cached_prompt_tokens) == (43, 32)
+    [off] = sid_model.engine(prefix_cache=False).generate(
+        [GenerationRequest("off", prompt, beam_width=4, max_new_tokens=3)]
+    )
+    assert off.cached_prompt_tokens == 0

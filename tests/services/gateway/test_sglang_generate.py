@@ -232,3 +232,18 @@ def test_requests_that_never_say_constrained_follow_default_constrained(
         free = {"text": sid_prompt, "sampling_params": {"n": 4, "max_new_tokens": 5,
                                                        "constrained": False}}  # fmt: skip
         assert "catalog" not in generate(http, free)["meta_info"]
+
+
+def test_cached_prompt_tokens_are_reported(client: httpx.Client) -> None:
+    # 40 tokens no other test sends: 2 full pages of 16 for the decoder's prefix cache.
+    prompt = [1 + (i * 37 + 11) % 190 for i in range(40)]
+    params = {"n": 2, "max_new_tokens": 2, "temperature": 0}
+    first, second = (
+        generate(client, {"input_ids": prompt, "sampling_params": params})["meta_info"]
+        for _ in range(2)
+    )
+    assert (first["prompt_tokens"], first["cached_tokens"]) == (40, 0)
+    assert (second["prompt_tokens"], second["cached_tokens"]) == (40, 32)
+    body = {"model": "model", "prompt": prompt, "n": 2, "beam_width": 2, "max_tokens": 2}
+    usage = client.post("/v1/completions", json=body).json()["usage"]
+    assert usage["prompt_tokens"] == 40 and usage["prompt_tokens_details"] == {"cached_tokens": 32}
