@@ -48,6 +48,14 @@ def _child(parent: int, needle: bytes) -> int:
     return found[0]
 
 
+def _replaced(parent: int, needle: bytes, old: int) -> bool:
+    """Whether one child of `parent` other than `old` runs `needle`."""
+    try:
+        return _child(parent, needle) != old
+    except (AssertionError, FileNotFoundError):  # none yet, or one that just exited
+        return False
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -173,8 +181,8 @@ def test_up_restarts_a_child_that_dies(sid_model: SidModel, tmp_path: Path) -> N
         decoder = _child(proc.pid, b"widebeam\0decoder\0serve")
         os.kill(decoder, signal.SIGKILL)
         _wait(lambda: "restarting decoder" in log.read_text(), "the decoder's restart")
-        replacement = _child(proc.pid, b"widebeam\0decoder\0serve")
-        assert replacement != decoder
+        # The launcher logs the restart, then spawns the process: wait for it to be there.
+        _wait(lambda: _replaced(proc.pid, b"widebeam\0decoder\0serve", decoder), "a new decoder")
         # The restarted decoder loads the catalog from Redis and serves again on its old port.
         _wait(
             lambda: _recommend(f"http://127.0.0.1:{port}", sid_model).status_code == 200,
