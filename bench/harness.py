@@ -87,6 +87,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
     parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="no prompt-prefix KV reuse across requests"
+    )
+    parser.add_argument(
         "--no-prefill-graphs", action="store_true", help="eager prefill at exact shapes"
     )
     parser.add_argument(
@@ -124,6 +127,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,
         "overlap_scheduling": not args.no_overlap,
+        "prefix_cache": not args.no_prefix_cache,
     }
 
 

@@ -91,6 +91,7 @@ def main() -> None:
     catalog = random_catalog(shape.catalog_sids, shape.levels)
     sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
     options = engine_options(args)
+    cache = options.pop("prefix_cache")  # the variants below decide it, within --no-prefix-cache
     if args.smoke:
         options = {k: v for k, v in options.items() if k != "quantization"}
     peak = None if args.smoke else matmul_tflops()
@@ -99,7 +100,8 @@ def main() -> None:
     for variant in variants:
         engine = make_engine(
             path, shape.max_rows, shape.max_kv_slots, model=model, dtype=dtype,
-            catalog_path=str(catalog), prefix_cache=variant != "shared-nocache", **options,
+            catalog_path=str(catalog), **options,
+            prefix_cache=cache and variant != "shared-nocache",
         )  # fmt: skip
         model = engine.model  # shared by the next variants' engines
         prompts = _prompts(engine, shape, sids, text_vocab, shared=variant != "distinct")
