@@ -125,6 +125,35 @@ class StringTable(Sequence[str]):
         view, offsets = self._view, self.offsets
         return [str(view[offsets[p] : offsets[p + 1]], "utf-8") for p in positions]
 
+    def take_ranges(
+        self,
+        starts: np.ndarray,  # [m] int64, first position of each range
+        stops: np.ndarray,  # [m] int64, one past its last position (stops >= starts)
+    ) -> list[list[str]]:
+        """Per range, its strings in order. One gather for all ranges: a response names
+        thousands of short ranges (a beam's SID has an item or two), and slicing the table
+        once per range would cost a few numpy calls each."""
+        starts = np.asarray(starts, dtype=np.int64)
+        counts = np.asarray(stops, dtype=np.int64) - starts  # [m]
+        if counts.size == 0:
+            return []
+        used = counts > 0
+        if (counts < 0).any() or (
+            used.any() and (starts[used].min() < 0 or (starts + counts)[used].max() > len(self))
+        ):
+            raise IndexError("string table range out of bounds")
+        ends = np.cumsum(counts)
+        positions = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(
+            starts - (ends - counts), counts
+        )  # [sum(counts)]
+        lows, highs = self.offsets[positions].tolist(), self.offsets[positions + 1].tolist()
+        view = self._view
+        strings = [str(view[a:b], "utf-8") for a, b in zip(lows, highs, strict=True)]
+        if len(strings) == counts.size and (counts == 1).all():
+            return [[s] for s in strings]
+        pieces = iter(strings)
+        return [list(itertools.islice(pieces, c)) for c in counts.tolist()]
+
     def raw(self, position: int) -> memoryview:
         """The UTF-8 bytes of string ``position`` (a view into the buffer)."""
         return self._view[self.offsets[position] : self.offsets[position + 1]]

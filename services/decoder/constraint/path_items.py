@@ -60,6 +60,9 @@ class PathItems:
             if not moving.any():
                 break
             nodes[moving] = self.children(nodes[moving], step[moving])
-        sids = np.where(nodes >= 0, leaf_sid[np.maximum(nodes, 0)], -1).tolist()
-        offsets, item_ids = self.trie.sid_item_offsets, self.trie.item_ids
-        return [item_ids[offsets[s] : offsets[s + 1]] if s >= 0 else [] for s in sids]
+        sids = np.where(nodes >= 0, leaf_sid[np.maximum(nodes, 0)], -1)  # [m]
+        offsets = self.trie.sid_item_offsets
+        known = sids >= 0
+        starts = np.where(known, offsets[np.maximum(sids, 0)], 0)
+        stops = np.where(known, offsets[np.maximum(sids, 0) + 1], 0)
+        return self.trie.item_ids.take_ranges(starts, stops)

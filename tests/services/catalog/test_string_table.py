@@ -47,6 +47,26 @@ def test_reads_like_the_list(alphabet: str, seed: int) -> None:
 
 
 @pytest.mark.parametrize("alphabet", ALPHABETS)
+@pytest.mark.parametrize("seed", range(6))
+def test_take_ranges_equals_one_slice_per_range(alphabet: str, seed: int) -> None:
+    rng = random.Random(seed)
+    strings = random_strings(rng, alphabet, rng.randint(1, 60))
+    table = StringTable.from_strings(strings)
+    n = len(strings)
+    starts = [rng.randint(0, n) for _ in range(rng.randint(0, 30))]
+    stops = [a + (1 if rng.random() < 0.5 else rng.randint(0, n - a)) if a < n else a
+             for a in starts]  # fmt: skip
+    got = table.take_ranges(np.array(starts, dtype=np.int64), np.array(stops, dtype=np.int64))
+    assert got == [strings[a:b] for a, b in zip(starts, stops, strict=True)]
+    ones = np.arange(n, dtype=np.int64)
+    assert table.take_ranges(ones, ones + 1) == [[s] for s in strings]
+    assert table.take_ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == []
+    for bad in ([(0, n + 1)], [(-1, 0)], [(2, 1)] if n >= 2 else [(1, 0)]):
+        with pytest.raises(IndexError):
+            table.take_ranges(np.array([bad[0][0]]), np.array([bad[0][1]]))
+
+
+@pytest.mark.parametrize("alphabet", ALPHABETS)
 def test_table_hashes_equal_query_hashes(alphabet: str) -> None:
     rng = random.Random(1)
     strings = list(dict.fromkeys(random_strings(rng, alphabet, 3000, longest=12)))
