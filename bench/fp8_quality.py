@@ -207,7 +207,9 @@ def main() -> None:
     print(env)
     headers = ["serving", "recall@10", "NDCG@10", "illegal SIDs", "serve s"]
     keys = ["quantization", "recall@10", "ndcg@10", "illegal_sids", "serve_s"]
-    print(markdown_table(headers, [[r[k] for k in keys] for r in rows]))
+    # metrics as 4-decimal strings: the table's own float format keeps one decimal
+    cell = lambda k, v: f"{v:.4f}" if k in ("recall@10", "ndcg@10") else v  # noqa: E731
+    print(markdown_table(headers, [[cell(k, r[k]) for k in keys] for r in rows]))
     shared = [f"top-{n} overlap {overlaps[f'top{n}_overlap']:.2f}/{min(n, width)}" for n in TOP_N]
     print(f"recall@10 relative change {100 * change:+.2f}%; " + "; ".join(shared))
 
