@@ -121,10 +121,19 @@ class ModelRunner:
         prompt_slots: list[torch.Tensor],  # each [prompt_len] int64
         cached: list[int] | None = None,  # each prompt's tokens whose KV is cached (default 0)
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
-        if cached is not None and any(cached):
-            return self._prefill_after_prefixes(prompts, prompt_slots, cached)
         lengths = [len(p) for p in prompts]
-        if self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens:
+        in_graph = self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens
+        if cached is not None and any(cached):
+            if not in_graph:
+                return self._prefill_after_prefixes(prompts, prompt_slots, cached)
+            # A batch that fits a prefill graph runs whole in it: the eager suffix-only
+            # prefill's fixed cost exceeds what skipping at most prefill_graph_tokens tokens
+            # saves (docs/benchmarks.md, W2 with the cache on and off). The cached
+            # positions write the trash slot, so the shared prefix pages keep their KV.
+            prompt_slots = [self._trash_prefix(s, c) for s, c in zip(prompt_slots, cached,
+                                                                      strict=True)]  # fmt: skip
+        if in_graph:
+            assert self.prefill_graphs is not None
             return self.prefill_graphs.run(prompts, prompt_slots)
         cu = [0, *itertools.accumulate(lengths)]
         # One host buffer, one queued copy (no host wait, so the host queues the first beam
@@ -133,6 +142,16 @@ class ModelRunner:
         ids, positions, last = split_prefill_inputs(to_device_async(host, self.device), cu[-1])
         metadata = self.backend.prepare_prefill(PrefillBatch(tuple(cu)), self.layout)
         return self._prefill_forward(ids, positions, torch.cat(prompt_slots), metadata, last)
+
+    def _trash_prefix(
+        self,
+        slots: torch.Tensor,  # [prompt_len] int64
+        cached: int,
+    ) -> torch.Tensor:  # [prompt_len] int64, the first `cached` replaced by the trash slot
+        if cached == 0:
+            return slots
+        assert self.graphs is not None  # prefill graphs exist only beside decode graphs
+        return torch.cat((slots.new_full((cached,), self.graphs.trash_slot), slots[cached:]))
 
     def _prefill_after_prefixes(
         self, prompts: list[tuple[int, ...]], prompt_slots: list[torch.Tensor], cached: list[int]
