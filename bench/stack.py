@@ -53,7 +53,7 @@ SMOKE_LEVELS = (16, 16, 16)
 HISTORY_ITEMS = 60
 SWEEP_MIX = (0.5, 0.3, 0.2)  # share of each width (narrowest first) in the open-loop sweep
 SERVING_CAPTURES = re.compile(
-    r'^widebeam_decoder_graph_captures_total\{kind="\w+",phase="serving"\} ([0-9.e+]+)$', re.M
+    r'^widebeam_decoder_graph_captures_total\{kind="(\w+)",phase="serving"\} ([0-9.e+]+)$', re.M
 )
 
 
@@ -348,9 +348,10 @@ def mixed_capacity(phases: list[Phase], widths: list[int]) -> float:
     return 1.0 / seconds
 
 
-def serving_captures(metrics_url: str) -> int:
+def serving_captures(metrics_url: str) -> dict[str, int]:
+    """The decoder's graph captures after ready, by graph kind (decode, prefill, expansion)."""
     text = httpx.get(metrics_url, timeout=10).text
-    return int(sum(float(v) for v in SERVING_CAPTURES.findall(text)))
+    return {kind: int(float(v)) for kind, v in SERVING_CAPTURES.findall(text)}
 
 
 # ----- main -----------------------------------------------------------------------------------
@@ -419,7 +420,7 @@ def report(
     phases: list[Phase],
     sweep_rows: list[dict],
     capacity: float,
-    captures: int,
+    captures: dict[str, int],
     engine_captures: int,
 ) -> None:
     rows = [p.row() for p in phases]
@@ -431,7 +432,9 @@ def report(
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
-        "decoder_captures_after_ready": captures, "engine_captures_after_ready": engine_captures,
+        "decoder_captures_after_ready": sum(captures.values()),
+        "decoder_captures_after_ready_by_kind": captures,
+        "engine_captures_after_ready": engine_captures,
     }  # fmt: skip
     write_result("stack", result)
     print(markdown_table(
@@ -444,7 +447,8 @@ def report(
         [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
           r["p50_ms"], r["p99_ms"], r["statuses"]] for r in sweep_rows],
     ))  # fmt: skip
-    print(f"graph captures after ready: decoder {captures}, in-process engine {engine_captures}")
+    print(f"graph captures after ready: decoder {sum(captures.values())} {captures}, "
+          f"in-process engine {engine_captures}")
 
 
 if __name__ == "__main__":

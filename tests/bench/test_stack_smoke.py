@@ -25,5 +25,6 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     [sweep] = report["sweep"]
     assert sweep["load"] == 2.0 and sweep["statuses"].get("200", 0) > 0, sweep
     assert report["decoder_captures_after_ready"] == 0
+    assert set(report["decoder_captures_after_ready_by_kind"]) == {"decode", "prefill", "expansion"}
     assert report["engine_captures_after_ready"] == 0
     assert "graph captures after ready: decoder 0" in stdout
