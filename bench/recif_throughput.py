@@ -66,6 +66,17 @@ FULL = Shape((8192, 8192, 8192), 1_520_000, 1500, 1000, 190, FULL_WIDTHS, 220_00
 SMOKE = Shape((16, 16, 16), 400, 40, 32, 4, {4: (4, 2), 8: (4, 2)}, 8192, 256)
 
 
+def _beam_overlap(on: dict[str, list], off: dict[str, list]) -> float:
+    """The mean share of each request's beams (output ids) that both runs returned: bf16
+    rounding of a GEMM can depend on its row count, so near-tied beams can trade places."""
+    shares = []
+    for key, beams in on.items():
+        mine = {tuple(ids) for ids, _ in beams}
+        theirs = {tuple(ids) for ids, _ in off[key]}
+        shares.append(len(mine & theirs) / max(len(mine), 1))
+    return sum(shares) / max(len(shares), 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
@@ -117,12 +128,13 @@ def main() -> None:
         gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
-    agree, score_diff = None, None
+    agree, score_diff, beam_overlap = None, None, None
     if "shared" in answers and "shared-nocache" in answers:
         on, off = answers["shared"], answers["shared-nocache"]
         agree = {k: [ids for ids, _ in v] for k, v in on.items()} == {
             k: [ids for ids, _ in v] for k, v in off.items()
         }
+        beam_overlap = _beam_overlap(on, off)
         if agree:  # scores: rounding apart (a hit prefills fewer rows through each GEMM)
             pairs = [(a, b) for k in on for (_, a), (_, b) in zip(on[k], off[k], strict=True)]
             score_diff = max((abs(a - b) for a, b in pairs), default=0.0)
@@ -132,6 +144,7 @@ def main() -> None:
         "rows": results,
         "shared_cache_on_equals_off": agree,
         "shared_cache_max_score_diff": score_diff,
+        "shared_cache_beam_overlap": beam_overlap,
     }
     write_json("recif_throughput" + args.tag, report)
     print(f"\nWorkload 4 (RecIF shape: {shape.catalog_sids} SIDs, {shape.text_tokens} text tokens"
@@ -139,7 +152,7 @@ def main() -> None:
     print(markdown_table(HEADERS, rows))
     if agree is not None:
         print(f"shared prefix, cache on vs off: beams {'identical' if agree else 'DIFFER'}, "
-              f"scores within {score_diff}")  # fmt: skip
+              f"scores within {score_diff}; beams shared {beam_overlap:.4f}")  # fmt: skip
 
 
 HEADERS = [

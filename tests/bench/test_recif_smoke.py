@@ -24,3 +24,4 @@ def test_recif_smoke_run(tmp_path: Path) -> None:
         assert rows["distinct", width]["prefix_hit_ratio"] < 0.1
     assert report["shared_cache_on_equals_off"] is True
     assert report["shared_cache_max_score_diff"] < 1e-4
+    assert report["shared_cache_beam_overlap"] == 1.0
