@@ -266,6 +266,9 @@ def main() -> None:
         raw = {k: v for k, v in run.items() if k != "outcomes"} | {"setup": setup}
         raw["windows"] = {k: (v | {"latency": vars(v["latency"])} if isinstance(v, dict) else v)
                           for k, v in win.items()}  # fmt: skip
+        # every request (seconds after the open loop began, ms, status): where the slow ones fall
+        raw["timeline"] = [(round(o.sent, 4), round(o.latency * 1000, 1), o.status)
+                           for o in run["outcomes"]]  # fmt: skip
         Path(args.json).write_text(json.dumps(raw, indent=1, default=str))
     print(text)
 

@@ -9,17 +9,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.trie_build import csr_rows
 
 
 class PathItems:
     def __init__(self, trie: SidTrie) -> None:
         self.trie = trie
-        counts = np.diff(trie.child_offsets)
         tokens = trie.child_tokens.astype(np.int64)
         self.key_base = int(tokens.max()) + 1 if tokens.size else 1
-        nodes = np.repeat(np.arange(trie.num_nodes, dtype=np.int64), counts)
+        keys = csr_rows(trie.child_offsets)  # [edges] the node each edge leaves
         # node * key_base + token: ascending, as the CSR is node-major and token-sorted
-        self.edge_keys = nodes * self.key_base + tokens  # [edges] int64
+        keys *= self.key_base
+        keys += tokens
+        self.edge_keys = keys  # [edges] int64
         self.edge_child = trie.child_nodes  # [edges] int32 (the trie's own array, not a copy)
 
     def children(

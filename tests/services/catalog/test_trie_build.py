@@ -11,6 +11,7 @@ import pytest
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.catalog.trie_build import csr_rows
 from widebeam.services.catalog.types import CatalogEntry, CatalogError
 
 from .test_trie import make_layout, random_catalog
@@ -145,3 +146,22 @@ def test_large_build_is_vectorised() -> None:
     assert calls < 2000, f"building 200k items made {calls} Python calls"
     assert trie.num_items == n
     assert "item123" in trie.lookup_sid(tuple(codes[123]))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_csr_rows_equals_repeat(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, size=int(rng.integers(1, 40)))
+    if seed == 0:
+        counts[:] = 0  # no entries at all
+    elif seed == 1:
+        counts[0] = counts[-1] = 0  # empty first and last rows
+    offsets = np.concatenate(([0], np.cumsum(counts))) + int(rng.integers(0, 5))  # any start
+    want = np.repeat(np.arange(len(counts)), counts)
+    got = csr_rows(offsets)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    # a slice of a larger layout, as the dense tables take one depth's nodes
+    lo, hi = sorted(int(x) for x in rng.integers(0, len(counts) + 1, size=2))
+    assert np.array_equal(
+        csr_rows(offsets[lo : hi + 1]), np.repeat(np.arange(hi - lo), counts[lo:hi])
+    )
