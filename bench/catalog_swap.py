@@ -149,7 +149,7 @@ async def drive(args: argparse.Namespace, gateway_url: str, url: str, decoder: A
         rate = args.load * sum(o.status == 200 for o in capacity.outcomes) / elapsed
         rss_before = rss_mib(decoder.proc.pid)
         sender = Sender(client, ids, 60)
-        origin = time.monotonic()
+        origin, origin_wall = time.monotonic(), time.time()
         swap: dict[str, float] = {}
 
         async def activate_later() -> None:
@@ -167,6 +167,7 @@ async def drive(args: argparse.Namespace, gateway_url: str, url: str, decoder: A
         await client.close()
     return {"capacity_rps": len(capacity.outcomes) / elapsed, "rate_rps": rate,
             "outcomes": sender.outcomes, "swap_at_s": swap["at"], "ready_at_s": ready,
+            "origin_unix_s": origin_wall,  # to line the timeline up with the services' logs
             "rss_before_mib": rss_before, "rss_peak_mib": peak,
             "rss_after_mib": rss_mib(decoder.proc.pid)}  # fmt: skip
 

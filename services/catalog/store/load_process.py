@@ -17,11 +17,14 @@ stdin (that is what :func:`load_in_child` does); the answer is one JSON line on 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,8 @@ from widebeam.services.catalog.store import types as store_types
 from widebeam.services.catalog.store.types import ArtifactError, LoadedCatalog
 from widebeam.services.catalog.trie import SidTrie
 from widebeam.services.catalog.types import CatalogError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NICENESS = 10  # how much lower the child's CPU priority is than this process'
 _SPACE_MARGIN = 1.25  # free space wanted in /dev/shm beyond the artifact's raw size
@@ -56,6 +61,7 @@ def load_in_child(
     request = {"redis_url": redis_url, "namespace": namespace, "name": name,
                "version": version, "spool": str(spool), "niceness": niceness,
                "parent": os.getpid()}  # fmt: skip
+    started = time.monotonic()
     try:
         done = subprocess.run(
             # The request (its Redis URL may hold a password) goes on stdin, not in argv,
@@ -72,6 +78,8 @@ def load_in_child(
         answer = json.loads(lines[-1])
         if "error" in answer:
             raise _error(answer["error"], answer["message"])
+        log.info("catalog %r version %d loaded by a child process in %.1f s; mapping it",
+                 name, version, time.monotonic() - started)  # fmt: skip
         arrays = {
             key: np.memmap(spool / key, dtype=np.dtype(spec["dtype"]), mode="r",
                            shape=tuple(spec["shape"])) if spec["nbytes"] else
@@ -90,6 +98,20 @@ def load_in_child(
     except (CatalogError, ValueError, KeyError) as exc:
         raise ArtifactError(f"{where}: {exc}") from None
     return LoadedCatalog(name, version, trie, manifest)
+
+
+def lower_thread_priority(niceness: int = DEFAULT_NICENESS) -> bool:
+    """Lower the calling thread's CPU priority by ``niceness`` (Linux keeps a nice value per
+    thread). For the thread of a serving process that maps and derives a loaded version's
+    arrays: that work then takes the cores only when the serving threads leave them. False
+    where the platform has no per-thread priority."""
+    try:
+        tid = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + niceness))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 def _spool_root(raw_bytes: int) -> str:
