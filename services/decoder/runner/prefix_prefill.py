@@ -8,8 +8,8 @@ runs the backend's ordinary causal prefill over full-length segments, with zero 
 cached positions whose outputs are dropped. A suffix token then sees exactly the keys, in the
 same order and positions, that it sees in a prefill of the whole prompt; what is saved is every
 linear layer, MLP and norm of the cached tokens (the wasted attention rows cost ~P² per prompt,
-small beside those). Runs eagerly: batches with a cached prefix are not CUDA-graph bucketed.
-"""
+small beside those). Runs eagerly (not CUDA-graph bucketed), which is why the runner uses it
+only where no prefill graph holds the batch (`ModelRunner.prefill`)."""
 
 from __future__ import annotations
 
