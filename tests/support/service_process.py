@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 import time
@@ -18,6 +17,13 @@ from pathlib import Path
 from tests.support.child_process import stop_child
 
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+# argv: the open-file limit, then the command to exec under it
+_WITH_FILE_LIMIT = (
+    "import os, resource, sys; "
+    "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard)); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 
 @dataclass
@@ -43,26 +49,32 @@ def service_process(
 ) -> Iterator[ServiceProcess]:
     """`python -m widebeam ARGS` until the block ends (SIGTERM, then SIGKILL)."""
 
-    def limit_files() -> None:
-        if max_open_files is not None:
-            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (max_open_files, hard))
-
+    command = [sys.executable, "-m", "widebeam", *args]
+    if max_open_files is not None:
+        # A small interpreter sets the limit and execs the service (same pid). Not preexec_fn:
+        # that runs Python in a fork of this process, which breaks when other threads of the
+        # test process are inside gRPC at that moment (its fork handlers are skipped).
+        command = [sys.executable, "-c", _WITH_FILE_LIMIT, str(max_open_files), *command]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "widebeam", *args],
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=limit_files,
-        )
+        proc = subprocess.Popen(command, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while (match := LISTENING.search(log_path.read_text(errors="replace"))) is None:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{args[:2]} did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.05)
+        if max_open_files is not None:
+            assert _open_file_limit(proc.pid) == max_open_files
         yield ServiceProcess(proc, int(match[1]), log_path)
     finally:
         stop_child(proc)
+
+
+def _open_file_limit(pid: int) -> int:
+    """The soft open-file limit of process `pid`, from /proc."""
+    with open(f"/proc/{pid}/limits") as fh:
+        for line in fh:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise RuntimeError("no open-file limit in /proc limits")
