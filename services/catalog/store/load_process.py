@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -98,20 +97,6 @@ def load_in_child(
     except (CatalogError, ValueError, KeyError) as exc:
         raise ArtifactError(f"{where}: {exc}") from None
     return LoadedCatalog(name, version, trie, manifest)
-
-
-def lower_thread_priority(niceness: int = DEFAULT_NICENESS) -> bool:
-    """Lower the calling thread's CPU priority by ``niceness`` (Linux keeps a nice value per
-    thread). For the thread of a serving process that maps and derives a loaded version's
-    arrays: that work then takes the cores only when the serving threads leave them. False
-    where the platform has no per-thread priority."""
-    try:
-        tid = threading.get_native_id()
-        now = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + niceness))
-    except (AttributeError, OSError):
-        return False
-    return True
 
 
 def _spool_root(raw_bytes: int) -> str:

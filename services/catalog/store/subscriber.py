@@ -23,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from widebeam.services.catalog.store.keys import validate_name
-from widebeam.services.catalog.store.load_process import load_in_child, lower_thread_priority
+from widebeam.services.catalog.store.load_process import load_in_child
 from widebeam.services.catalog.store.store import CatalogStore
 from widebeam.services.catalog.store.types import CatalogStoreError, LoadedCatalog
 from widebeam.services.started_in_with import StartedInWith
@@ -131,10 +131,6 @@ class CatalogSubscriber(StartedInWith):
     # -- background thread --------------------------------------------------------------------
 
     def _run(self) -> None:
-        if self.load_in_child:
-            # What is left of a load in this process (mapping, the on_update work) yields the
-            # cores to the threads that serve, as the child process does.
-            lower_thread_priority()
         backoff = BACKOFF_MIN_S
         while not self._stop.is_set():
             try:

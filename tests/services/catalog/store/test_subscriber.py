@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -12,7 +10,6 @@ import pytest
 from tests.services.catalog.store.conftest import MakeTrie
 from tests.support.redis_server import RedisServer, free_port
 from widebeam.services.catalog.store import CatalogStore, CatalogSubscriber, LoadedCatalog
-from widebeam.services.catalog.store.load_process import DEFAULT_NICENESS
 
 SUB_NAME = b"widebeam-catalog-subscriber"
 
@@ -149,28 +146,3 @@ def test_stop_is_prompt(redis_url: str) -> None:
     # have given up on it.
     assert sub._thread is not None and not sub._thread.is_alive()
     assert time.monotonic() - t0 < 5.0
-
-
-@pytest.mark.parametrize("in_child", [True, False])
-def test_a_subscriber_that_loads_in_a_child_yields_the_cpu(
-    redis_url: str, store: CatalogStore, make_trie: MakeTrie, in_child: bool
-) -> None:
-    """Its thread, which maps a loaded version and runs on_update, runs at a lower priority
-    than the process' other threads; the process' own priority is left alone."""
-    store.publish("c", make_trie(20, seed=1))
-    seen: list[int] = []
-    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    def on_update(loaded: LoadedCatalog) -> None:
-        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-
-    sub = CatalogSubscriber(redis_url, ["c"], on_update=on_update, poll_block_ms=200,
-                            load_in_child=in_child).start()  # fmt: skip
-    try:
-        assert sub.wait_ready(60), sub.last_error
-        assert sub.get("c") is not None and sub.get("c").version == 1
-    finally:
-        sub.stop()
-    want = min(19, here + DEFAULT_NICENESS) if in_child else here
-    assert seen == [want]
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == here
