@@ -91,6 +91,12 @@ class AttentionBackend(ABC):
         bucket of `rows` rows (already rounded up by the runner) needs for `batch`."""
         raise self._no_graphs()
 
+    def decode_buckets(self, rows: int, layout: AttentionLayout) -> tuple[Hashable, ...]:
+        """The decode buckets of `rows` rows to capture before serving (beyond those the
+        warm-up's requests meet): each must accept `prepare_decode` of an empty batch. None by
+        default: buckets are then captured as batches meet them."""
+        return ()
+
     def init_prefill_capture(self, metadata: object, layout: AttentionLayout) -> object:
         """Static buffers for the bucket of `metadata` (prepare_prefill's, with a bucket). What
         they hold until the first prepare_prefill_replay must make a warm-up run harmless."""

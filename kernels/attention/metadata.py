@@ -19,6 +19,7 @@ class AttentionLayout:
     kv_dtype: torch.dtype  # of the KV cache
     scale: float  # softmax scale
     device: torch.device  # of the KV cache
+    cache_slots: int = 0  # of the KV cache (sizes graph buffers that index it); 0 = unknown
 
 
 @dataclass(frozen=True)

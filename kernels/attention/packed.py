@@ -5,8 +5,10 @@ groups on the host, but a kernel needs flat, padded int32 tables it can index fr
 `pack_decode` builds them once per step (every layer reuses the result). All shapes can be padded
 to fixed capacities so the same buffers can later live inside a CUDA graph.
 
-Prompt table: with `page_size == 1` entry `[g, i]` is the slot of prompt token i; with
-`page_size == p > 1` it is the page holding prompt tokens `i*p .. i*p + p - 1` (slot =
+Prompt table: one flat list, group g's entries from `group_table_start[g]` on (its size does
+not depend on how the prompts split into groups, so a CUDA graph's buffer fits any batch of as
+many entries); with `page_size == 1` entry i of a group is the slot of its prompt token i, with
+`page_size == p > 1` the page holding prompt tokens `i*p .. i*p + p - 1` (slot =
 page * p + offset). The engine's prompts start at a page boundary and fill their pages in order
 (`kv.kv_cache.slots_of_pages`), so page tables are exact there; for arbitrary slot lists use 1.
 """
@@ -31,12 +33,16 @@ class PackedDecode:
     group_row_start: torch.Tensor  # [G] int32, first row of the group
     group_num_rows: torch.Tensor  # [G] int32
     group_prompt_len: torch.Tensor  # [G] int32, prompt tokens (0 allowed)
-    group_prompt_table: torch.Tensor  # [G, T_cap] int32, slot or page ids (see page_size)
+    group_table_start: torch.Tensor  # [G] int32, the group's first prompt-table entry
+    group_prompt_table: torch.Tensor  # [E_cap] int32, slot or page ids (see page_size)
     work_group: torch.Tensor  # [B] int32, group of each prefix work item; -1 = padding
     work_row_start: torch.Tensor  # [B] int32, first row of the item's block of block_rows rows
+    live_splits: torch.Tensor  # [1] int32, chunks each prompt is split into, <= num_splits
     page_size: int  # slots per prompt-table entry (1 = slot table)
     block_rows: int  # rows per prefix work item (the kernel's BLOCK_R)
-    num_splits: int  # prompt split into this many chunks per work item (flash-decoding)
+    # Prompt splits the kernels are launched for (flash-decoding); programs beyond
+    # live_splits return at once, so one CUDA graph serves any split count up to it.
+    num_splits: int
 
     @property
     def num_rows(self) -> int:
@@ -54,14 +60,15 @@ def pack_decode(
     num_rows: int,
     *,
     block_rows: int = 16,
-    num_splits: int = 1,
+    num_splits: int = 1,  # prompt chunks this batch uses
+    max_splits: int | None = None,  # launched for this many (default num_splits)
     page_size: int = 1,
     check_pages: bool = False,  # verify page alignment (synchronises with the device)
     device: torch.device | str | None = None,
     num_groups: int | None = None,  # pad G to this capacity
     num_work: int | None = None,  # pad B to this capacity
     suffix_capacity: int | None = None,  # pad S_cap
-    prompt_capacity: int | None = None,  # pad T_cap (in table entries)
+    table_capacity: int | None = None,  # pad E_cap (prompt-table entries, all groups)
 ) -> PackedDecode:
     """Flatten `batch` for `num_rows` rows; rows outside every group become padding rows.
 
@@ -73,6 +80,9 @@ def pack_decode(
     """
     if block_rows <= 0 or num_splits <= 0 or page_size <= 0:
         raise ValueError("block_rows, num_splits and page_size must be positive")
+    max_splits = num_splits if max_splits is None else max_splits
+    if max_splits < num_splits:
+        raise ValueError(f"{num_splits} splits exceed the launched {max_splits}")
     groups = batch.groups
     if device is None:
         device = groups[0].prompt_slots.device if groups else "cpu"
@@ -82,7 +92,7 @@ def pack_decode(
     suffix_lens = [int(g.suffix_slots.shape[1]) for g in groups]
     entries = [-(-n // page_size) for n in lens]
     g_cap = num_groups if num_groups is not None else num_g
-    t_cap = max([prompt_capacity or 0, *entries, 1])
+    e_cap = max(table_capacity or 0, sum(entries), 1)
     s_cap = max([suffix_capacity or 0, *suffix_lens, 1])
     if g_cap < num_g:
         raise ValueError(f"{num_g} groups exceed the capacity {g_cap}")
@@ -112,15 +122,17 @@ def pack_decode(
     work_row_start[:num_items] = np.repeat(starts, items) + block_rows * _ragged_arange(
         np.zeros(num_g, dtype=np.int64), items
     )
-    group_meta = np.zeros((3, g_cap), dtype=np.int32)
+    entry_counts = np.array(entries, dtype=np.int64)
+    table_start = np.cumsum(entry_counts) - entry_counts
+    group_meta = np.zeros((4, g_cap), dtype=np.int32)
     group_meta[0, :num_g] = starts
     group_meta[1, :num_g] = counts
     group_meta[2, :num_g] = lens
-    entry_counts = np.array(entries, dtype=np.int64)
-    table_index = _ragged_arange(gid * t_cap, entry_counts)  # flat [g_cap * t_cap] positions
+    group_meta[3, :num_g] = table_start
+    live = np.array([num_splits], dtype=np.int32)
 
     # One host buffer, one (pinned, queued) copy; the fields are contiguous 1-D slices of it.
-    parts = [row_group, row_suffix_len, *group_meta, work_group, work_row_start, table_index]
+    parts = [row_group, row_suffix_len, *group_meta, work_group, work_row_start, live]
     host = torch.from_numpy(np.concatenate([p.astype(np.int32, copy=False) for p in parts]))
     if device.type == "cuda":  # pinned: the copy queues, the host moves on
         host = host.pin_memory()
@@ -132,13 +144,14 @@ def pack_decode(
         d_group_row_start,
         d_group_num_rows,
         d_group_prompt_len,
+        d_group_table_start,
         d_work_group,
         d_work_row_start,
-        d_table_index,
+        d_live_splits,
     ) = torch.split(meta, sizes)
 
-    # Prompt table: one gather of every group's page starts, one division, one scatter.
-    table = torch.zeros((g_cap, t_cap), dtype=torch.int32, device=device)
+    # Prompt table: one gather of every group's page starts, one division, one copy.
+    table = torch.zeros(e_cap, dtype=torch.int32, device=device)
     if check_pages and page_size > 1:
         for i, g in enumerate(groups):
             if lens[i]:
@@ -153,7 +166,7 @@ def pack_decode(
         pages = torch.cat(heads) if len(heads) > 1 else heads[0]
         if page_size > 1:
             pages = torch.div(pages, page_size, rounding_mode="floor")
-        table.view(-1)[d_table_index] = pages.to(torch.int32)
+        table[: pages.shape[0]] = pages.to(torch.int32)
 
     # Suffix slots: one copy per run of back-to-back groups with equal suffix length.
     suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32, device=device)
@@ -177,12 +190,14 @@ def pack_decode(
         group_row_start=d_group_row_start,
         group_num_rows=d_group_num_rows,
         group_prompt_len=d_group_prompt_len,
+        group_table_start=d_group_table_start,
         group_prompt_table=table,
         work_group=d_work_group,
         work_row_start=d_work_row_start,
+        live_splits=d_live_splits,
         page_size=page_size,
         block_rows=block_rows,
-        num_splits=num_splits,
+        num_splits=max_splits,
     )
 
 

@@ -4,8 +4,12 @@
 layer) or a `PackedDecode` (what `prepare_decode` returns, or a CUDA-graph bucket's static
 buffers); `prefill` likewise a `PrefillBatch` or a `PackedPrefill`.
 
-CUDA-graph hooks: a decode bucket fixes the packed metadata's capacities (requests, prefix work
-items, suffix and prompt-table lengths) and its tile choices (`block_rows`, `num_splits`); a
+CUDA-graph hooks: a decode bucket fixes the packed metadata's capacities and the kernels' grids.
+It depends on the batch only through its prefix work-item count (three rungs per row bucket:
+`work_rungs`) and its suffix length (a power of two, 8 at least): requests, prompt lengths and
+the prompt split count fit fixed buffers (the prompt table is sized by the KV cache, the grid
+launches the most splits the rung can use and the batch's own count rides in a device scalar).
+So the start-up list (`decode_buckets`) holds every bucket a recommendation batch can meet. A
 prefill bucket fixes the length of the query-block work list. The static buffers are tensors of
 those sizes, and a replay's metadata is copied into them.
 """
@@ -20,7 +24,7 @@ import numpy as np
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
-from widebeam.kernels.attention.buckets import decode_capacity, pow2
+from widebeam.kernels.attention.buckets import MIN_SUFFIX, pow2
 from widebeam.kernels.attention.metadata import (
     AttentionLayout,
     DecodeBatch,
@@ -44,11 +48,24 @@ class TritonDecodeBucket(NamedTuple):
     """The packed metadata's capacities and tiles for one decode bucket (`pack_decode`)."""
 
     groups: int  # request (group) capacity
-    work: int  # prefix work-item capacity
+    work: int  # prefix work-item capacity (the prefix kernel's grid)
     suffix: int  # per-row generated-slot capacity
-    prompt: int  # prompt table entries per group
+    table: int  # prompt-table entries, all groups together
     block_rows: int
-    splits: int
+    splits: int  # prompt splits launched (a batch uses up to this many)
+
+
+RUNGS = 2  # work rungs of 1x and 2x the row blocks, then one rung of every row (`work_rungs`)
+SPLIT_PROMPT = 1 << 30  # split choice of a bucket: as if its prompts were long
+
+
+def work_rungs(rows: int, block_rows: int) -> tuple[int, ...]:
+    """The work-item capacities of a decode bucket of `rows` rows, smallest first. A batch of
+    requests at least block_rows wide has at most twice rows/block_rows items (each request
+    wastes at most one partial block); narrower ones up to one item per row. Padding items cost
+    a launch each, so the capacity follows the batch instead of always being rows."""
+    base = -(-rows // block_rows)
+    return tuple(sorted({base << k for k in range(RUNGS) if base << k < rows} | {rows}))
 
 
 class TritonPrefillBucket(NamedTuple):
@@ -163,17 +180,21 @@ class TritonAttention(AttentionBackend):
             return self.pack(batch, rows, layout.q_heads, layout.kv_heads)
         if not isinstance(bucket, TritonDecodeBucket):
             raise TypeError(f"not a triton decode bucket: {bucket!r}")
+        splits = self.num_splits
+        if splits is None:
+            splits = self._batch_splits(batch, rows, bucket.block_rows, layout)
         return pack_decode(
             batch,
             rows,
             block_rows=bucket.block_rows,
-            num_splits=bucket.splits,
+            num_splits=min(splits, bucket.splits),
+            max_splits=bucket.splits,
             page_size=self.page_size,
             device=layout.device,
             num_groups=bucket.groups,
             num_work=bucket.work,
             suffix_capacity=bucket.suffix,
-            prompt_capacity=bucket.prompt,
+            table_capacity=bucket.table,
         )
 
     # ----- CUDA-graph hooks -------------------------------------------------------------------
@@ -191,18 +212,58 @@ class TritonAttention(AttentionBackend):
     def decode_bucket(
         self, batch: DecodeBatch, rows: int, layout: AttentionLayout
     ) -> TritonDecodeBucket:
-        capacity = decode_capacity(batch)
-        block_rows = default_block_rows(layout.q_heads, layout.kv_heads, capacity.widest)
-        work = rows // block_rows + capacity.groups  # each group wastes at most one partial block
-        prompt = pow2(-(-capacity.prompt_tokens // self.page_size))
-        splits = self.num_splits
-        if splits is None:
-            splits = default_num_splits(
-                work * layout.kv_heads, capacity.prompt_tokens, layout.device
-            )
-        return TritonDecodeBucket(
-            capacity.groups, work, capacity.suffix, prompt, block_rows, splits
+        block_rows = self._bucket_block_rows(rows, layout)
+        items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
+        work = next((w for w in work_rungs(rows, block_rows) if w >= items), pow2(items))
+        suffix = max((int(g.suffix_slots.shape[1]) for g in batch.groups), default=0)
+        entries = sum(-(-int(g.prompt_slots.shape[0]) // self.page_size) for g in batch.groups)
+        return self._bucket(
+            rows, layout, work, pow2(suffix, MIN_SUFFIX), len(batch.groups), entries
         )
+
+    def decode_buckets(self, rows: int, layout: AttentionLayout) -> tuple[TritonDecodeBucket, ...]:
+        """Every work rung of `rows` with the smallest suffix bucket (a recommendation's SID
+        path); longer generations meet larger suffix buckets when first run."""
+        block_rows = self._bucket_block_rows(rows, layout)
+        return tuple(
+            self._bucket(rows, layout, work, MIN_SUFFIX) for work in work_rungs(rows, block_rows)
+        )
+
+    @staticmethod
+    def _batch_splits(
+        batch: DecodeBatch, rows: int, block_rows: int, layout: AttentionLayout
+    ) -> int:
+        """The batch's split count: the grid counted as a block per `block_rows` rows plus one
+        per request, prompts as their power of two (the choice W3's shapes were tuned with:
+        a 300-token prompt splits in two when the grid is small)."""
+        groups = len(batch.groups)
+        longest = max((int(g.prompt_slots.shape[0]) for g in batch.groups), default=0)
+        programs = (rows // block_rows + pow2(groups)) * layout.kv_heads
+        return default_num_splits(programs, pow2(longest), layout.device)
+
+    def _bucket_block_rows(self, rows: int, layout: AttentionLayout) -> int:
+        # From the bucket's rows, not the widest request: narrower requests in tiles this wide
+        # cost a few tensor-core products more, where another block size would cost a graph.
+        return default_block_rows(layout.q_heads, layout.kv_heads, rows)
+
+    def _bucket(
+        self,
+        rows: int,
+        layout: AttentionLayout,
+        work: int,
+        suffix: int,
+        groups: int = 0,
+        entries: int = 0,
+    ) -> TritonDecodeBucket:
+        block_rows = self._bucket_block_rows(rows, layout)
+        table = max(-(-layout.cache_slots // self.page_size), 1)
+        if entries > table:  # prompts sharing cached pages can list more entries than exist
+            table = pow2(entries)
+        splits = self.num_splits
+        if splits is None:  # enough for the rung's smallest batches
+            programs = max(work // 2, 1) * layout.kv_heads
+            splits = default_num_splits(programs, SPLIT_PROMPT, layout.device)
+        return TritonDecodeBucket(max(rows, groups), work, suffix, table, block_rows, splits)
 
     def init_prefill_capture(self, metadata: object, layout: AttentionLayout) -> PackedPrefill:
         """An all-padding work list (a warm-up run computes nothing)."""

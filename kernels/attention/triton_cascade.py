@@ -76,7 +76,8 @@ def _suffix_merge_kernel(
     o_part_ptr, lse_part_ptr,  # [num_splits, R, HQ, D], [num_splits, R, HQ] fp32 (log2 units)
     out_ptr,  # [R, HQ, D] dtype of q, contiguous
     row_group_ptr, row_suffix_len_ptr, suffix_ptr,  # [R] (-1 = padding row), [R], [R, S_cap] i32
-    num_rows, num_splits, suffix_cap,  # R, prompt chunks (runtime: no recompile per value), S_cap
+    live_splits_ptr,  # [1] int32, the prompt chunks prefix_kernel wrote
+    num_rows, suffix_cap,  # R, S_cap
     stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_suffix,
     qk_scale,  # softmax scale * log2(e)
     HQ: tl.constexpr, GQA: tl.constexpr, GQA_P: tl.constexpr, D: tl.constexpr,
@@ -112,13 +113,18 @@ def _suffix_merge_kernel(
     )
     if UPCAST:
         q = q.to(tl.float32)
-    m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
-    acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
     # A prompt partial is a normalised state (out, lse): merge it as (m = lse, l = 1, acc = out).
     # Padding rows have none (never written: masked after the load, which then waits on nothing).
+    # The first split is outside the loop (every batch has one): its loads issue with the
+    # first suffix tile's, as they would if the split count were a compile-time 1.
     out_idx = m_row * HQ + head
-    for sp in range(0, num_splits):
+    lse_p = tl.load(lse_part_ptr + out_idx, mask=m_ok, other=float("-inf"))
+    o_p = tl.load(o_part_ptr + out_idx[:, None] * D + d[None, :], mask=m_ok[:, None], other=0.0)
+    m_i = tl.where(live, lse_p, float("-inf"))
+    l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
+    acc = tl.where((l_i > 0.0)[:, None], o_p, 0.0)
+    num_splits = tl.load(live_splits_ptr)
+    for sp in range(1, num_splits):
         part = sp * num_rows * HQ + out_idx
         lse_p = tl.load(lse_part_ptr + part, mask=m_ok, other=float("-inf"))
         o_p = tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=m_ok[:, None], other=0.0)
@@ -227,10 +233,11 @@ def cascade_decode_packed(
         prefix_kernel[(items, kv_heads, splits)](
             q, k_cache, v_cache, o_part, lse_part,
             packed.work_group, packed.work_row_start, packed.group_row_start,
-            packed.group_num_rows, packed.group_prompt_len, packed.group_prompt_table,
-            rows, splits, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-            v_cache.stride(0), v_cache.stride(1), packed.group_prompt_table.stride(0),
-            qk_scale, BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
+            packed.group_num_rows, packed.group_prompt_len, packed.group_table_start,
+            packed.group_prompt_table, packed.live_splits,
+            rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+            v_cache.stride(0), v_cache.stride(1), qk_scale,
+            BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), **common,
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
@@ -242,8 +249,8 @@ def cascade_decode_packed(
         launch["num_stages"] = num_stages
     _suffix_merge_kernel[(triton.cdiv(rows, block_r), kv_heads)](
         q, k_cache, v_cache, o_part, lse_part, out,
-        packed.row_group, packed.row_suffix_len, packed.row_suffix_slots,
-        rows, splits, suffix_cap, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        packed.row_group, packed.row_suffix_len, packed.row_suffix_slots, packed.live_splits,
+        rows, suffix_cap, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0),
         qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=suffix_cap <= block_s,
         UPCAST=interpreting(_suffix_merge_kernel), DOT_PRECISION=dot_precision(q.dtype),

@@ -6,6 +6,10 @@ once per block of rows, not once per row: many queries against one KV, on tensor
 prompts are split across programs (flash-decoding) so that a single wide request still fills the
 GPU; each split writes a normalised partial output and its log2-unit log-sum-exp, which
 `triton_cascade._suffix_merge_kernel` folds into the row's result.
+
+A CUDA graph fixes the grid, so it is launched at a bucket's capacities (work items, splits);
+the programs of padding items and of splits beyond the batch's `live_splits` return before they
+load anything, which keeps the padding nearly free.
 """
 
 from __future__ import annotations
@@ -26,16 +30,16 @@ def prefix_kernel(
     group_row_start_ptr,  # [G] int32
     group_num_rows_ptr,  # [G] int32
     group_prompt_len_ptr,  # [G] int32
-    table_ptr,  # [G, T_cap] int32 slot (PAGE == 1) or page ids
+    group_table_start_ptr,  # [G] int32, the group's first entry of table_ptr
+    table_ptr,  # [E_cap] int32 slot (PAGE == 1) or page ids
+    live_splits_ptr,  # [1] int32, prompt chunks per work item (<= the grid's third dim)
     num_rows,  # R
-    num_splits,  # prompt chunks per work item (runtime: no recompile per value)
     stride_qr,
     stride_qh,
     stride_ks,
     stride_kh,
     stride_vs,
     stride_vh,
-    stride_table,
     qk_scale,  # softmax scale * log2(e)
     HQ: tl.constexpr,
     GQA: tl.constexpr,  # q heads per kv head
@@ -51,12 +55,15 @@ def prefix_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     group = tl.load(work_group_ptr + item)
-    live = group >= 0
-    g = tl.maximum(group, 0)
+    num_splits = tl.load(live_splits_ptr)
+    if (group < 0) | (split >= num_splits):
+        return  # padding: the merge kernel reads no partial of it
+    g = group
     row0 = tl.load(work_row_start_ptr + item)
     group_end = tl.load(group_row_start_ptr + g) + tl.load(group_num_rows_ptr + g)
-    rows_here = tl.where(live, tl.minimum(group_end - row0, BLOCK_R), 0)
-    prompt_len = tl.where(live, tl.load(group_prompt_len_ptr + g), 0)
+    rows_here = tl.minimum(group_end - row0, BLOCK_R)
+    prompt_len = tl.load(group_prompt_len_ptr + g)
+    table = table_ptr + tl.load(group_table_start_ptr + g)
     # Split the prompt into num_splits chunks of whole BLOCK_N tiles.
     chunk = tl.cdiv(tl.cdiv(prompt_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
@@ -81,7 +88,7 @@ def prefix_kernel(
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_ok = n < end
-        entry = tl.load(table_ptr + g * stride_table + n // PAGE, mask=n_ok, other=0)
+        entry = tl.load(table + n // PAGE, mask=n_ok, other=0)
         slot = entry.to(tl.int64) * PAGE + n % PAGE
         k_t = tl.load(  # [D, BLOCK_N]: K^T straight from the gather
             k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],

@@ -5,6 +5,7 @@ what the step's own metadata gives, and the torch reference has no graph hooks."
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -54,18 +55,37 @@ def test_triton_decode_bucket_holds_theuniform_batch() -> None:
     backend = make_attention_backend("triton", page_size=16)
     assert backend.supports_graphs(torch.device("cuda"))
     assert not backend.supports_graphs(torch.device("cpu"))
-    layout = _layout(16, 8, 128, torch.bfloat16, torch.device("cpu"))
+    layout = replace(_layout(16, 8, 128, torch.bfloat16, torch.device("cpu")), cache_slots=16000)
     batch = uniform_batch([5, 256, 1, 33], prompt=1000, suffix=3)
     bucket = backend.decode_bucket(batch, 512, layout)
-    # 4 requests; 32-row prefix blocks (M = 32 rows x GQA 2); 1024-token prompts in 16-slot
-    # pages; 8 suffix slots; one split on the CPU
+    # 32-row prefix blocks (M = 32 rows x GQA 2): 12 items, in the first rung (512 / 32); a
+    # group per row at most; 8 suffix slots; the table as many entries as the cache has pages;
+    # one split on the CPU
     assert bucket == TritonDecodeBucket(
-        groups=4, work=20, suffix=8, prompt=64, block_rows=32, splits=1
+        groups=512, work=16, suffix=8, table=1000, block_rows=32, splits=1
     )
-    items = sum(-(-g.num_rows // bucket.block_rows) for g in batch.groups)
-    assert bucket.work >= items
-    # the same bucket for a neighbouring batch: one graph serves both
-    assert backend.decode_bucket(uniform_batch([7, 250, 2, 30], 900, 5), 512, layout) == bucket
+    # the same bucket for other requests and prompts: one graph serves both
+    assert backend.decode_bucket(uniform_batch([7, 250, 2, 30], 1500, 5), 512, layout) == bucket
+    assert backend.decode_bucket(uniform_batch([500], 10, 1), 512, layout) == bucket
+    # and it is on the start-up list, with the rungs of more work items
+    listed = backend.decode_buckets(512, layout)
+    assert [b.work for b in listed] == [16, 32, 512] and bucket in listed
+    narrow = backend.decode_bucket(uniform_batch([1] * 40, 100, 2), 512, layout)
+    assert narrow in listed and narrow.work == 512
+    # prompts listing more entries than the cache has pages (shared prefixes): a larger table
+    shared = backend.decode_bucket(uniform_batch([2] * 200, 100, 2), 512, layout)
+    assert shared.table == 2048 and shared not in listed
+    # a longer generation: a larger suffix bucket, met when first run
+    assert backend.decode_bucket(uniform_batch([64], 100, 9), 512, layout).suffix == 16
+
+
+def test_work_rungs() -> None:
+    from widebeam.kernels.attention.triton_backend import work_rungs
+
+    assert work_rungs(6144, 32) == (192, 384, 6144)
+    assert work_rungs(8, 8) == (1, 2, 8)
+    assert work_rungs(2, 8) == (1, 2)
+    assert work_rungs(1, 8) == (1,)
 
 
 def test_triton_prefill_bucket_holds_every_block() -> None:

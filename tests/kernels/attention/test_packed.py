@@ -37,7 +37,9 @@ def test_pack_matches_groups() -> None:
         assert packed.group_row_start[i] == g.row_start
         assert packed.group_num_rows[i] == g.num_rows
         assert packed.group_prompt_len[i] == prompt_len
-        assert torch.equal(packed.group_prompt_table[i, :prompt_len].long(), g.prompt_slots)
+        start = int(packed.group_table_start[i])
+        table = packed.group_prompt_table[start : start + prompt_len]
+        assert torch.equal(table.long(), g.prompt_slots)
         assert (packed.row_suffix_len[rs] == suffix_len).all()
         assert torch.equal(packed.row_suffix_slots[rs, :suffix_len].long(), g.suffix_slots)
         items += [(i, r) for r in range(g.row_start, g.row_start + g.num_rows, 8)]
@@ -52,15 +54,16 @@ def test_pack_page_table_and_capacities() -> None:
     rows = case.q.shape[0]
     packed = pack_decode(
         case.batch, rows, page_size=4, check_pages=True,
-        num_groups=6, num_work=12, suffix_capacity=9, prompt_capacity=16,
+        num_groups=6, num_work=12, suffix_capacity=9, table_capacity=64,
     )  # fmt: skip
-    assert packed.group_prompt_table.shape == (6, 16)
+    assert packed.group_prompt_table.shape == (64,)
     assert packed.row_suffix_slots.shape == (rows, 9)
     assert packed.work_group.shape == (12,) and (packed.work_group[-12 + 7 :] == -1).all()
     assert (packed.group_num_rows[4:] == 0).all() and (packed.group_prompt_len[4:] == 0).all()
     for i, g in enumerate(case.batch.groups):
         n = g.prompt_slots.shape[0]
-        pages = packed.group_prompt_table[i].long()
+        start = int(packed.group_table_start[i])
+        pages = packed.group_prompt_table[start : start + -(-n // 4)].long()
         slots = (pages[:, None] * 4 + torch.arange(4)).reshape(-1)[:n]
         assert torch.equal(slots, g.prompt_slots)
 
@@ -73,23 +76,32 @@ def test_pack_rejects_misaligned_pages_and_overflow() -> None:
         pack_decode(case.batch, 5)
     with pytest.raises(ValueError, match="capacity"):
         pack_decode(case.batch, case.q.shape[0], num_groups=2)
+    with pytest.raises(ValueError, match="launched"):
+        pack_decode(case.batch, case.q.shape[0], num_splits=3, max_splits=2)
+
+
+def test_pack_launches_more_splits_than_the_batch_uses() -> None:
+    case = _case()
+    packed = pack_decode(case.batch, case.q.shape[0], num_splits=2, max_splits=8)
+    assert packed.num_splits == 8 and packed.live_splits.tolist() == [2]
 
 
 def _reference_pack(
     batch: DecodeBatch, num_rows: int, *, block_rows: int, page_size: int,
     num_groups: int | None, num_work: int | None, suffix_capacity: int | None,
-    prompt_capacity: int | None,
+    table_capacity: int | None,
 ) -> dict[str, torch.Tensor]:  # fmt: skip
     """Straightforward per-group packing (the pre-vectorisation pack_decode)."""
     groups = batch.groups
     lens = [g.prompt_slots.shape[0] for g in groups]
     entries = [-(-n // page_size) for n in lens]
     g_cap = len(groups) if num_groups is None else num_groups
-    t_cap = max([prompt_capacity or 0, *entries, 1])
+    e_cap = max(table_capacity or 0, sum(entries), 1)
     s_cap = max([suffix_capacity or 0, *(g.suffix_slots.shape[1] for g in groups), 1])
     row_group, row_suffix_len = [-1] * num_rows, [0] * num_rows
     work: list[tuple[int, int]] = []
-    table = torch.zeros((g_cap, t_cap), dtype=torch.int32)
+    table = torch.zeros(e_cap, dtype=torch.int32)
+    starts: list[int] = []
     suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32)
     for i, g in enumerate(groups):
         s = g.suffix_slots.shape[1]
@@ -97,8 +109,9 @@ def _reference_pack(
             row_group[r], row_suffix_len[r] = i, s
             suffix[r, :s] = g.suffix_slots[r - g.row_start]
         work += [(i, r) for r in range(g.row_start, g.row_start + g.num_rows, block_rows)]
+        starts.append(sum(entries[:i]))
         for e in range(entries[i]):
-            table[i, e] = g.prompt_slots[e * page_size] // page_size
+            table[starts[i] + e] = g.prompt_slots[e * page_size] // page_size
     b_cap = len(work) if num_work is None else num_work
     work += [(-1, 0)] * (b_cap - len(work))
     pad = [0] * (g_cap - len(groups))
@@ -113,6 +126,7 @@ def _reference_pack(
         "group_row_start": ints([g.row_start for g in groups] + pad),
         "group_num_rows": ints([g.num_rows for g in groups] + pad),
         "group_prompt_len": ints(lens + pad),
+        "group_table_start": ints(starts + pad),
         "group_prompt_table": table,
         "work_group": ints([w[0] for w in work]),
         "work_row_start": ints([w[1] for w in work]),
@@ -147,7 +161,7 @@ def test_pack_matches_per_group_reference(page_size: int, padded: bool) -> None:
         batch, num_rows = _random_batch(gen, page_size)
         block_rows = gen.choice([1, 4, 16])
         caps: dict[str, int | None] = dict.fromkeys(
-            ("num_groups", "num_work", "suffix_capacity", "prompt_capacity")
+            ("num_groups", "num_work", "suffix_capacity", "table_capacity")
         )
         if padded:
             items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
@@ -155,7 +169,7 @@ def test_pack_matches_per_group_reference(page_size: int, padded: bool) -> None:
                 "num_groups": len(batch.groups) + gen.randint(0, 4),
                 "num_work": items + gen.randint(0, 5),
                 "suffix_capacity": 16,
-                "prompt_capacity": 64,
+                "table_capacity": 64,
             }
         packed = pack_decode(
             batch, num_rows, block_rows=block_rows, page_size=page_size,

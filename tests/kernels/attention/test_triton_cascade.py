@@ -52,8 +52,9 @@ def test_cascade_matches_reference(kernel_device: torch.device, name: str) -> No
 
 
 def test_padded_capacities_and_empty_rows(kernel_device: torch.device) -> None:
-    """CUDA-graph style: G, B, S and T padded past what the batch uses; a group with no prompt
-    and a zero-length suffix (no KV at all) yields zeros, not NaN."""
+    """CUDA-graph style: G, B, S, the table and the launched splits padded past what the batch
+    uses; a group with no prompt and a zero-length suffix (no KV at all) yields zeros, not
+    NaN; the launch's surplus splits change nothing."""
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 
     case = decode_case(
@@ -62,10 +63,12 @@ def test_padded_capacities_and_empty_rows(kernel_device: torch.device) -> None:
     )  # fmt: skip
     rows = case.q.shape[0]
     packed = pack_decode(
-        case.batch, rows, block_rows=8, num_splits=2, num_groups=4, num_work=9,
-        suffix_capacity=12, prompt_capacity=80,
+        case.batch, rows, block_rows=8, num_splits=2, max_splits=5, num_groups=4, num_work=9,
+        suffix_capacity=12, table_capacity=80,
     )  # fmt: skip
     out = cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.3)
+    tight = pack_decode(case.batch, rows, block_rows=8, num_splits=2)
+    assert torch.equal(out, cascade_decode_packed(case.q, case.k_cache, case.v_cache, tight, 0.3))
     expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 0.3)
     first = case.batch.groups[0]
     empty = slice(first.row_start, first.row_start + first.num_rows)
