@@ -2,8 +2,9 @@
 
 An eager prefill launches ~15 kernels per layer from Python: at 1000 prompt tokens the host
 needs longer to queue them than the device to run them. Here a batch's token count is rounded
-up to a multiple of TOKEN_STEP and its prompt count to a power of two (the attention backend
-sizes its metadata for that: `prefill_bucket`); padding tokens form one extra segment that
+up to a multiple of TOKEN_STEP and its prompt count to a power of two, MIN_PROMPTS at least
+(the attention backend sizes its metadata for that: `prefill_bucket`); padding tokens form one
+extra segment that
 attends only to itself and writes its KV to the trash slot, so the real tokens see exactly what
 they would see eagerly. Eager mode (`use_graphs=False`) runs the same padded shapes from the
 same static buffers without capture (graph and eager give identical hidden states).
@@ -23,6 +24,9 @@ from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.graph_capture import BucketedForward
 
 TOKEN_STEP = 256
+# Prompt capacity of a bucket at least: batches of up to 15 prompts share their token bucket's
+# graph (the start-up list's), for 16 padding segments' worth of empty attention blocks.
+MIN_PROMPTS = 16
 # Larger batches stay eager: their kernels outlast the host's launches anyway, and at
 # saturation their token counts spread over many buckets (captures and LRU churn, for no gain).
 MAX_GRAPH_TOKENS = 2048
@@ -68,7 +72,8 @@ def prefill_shape(
 ) -> PrefillShape:
     total = sum(lengths)
     tokens = max(TOKEN_STEP, math.ceil(total / TOKEN_STEP) * TOKEN_STEP)
-    prompts = 1 << len(lengths).bit_length()  # > len(lengths): room for the padding segment
+    # > len(lengths): room for the padding segment
+    prompts = max(MIN_PROMPTS, 1 << len(lengths).bit_length())
     return PrefillShape(tokens, prompts, attention_bucket(tokens, prompts))
 
 

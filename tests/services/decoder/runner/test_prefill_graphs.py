@@ -11,6 +11,7 @@ import torch
 from tests.services.decoder.runner.static_attention import StaticPrefill, StaticTorchAttention
 from widebeam.kernels.attention.metadata import AttentionLayout
 from widebeam.services.decoder.runner.prefill_graphs import (
+    MIN_PROMPTS,
     TOKEN_STEP,
     PrefillGraphs,
     padded_segments,
@@ -62,7 +63,7 @@ def test_eager_bucket_pads_tokens_and_reuses_buffers() -> None:
     assert not ids[5:].any() and not positions[5:].any()
     assert positions[:5].tolist() == [0, 1, 2, 0, 1]
     assert writes[:5].tolist() == [5, 6, 7, 40, 41] and (writes[5:] == 999).all()
-    assert last.tolist() == [2, 4, 0, 0]
+    assert last.tolist() == [2, 4] + [0] * (MIN_PROMPTS - 2)  # room for 15 prompts
     assert segment[:5].tolist() == [0, 0, 0, 1, 1] and (segment[5:] == 2).all()  # padding: one
     graphs.run(
         [(1,) * 100, (2,) * 100], list(torch.arange(200).split(100))
@@ -74,3 +75,7 @@ def test_eager_bucket_pads_tokens_and_reuses_buffers() -> None:
     assert len(graphs.cache.entries) == 2 and seen[-1][0].shape == (512,)
     assert backend.calls["init_prefill_capture"] == 2  # once per bucket
     assert backend.calls["prepare_prefill_replay"] == 3  # once per batch
+    graphs.run([(3,)] * 15, list(torch.arange(15).split(1)))  # 15 prompts: the 256 bucket's
+    assert len(graphs.cache.entries) == 2 and seen[-1][4][:15].tolist() == list(range(15))
+    graphs.run([(3,)] * 16, list(torch.arange(16).split(1)))  # 16: more than it holds
+    assert len(graphs.cache.entries) == 3 and seen[-1][4].shape == (32,)
