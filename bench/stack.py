@@ -139,7 +139,7 @@ class StackGateway(GatewayProcess):
 def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase], int]:
     engine = make_engine(
         work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog),
-        capture_at_start=True,
+        capture_at_start=True, capture_beam_widths=tuple(args.widths),
     )  # fmt: skip
     warm_s = engine.warm_up()
     engine.mark_ready()
@@ -393,7 +393,8 @@ def main() -> None:
     metrics_port = free_port()
     decoder = DecoderProcess(
         work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
-        "--metrics-port", str(metrics_port), "--capture-at-start", env=decoder_env,
+        "--metrics-port", str(metrics_port), "--capture-at-start",
+        "--capture-beam-widths", ",".join(map(str, args.widths)), env=decoder_env,
     )  # fmt: skip
     gateway = sweep_gateway = None
     try:

@@ -158,6 +158,14 @@ class EngineConfig:
             "buckets are captured when first met"
         ),
     )
+    capture_beam_widths: tuple[int, ...] = field(
+        default=(),
+        metadata=_help(
+            "with capture_at_start: beam widths (n = beam, as Recommend asks) whose beam steps "
+            "are captured for every lockstep batch of up to 16 such requests, besides the "
+            "widths of the row buckets (comma-separated; e.g. 50,512,1000)"
+        ),
+    )
     overlap_scheduling: bool = field(
         default=True,
         metadata=_help(
@@ -206,6 +214,21 @@ class EngineConfig:
                 f"quantization fp8 on CUDA needs dtype bfloat16 (torch._scaled_mm's row-wise "
                 f"scaling writes bf16), got {self.dtype}"
             )
+        widths = self.capture_beam_widths
+        if isinstance(widths, str):
+            try:
+                widths = tuple(int(w) for w in widths.split(",") if w.strip())
+            except ValueError:
+                raise ValueError(
+                    f"capture_beam_widths must be comma-separated integers, got {widths!r}"
+                ) from None
+        object.__setattr__(self, "capture_beam_widths", tuple(sorted(set(widths))))
+        for width in self.capture_beam_widths:
+            if not 1 <= width <= self.max_rows:
+                raise ValueError(
+                    f"capture_beam_widths: {width} is not a beam width of 1..max_rows "
+                    f"({self.max_rows})"
+                )
         if self.dense_expansion_limit < 0:
             raise ValueError("dense_expansion_limit must be >= 0")
         for name in (

@@ -32,10 +32,11 @@ from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.requests.validation import EngineLimits, validate_request
 from widebeam.services.decoder.runner.beam_cohorts import advance_cohorts
+from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.capture_plan import (
     prefill_graph_tokens,
     startup_captures,
-    warm_up_request,
+    warm_up_requests,
 )
 from widebeam.services.decoder.runner.decode_inputs import decode_inputs
 from widebeam.services.decoder.runner.model_runner import ModelRunner
@@ -192,11 +193,13 @@ class Engine:
         kv.enabled = False
         try:
             for bucket in plan:
-                request = warm_up_request(bucket, self.config, self.limits.max_model_len, path)
-                [out] = self.generate([request])
-                if out.error is not None:  # a bucket this configuration cannot fill
+                requests = warm_up_requests(bucket, self.config, self.limits.max_model_len, path)
+                errors = {out.error for out in self.generate(requests) if out.error is not None}
+                if errors:  # a bucket this configuration cannot fill
                     kind, size = bucket.kind, bucket.size
-                    log.warning("warm-up of %s %s skipped: %s", kind, size, out.error)
+                    log.warning("warm-up of %s %s skipped: %s", kind, size, errors.pop())
+                if bucket.kind == GraphKind.DECODE:  # the attention buckets no request met
+                    self.runner.capture_decode_buckets(bucket.size)
         finally:
             kv.enabled = self.config.prefix_cache
         seconds = time.perf_counter() - started

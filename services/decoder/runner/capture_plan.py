@@ -3,10 +3,12 @@ function of the engine configuration, so CI checks the list on a CPU stand-in.
 
 A decode step's graph is keyed by its row bucket (`decode_graphs.row_bucket`) and a prefill's by
 its token bucket (`prefill_graphs.TOKEN_STEP` multiples up to the prefill graph limit). The
-list holds every row bucket up to `max_rows` (or `max_capture_rows`) and every prefill token
-bucket; the engine's warm-up runs one synthetic request per entry (`Engine.warm_up`), which
-captures that bucket's graphs (a wide beam's streamed expansion with them). What serving meets
-beyond the list is still captured, lazily, and counted (`capture_counts.CaptureCounts`).
+list holds every row bucket up to `max_rows` (or `max_capture_rows`), every prefill token
+bucket, and the lockstep batches of the `capture_beam_widths`; the engine's warm-up runs
+synthetic requests per entry (`Engine.warm_up`), which capture that bucket's graphs (a wide
+beam's streamed expansion with them), then the attention buckets the backend lists for each
+row bucket. What serving meets beyond the list is still captured, lazily, and counted
+(`capture_counts.CaptureCounts`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from widebeam.services.decoder.config import EngineConfig, is_cuda_device
 from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
+from widebeam.services.decoder.runner.expansion_graphs import EXACT_BATCH
 from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS, TOKEN_STEP
 
 
 class CaptureBucket(NamedTuple):
     kind: GraphKind
-    size: int  # decode: padded rows; prefill: padded prompt tokens
+    size: int  # decode: padded rows; prefill: padded prompt tokens; expansion: beam width
+    requests: int = 1  # expansion: requests stepping in lockstep
 
 
 def prefill_graph_tokens(config: EngineConfig) -> int:
@@ -58,6 +62,16 @@ def prefill_token_buckets(config: EngineConfig) -> list[int]:
     return list(range(TOKEN_STEP, math.ceil(tokens / TOKEN_STEP) * TOKEN_STEP + 1, TOKEN_STEP))
 
 
+def expansion_batches(config: EngineConfig) -> list[CaptureBucket]:
+    """Each of `capture_beam_widths` at every lockstep batch size a streamed beam step has a
+    graph of its own for (`expansion_graphs.EXACT_BATCH`), as far as `max_rows` holds them."""
+    return [
+        CaptureBucket(GraphKind.EXPANSION, width, requests)
+        for width in config.capture_beam_widths
+        for requests in range(1, min(EXACT_BATCH, config.max_rows // width) + 1)
+    ]
+
+
 def startup_captures(config: EngineConfig) -> tuple[CaptureBucket, ...]:
     """The buckets captured before ready; empty when the configuration has no graphs or
     `capture_at_start` is off."""
@@ -65,27 +79,32 @@ def startup_captures(config: EngineConfig) -> tuple[CaptureBucket, ...]:
         return ()
     decode = [CaptureBucket(GraphKind.DECODE, rows) for rows in decode_row_buckets(config)]
     prefill = [CaptureBucket(GraphKind.PREFILL, t) for t in prefill_token_buckets(config)]
-    return tuple(decode + prefill)
+    return tuple(decode + prefill + expansion_batches(config))
 
 
-def warm_up_request(
+def warm_up_requests(
     bucket: CaptureBucket,
     config: EngineConfig,
     max_model_len: int,
     sid_path_length: int | None = None,  # the default catalog's path from the prompt (0,)
-) -> GenerationRequest:
-    """A synthetic request whose steps fall in `bucket`. Decode: a beam as wide as the bucket's
-    rows, shaped like a Recommend call (n = beam, no EOS; constrained to the default catalog when
-    one is loaded, so a Recommend of that width finds its beam expansions captured too), else
-    two unconstrained steps. Prefill: a prompt as long as the bucket's tokens, one token."""
+) -> list[GenerationRequest]:
+    """Synthetic requests, run together, whose steps fall in `bucket`. Decode: a beam as wide
+    as the bucket's rows, shaped like a Recommend call (n = beam, no EOS; constrained to the
+    default catalog when one is loaded, so a Recommend of that width finds its beam expansions
+    captured too), else two unconstrained steps. Expansion: `requests` such beams of the
+    bucket's width, which step in lockstep. Prefill: a prompt as long as the bucket's tokens,
+    one token."""
     no_eos: tuple[int, ...] = ()
-    name = f"warm-up-{bucket.kind}-{bucket.size}"
-    if bucket.kind == GraphKind.DECODE:
-        width = min(bucket.size, config.max_rows)
-        constrained = sid_path_length is not None
-        return GenerationRequest(
-            name, (0,), beam_width=width, n=width, max_new_tokens=sid_path_length or 2,
+    name = f"warm-up-{bucket.kind}-{bucket.size}x{bucket.requests}"
+    if bucket.kind == GraphKind.PREFILL:
+        length = min(bucket.size, prefill_graph_tokens(config), max_model_len - 1)
+        return [GenerationRequest(name, (0,) * length, max_new_tokens=1, eos_token_id=no_eos)]
+    width = min(bucket.size, config.max_rows)
+    constrained = sid_path_length is not None
+    return [
+        GenerationRequest(
+            f"{name}-{i}", (0,), beam_width=width, n=width, max_new_tokens=sid_path_length or 2,
             eos_token_id=no_eos, constrained=constrained,
-        )  # fmt: skip
-    length = min(bucket.size, prefill_graph_tokens(config), max_model_len - 1)
-    return GenerationRequest(name, (0,) * length, max_new_tokens=1, eos_token_id=no_eos)
+        )
+        for i in range(bucket.requests)
+    ]  # fmt: skip

@@ -7,6 +7,10 @@ are copied into the bucket's static buffers and its attention metadata into the 
 dropped. Eager mode (`use_graphs=False`) runs the same padded shapes from the same static
 buffers without capture, so graph and eager steps launch the same kernels on the same shapes
 and give bit-identical hidden states.
+
+The graphs of one row bucket (the backend may have several attention buckets per row count)
+write one shared output buffer: a replay is read before the next one, so the graphs keep no
+memory of their own beyond their static inputs and metadata.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from widebeam.kernels.attention.buckets import pow2
+from widebeam.kernels.attention.metadata import DecodeBatch
 from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.graph_capture import BucketedForward
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, DecodeShape, PreparedStep
@@ -66,8 +71,26 @@ class DecodeGraphs(BucketedForward[DecodeForward, DecodeShape, _Entry]):
     model. A step is `prepare` (host work, can run while the device finishes the previous step)
     then `launch`."""
 
-    max_graphs = 48
+    max_graphs = 160  # room for a start-up list of ~50 row buckets x 3 attention buckets
     kind = GraphKind.DECODE
+
+    def __post_init__(self, use_graphs: bool) -> None:
+        super().__post_init__(use_graphs)
+        self._outputs: dict[int, torch.Tensor] = {}  # rows -> [rows, hidden], graphs' output
+
+    def capture_buckets(self, rows: int) -> int:
+        """Build (capture, with graphs) every attention bucket the backend lists for the row
+        bucket of `rows` (`decode_buckets`) that is not built yet; returns how many."""
+        rows = row_bucket(rows)
+        built = 0
+        for bucket in self.backend.decode_buckets(rows, self.layout):
+            shape = DecodeShape(rows, bucket)
+            if shape in self.cache.entries:
+                continue
+            empty = self.backend.prepare_decode(DecodeBatch(()), rows, self.layout, bucket)
+            self.cache.get(shape, lambda s=shape, m=empty: self._build(s, m))
+            built += 1
+        return built
 
     def prepare(self, inputs: DecodeInputs) -> PreparedStep:
         """The host part of a step (bucket, attention metadata); queues copies, never waits."""
@@ -105,10 +128,18 @@ class DecodeGraphs(BucketedForward[DecodeForward, DecodeShape, _Entry]):
         return self._capture(inputs, static)
 
     def _capture(self, inputs: StaticDecodeInputs, metadata: object) -> _Entry:
+        rows = inputs.tokens.shape[0]
+        out = self._outputs.get(rows)
+
         def run() -> torch.Tensor:
-            return self.forward(inputs.tokens, inputs.positions, inputs.write_slots, metadata)
+            hidden = self.forward(inputs.tokens, inputs.positions, inputs.write_slots, metadata)
+            if out is None:
+                return hidden
+            out.copy_(hidden)  # the graph's own output block goes back to the pool
+            return out
 
         # The warm-up writes the trash slot only: inputs are still all padding here.
         inputs.write_slots.fill_(self.trash_slot)
         graph, hidden = self.cache.capture(run)
+        self._outputs.setdefault(rows, hidden)
         return _Entry(inputs, metadata, graph, hidden)

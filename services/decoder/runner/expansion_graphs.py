@@ -59,7 +59,7 @@ class ExpansionGraphs(Expander):
         dtype: torch.dtype,
         device: torch.device,
         use_graphs: bool,
-        max_graphs: int = 64,
+        max_graphs: int = 256,  # room for the start-up list's lockstep batches of a few widths
         counts: CaptureCounts | None = None,
     ) -> None:
         super().__init__(lm_head, vocab_size)

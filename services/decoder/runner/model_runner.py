@@ -58,6 +58,7 @@ class ModelRunner:
             kv_dtype=cache.k.dtype,
             scale=1.0 / math.sqrt(mc.head_dim),
             device=self.device,
+            cache_slots=cache.num_slots,
         )
         self.scale = self.layout.scale
         use_graphs = cuda_graphs and self.device.type == "cuda"
@@ -92,6 +93,13 @@ class ModelRunner:
                 use_graphs=use_graphs,
                 counts=self.capture_counts,
             )
+
+    @torch.inference_mode()  # as every step: the graphs' shared outputs are inference tensors
+    def capture_decode_buckets(self, rows: int) -> int:
+        """Capture the decode graphs of every attention bucket the backend lists for the row
+        bucket of `rows` (the start-up list's part no warm-up request fills); returns how many
+        were built."""
+        return 0 if self.graphs is None else self.graphs.capture_buckets(rows)
 
     def _forward(
         self,

@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, get_origin, get_type_hints
 
 import grpc
-from pydantic import Field, PrivateAttr, create_model, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticUndefined
 from pydantic_settings import NoDecode, SettingsConfigDict
 
@@ -33,13 +40,23 @@ ENGINE_SETTING_NAMES: dict[str, str] = {
 }
 
 
+def _comma_separated(value: object) -> object:
+    """A tuple setting given as text (a flag, an environment variable): `50,512`."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
 def _engine_fields() -> dict[str, Any]:
     hints = get_type_hints(EngineConfig)
     defined: dict[str, Any] = {}
     for f in dataclasses.fields(EngineConfig):
         default = PydanticUndefined if f.default is dataclasses.MISSING else f.default
         described = Field(default, description=f.metadata["help"])
-        defined[ENGINE_SETTING_NAMES[f.name]] = (hints[f.name], described)
+        hint = hints[f.name]
+        if get_origin(hint) is tuple:
+            hint = Annotated[hint, NoDecode, BeforeValidator(_comma_separated)]
+        defined[ENGINE_SETTING_NAMES[f.name]] = (hint, described)
     return defined
 
 

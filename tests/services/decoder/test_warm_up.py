@@ -8,18 +8,23 @@ import dataclasses
 
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.runner.capture_counts import GraphKind
-from widebeam.services.decoder.runner.capture_plan import startup_captures, warm_up_request
+from widebeam.services.decoder.runner.capture_plan import startup_captures, warm_up_requests
 
 
 def test_every_warm_up_request_of_the_cuda_list_runs(sid_model: SidModel) -> None:
     config = sid_model.engine_config(max_rows=64, max_kv_slots=16384)
-    plan = startup_captures(dataclasses.replace(config, device="cuda", capture_at_start=True))
-    assert {b.kind for b in plan} == {GraphKind.DECODE, GraphKind.PREFILL}
+    cuda = dataclasses.replace(
+        config, device="cuda", capture_at_start=True, capture_beam_widths=(5, 40)
+    )
+    plan = startup_captures(cuda)
+    assert {b.kind for b in plan} == {GraphKind.DECODE, GraphKind.PREFILL, GraphKind.EXPANSION}
     engine = sid_model.engine(max_rows=64, max_kv_slots=16384)
     assert engine.constraint is not None
     path = engine.constraint.path_length((0,))
     requests = [
-        warm_up_request(bucket, config, engine.limits.max_model_len, path) for bucket in plan
+        request
+        for bucket in plan
+        for request in warm_up_requests(bucket, config, engine.limits.max_model_len, path)
     ]
     for request, out in zip(requests, engine.generate(requests), strict=True):
         assert out.ok, (request.request_id, out.error)

@@ -55,8 +55,14 @@ def test_warm_up_captures_the_list_and_serving_then_captures_nothing(sid_model: 
         [out] = engine.generate([request])
         assert out.ok and out.beams
     assert counts.total(CapturePhase.SERVING) == 0, counts.counts
-    # Two requests at once: a batch of two groups, a shape the list does not hold.
+    # Two requests at once: a batch of two groups, a decode bucket the list holds as well
+    # (decode buckets do not depend on how the rows split into requests).
     assert all(out.ok for out in engine.generate(_recommend_like(engine, (8, 64))))
+    assert counts.counts[GraphKind.DECODE, CapturePhase.SERVING] == 0
+    # A generation longer than a SID path: a suffix bucket the list does not hold.
+    long = GenerationRequest("long", (3, 4, 5), max_new_tokens=12, eos_token_id=())
+    [out] = engine.generate([long])
+    assert out.ok
     assert counts.counts[GraphKind.DECODE, CapturePhase.SERVING] >= 1
 
 

@@ -10,7 +10,7 @@ from widebeam.services.decoder.runner.capture_counts import CaptureCounts, Captu
 from widebeam.services.decoder.runner.capture_plan import (
     CaptureBucket,
     startup_captures,
-    warm_up_request,
+    warm_up_requests,
 )
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
 from widebeam.services.decoder.runner.prefill_graphs import prefill_shape
@@ -88,7 +88,7 @@ def test_prefill_graphs_off_lists_decode_only() -> None:
 def test_warm_up_requests_fall_in_their_bucket() -> None:
     config = cuda_config(max_rows=1000)
     for bucket in startup_captures(config):
-        request = warm_up_request(bucket, config, max_model_len=4096)
+        [request] = warm_up_requests(bucket, config, max_model_len=4096)
         if bucket.kind == GraphKind.DECODE:
             assert row_bucket(request.beam_width) == bucket.size
             assert request.beam_width <= config.max_rows
@@ -102,17 +102,46 @@ def test_warm_up_requests_fall_in_their_bucket() -> None:
 def test_decode_warm_ups_are_shaped_like_recommend_over_the_default_catalog() -> None:
     config = cuda_config()
     bucket = CaptureBucket(GraphKind.DECODE, 64)
-    request = warm_up_request(bucket, config, max_model_len=4096, sid_path_length=5)
+    [request] = warm_up_requests(bucket, config, max_model_len=4096, sid_path_length=5)
     assert request.constrained and request.catalog is None  # the default catalog
     assert request.beam_width == request.n == 64
     assert request.max_new_tokens == 5 and request.eos_token_id == ()
-    assert not warm_up_request(bucket, config, max_model_len=4096).constrained
+    assert not warm_up_requests(bucket, config, max_model_len=4096)[0].constrained
 
 
 def test_warm_up_prompts_respect_the_context_length() -> None:
     config = cuda_config()
-    request = warm_up_request(CaptureBucket(GraphKind.PREFILL, 2048), config, max_model_len=300)
+    bucket = CaptureBucket(GraphKind.PREFILL, 2048)
+    [request] = warm_up_requests(bucket, config, max_model_len=300)
     assert len(request.input_ids) == 299
+
+
+def test_declared_beam_widths_list_every_lockstep_batch_max_rows_holds() -> None:
+    config = cuda_config(max_rows=1000, capture_beam_widths=(512, 50, 50, 100))
+    assert config.capture_beam_widths == (50, 100, 512)
+    batches = [
+        (b.size, b.requests) for b in startup_captures(config) if b.kind == GraphKind.EXPANSION
+    ]
+    assert batches == [(50, r) for r in range(1, 17)] + [(100, r) for r in range(1, 11)] + [
+        (512, 1)
+    ]
+    bucket = CaptureBucket(GraphKind.EXPANSION, 100, 10)
+    requests = warm_up_requests(bucket, config, max_model_len=4096, sid_path_length=3)
+    assert len(requests) == 10 and len({r.request_id for r in requests}) == 10
+    assert {(r.beam_width, r.n, r.max_new_tokens, r.constrained) for r in requests} == {
+        (100, 100, 3, True)
+    }
+    assert not [b for b in startup_captures(cuda_config()) if b.kind == GraphKind.EXPANSION]
+
+
+@pytest.mark.parametrize("widths", [(0,), (2000,), "50,x"])
+def test_config_rejects_a_beam_width_it_could_not_run(widths: object) -> None:
+    with pytest.raises(ValueError, match="capture_beam_widths"):
+        cuda_config(max_rows=1000, capture_beam_widths=widths)
+
+
+def test_beam_widths_come_as_text_from_flags_and_the_environment() -> None:
+    assert cuda_config(capture_beam_widths="1000, 50").capture_beam_widths == (50, 1000)
 
 
 def test_captures_count_as_startup_until_ready() -> None:

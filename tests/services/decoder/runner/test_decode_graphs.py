@@ -9,6 +9,7 @@ import torch
 
 from tests.kernels.attention.cases import uniform_batch
 from tests.services.decoder.runner.static_attention import StaticDecode, StaticTorchAttention
+from widebeam.kernels.attention.buckets import DecodeCapacity
 from widebeam.kernels.attention.metadata import AttentionLayout
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs, row_bucket
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs
@@ -79,3 +80,36 @@ def test_eager_buckets_pad_rows_and_reuse_buffers() -> None:
     assert backend.calls["init_decode_capture"] == 2  # once per bucket
     assert backend.calls["prepare_decode_replay"] == 3  # once per step
     assert backend.calls["prepare_decode(bucket)"] == 3 and backend.calls["prepare_decode"] == 0
+
+
+class ListingAttention(StaticTorchAttention):
+    """The stand-in with a start-up list: two attention buckets per row bucket."""
+
+    def decode_buckets(self, rows: int, layout: AttentionLayout) -> tuple[DecodeCapacity, ...]:
+        return (DecodeCapacity(2, 4, 32, 8), DecodeCapacity(4, 8, 64, 8))
+
+
+def test_listed_buckets_are_built_before_any_step_and_serve_it() -> None:
+    def forward(
+        tokens: torch.Tensor,  # [R] int64
+        positions: torch.Tensor,  # [R] int64
+        write_slots: torch.Tensor,  # [R] int64
+        metadata: object,  # the backend's static buffers of the bucket
+    ) -> torch.Tensor:  # [R, 2] "hidden": token and its row's group
+        assert isinstance(metadata, StaticDecode)
+        return torch.stack((tokens, metadata.row_group), 1).float()
+
+    backend = ListingAttention()
+    graphs = DecodeGraphs(
+        forward, backend, LAYOUT, trash_slot=999, device=torch.device("cpu"), use_graphs=False
+    )
+    assert graphs.capture_buckets(5) == 2  # the row bucket of 5 rows is 8
+    assert graphs.capture_buckets(8) == 0  # built already
+    assert backend.calls["init_decode_capture"] == 2
+    first = graphs.launch(graphs.prepare(_inputs([3, 2], prompt=32, suffix=2)))
+    second = graphs.launch(graphs.prepare(_inputs([1, 1, 6], prompt=50, suffix=1)))
+    assert backend.calls["init_decode_capture"] == 2  # both steps in listed buckets
+    assert first[:, 1].tolist() == [0, 0, 0, 1, 1]  # the step's metadata, not the empty one's
+    assert second[:, 0].tolist() == list(range(1, 9)) and second[:, 1].tolist() == [0, 1] + [2] * 6
+    graphs.launch(graphs.prepare(_inputs([1, 1, 1], prompt=200, suffix=2)))  # not listed
+    assert backend.calls["init_decode_capture"] == 3

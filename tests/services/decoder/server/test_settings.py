@@ -63,7 +63,14 @@ def _other_value(field: dataclasses.Field[Any], hint: Any) -> Any:
 
 
 # Fields whose value must satisfy more than its type (kv_memory_fraction needs CUDA).
-_VALUES = {"device": "cuda:1", "attention_backend": "torch"}
+_VALUES = {"device": "cuda:1", "attention_backend": "torch", "capture_beam_widths": (16, 64)}
+
+
+def _text(value: Any) -> str:
+    """How a value is written in a flag or an environment variable (tuples: comma-separated)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _engine_values() -> dict[str, Any]:
@@ -75,7 +82,7 @@ def test_every_engine_field_is_an_environment_setting(monkeypatch: pytest.Monkey
     values = _engine_values()
     for field, value in values.items():
         name = ENGINE_SETTING_NAMES[field].upper()
-        monkeypatch.setenv(f"WIDEBEAM_DECODER_{name}", str(value).lower())
+        monkeypatch.setenv(f"WIDEBEAM_DECODER_{name}", _text(value))
     config = DecoderSettings().engine_config()
     for field, value in values.items():
         got = getattr(config, field)
@@ -91,7 +98,7 @@ def test_every_engine_field_is_a_serve_flag(monkeypatch: pytest.MonkeyPatch) -> 
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag.removeprefix("--"))
         else:
-            argv += [flag, str(value)]
+            argv += [flag, _text(value)]
     config = settings_from_args(build_parser().parse_args(argv)).engine_config()
     assert dataclasses.asdict(config) == _engine_values()
 
