@@ -28,6 +28,9 @@ class CaptureBucket(NamedTuple):
     kind: GraphKind
     size: int  # decode: padded rows; prefill: padded prompt tokens; expansion: beam width
     requests: int = 1  # expansion: requests stepping in lockstep
+    # expansion: the OpenAI routes' shape (the path, then the model's EOS) instead of Recommend's
+    # (no EOS): a beam step's graph is keyed by the EOS ids it ranks
+    eos: bool = False
 
 
 def prefill_graph_tokens(config: EngineConfig) -> int:
@@ -66,9 +69,10 @@ def expansion_batches(config: EngineConfig) -> list[CaptureBucket]:
     """Each of `capture_beam_widths` at every lockstep batch size a streamed beam step has a
     graph of its own for (`expansion_graphs.EXACT_BATCH`), as far as `max_rows` holds them."""
     return [
-        CaptureBucket(GraphKind.EXPANSION, width, requests)
+        CaptureBucket(GraphKind.EXPANSION, width, requests, eos)
         for width in config.capture_beam_widths
         for requests in range(1, min(EXACT_BATCH, config.max_rows // width) + 1)
+        for eos in (False, True)
     ]
 
 
@@ -92,19 +96,22 @@ def warm_up_requests(
     as the bucket's rows, shaped like a Recommend call (n = beam, no EOS; constrained to the
     default catalog when one is loaded, so a Recommend of that width finds its beam expansions
     captured too), else two unconstrained steps. Expansion: `requests` such beams of the
-    bucket's width, which step in lockstep. Prefill: a prompt as long as the bucket's tokens,
-    one token."""
+    bucket's width, which step in lockstep; with `eos`, shaped like a constrained chat
+    completion instead (the model's EOS, one token more than the path). Prefill: a prompt as
+    long as the bucket's tokens, one token."""
     no_eos: tuple[int, ...] = ()
-    name = f"warm-up-{bucket.kind}-{bucket.size}x{bucket.requests}"
+    name = f"warm-up-{bucket.kind}-{bucket.size}x{bucket.requests}{'-eos' * bucket.eos}"
     if bucket.kind == GraphKind.PREFILL:
         length = min(bucket.size, prefill_graph_tokens(config), max_model_len - 1)
         return [GenerationRequest(name, (0,) * length, max_new_tokens=1, eos_token_id=no_eos)]
     width = min(bucket.size, config.max_rows)
     constrained = sid_path_length is not None
+    steps = (sid_path_length or 2) + bucket.eos
+    eos = None if bucket.eos else no_eos  # None: the model's
     return [
         GenerationRequest(
-            f"{name}-{i}", (0,), beam_width=width, n=width, max_new_tokens=sid_path_length or 2,
-            eos_token_id=no_eos, constrained=constrained,
+            f"{name}-{i}", (0,), beam_width=width, n=width, max_new_tokens=steps,
+            eos_token_id=eos, constrained=constrained,
         )
         for i in range(bucket.requests)
     ]  # fmt: skip

@@ -120,17 +120,22 @@ def test_declared_beam_widths_list_every_lockstep_batch_max_rows_holds() -> None
     config = cuda_config(max_rows=1000, capture_beam_widths=(512, 50, 50, 100))
     assert config.capture_beam_widths == (50, 100, 512)
     batches = [
-        (b.size, b.requests) for b in startup_captures(config) if b.kind == GraphKind.EXPANSION
+        (b.size, b.requests, b.eos)
+        for b in startup_captures(config)
+        if b.kind == GraphKind.EXPANSION
     ]
-    assert batches == [(50, r) for r in range(1, 17)] + [(100, r) for r in range(1, 11)] + [
-        (512, 1)
-    ]
+    sizes = [(50, r) for r in range(1, 17)] + [(100, r) for r in range(1, 11)] + [(512, 1)]
+    assert batches == [(w, r, eos) for w, r in sizes for eos in (False, True)]
     bucket = CaptureBucket(GraphKind.EXPANSION, 100, 10)
     requests = warm_up_requests(bucket, config, max_model_len=4096, sid_path_length=3)
     assert len(requests) == 10 and len({r.request_id for r in requests}) == 10
     assert {(r.beam_width, r.n, r.max_new_tokens, r.constrained) for r in requests} == {
         (100, 100, 3, True)
     }
+    assert {r.eos_token_id for r in requests} == {()}  # Recommend's shape: the path, no EOS
+    chat = warm_up_requests(bucket._replace(eos=True), config, 4096, sid_path_length=3)
+    assert {(r.max_new_tokens, r.eos_token_id) for r in chat} == {(4, None)}  # the model's EOS
+    assert not {r.request_id for r in chat} & {r.request_id for r in requests}
     assert not [b for b in startup_captures(cuda_config()) if b.kind == GraphKind.EXPANSION]
 
 
