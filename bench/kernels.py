@@ -1,6 +1,6 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,prefill,logits,layers,kv] [--reps 50] [--no-flush]
+    python kernels.py [--only attention,padding,prefill,logits,layers,kv] [--reps 50] [--no-flush]
         [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto] [--suffix-stages auto]
         [--tag SUFFIX] [--smoke]
 
@@ -204,6 +204,74 @@ def attention(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
+def padding_cases(
+    name: str,
+    groups: list[tuple[int, int, int]],
+    rows: int,  # the decode bucket's rows (>= the groups' rows: the rest are padding rows)
+    layouts: list[tuple[str, int, int | None, int | None]],  # label, block_rows, work, splits
+    heads: tuple[int, int, int],
+) -> list[Case]:
+    """One batch packed several ways: a CUDA-graph bucket's work-item capacity (None: tight),
+    block size and split count (None: the default choice for the batch's items)."""
+    from widebeam.kernels.attention.packed import PackedDecode, pack_decode
+    from widebeam.kernels.attention.torch_ref import cascade_decode
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+    from widebeam.kernels.attention.triton_common import default_num_splits
+
+    q, k_cache, v_cache, batch = decode_inputs(groups, heads, seed=len(groups))
+    real = q.shape[0]
+    q = torch.cat([q, q.new_zeros(rows - real, *q.shape[1:])])
+    scale = heads[2] ** -0.5
+    shape = f"{name}: R {rows}, G {len(groups)}, P {groups[0][1]}"
+    cases = []
+    for label, block_rows, work, splits in layouts:
+        items = sum(-(-r // block_rows) for r, _, _ in groups)
+        longest = max(p for _, p, _ in groups)
+        splits = splits or default_num_splits(items * heads[1], longest, DEVICE)
+        packed = pack_decode(
+            batch, rows, block_rows=block_rows, num_splits=splits, page_size=16,
+            device=DEVICE, num_work=max(work or items, items), suffix_capacity=8,
+        )  # fmt: skip
+
+        def run(packed: PackedDecode = packed) -> torch.Tensor:
+            return cascade_decode_packed(q, k_cache, v_cache, packed, scale)[:real]
+
+        cases.append(
+            Case(
+                kernel=f"cascade decode ({label}: {packed.work_group.shape[0]} work items, "
+                f"block_rows {block_rows}, {splits} splits)",
+                shape=shape,
+                triton=run,
+                torch=lambda: cascade_decode(q[:real], k_cache, v_cache, batch, scale),
+                check=close({"rtol": 2e-2, "atol": 2e-2}),
+                torch_key=shape,
+            )
+        )
+    return cases
+
+
+def padding(args: argparse.Namespace) -> list[Case]:
+    """What a CUDA-graph bucket's padding costs the cascade: padding work items (a bucket sized
+    by rows instead of by the batch), block sizes for narrow requests, split counts."""
+    if args.smoke:
+        tight = [("tight", 8, None, None), ("padded", 8, 64, None), ("2 splits", 8, None, 2)]
+        return padding_cases("smoke", [(9, 20, 3), (5, 7, 2)], 16, tight, (4, 2, 32))
+    heads = QWEN3["1.7b"]
+    tight, padded = ("tight", 32, None, None), ("work = rows", 32)
+    cases = []
+    for width, count, rows in ((50, 12, 1024), (512, 12, 6144), (1000, 12, 12288)):
+        cases += padding_cases(
+            f"W3 n={width}", [(width, 300, 3)] * count, rows,
+            [tight, (*padded, rows, None)], heads,
+        )  # fmt: skip
+    splits = [tight, (*padded, 256, None)] + [(f"{s} splits", 32, None, s) for s in (1, 8, 16)]
+    cases += padding_cases("W2 single", [(256, 5000, 3)], 256, splits, heads)
+    tiles = [("8-row tiles", 8, None, None), ("32-row tiles", 32, None, None)]
+    cases += padding_cases("64 x beam 1", [(1, 512, 3)] * 64, 64, tiles, heads)
+    cases += padding_cases("12 x beam 8", [(8, 300, 3)] * 12, 128, tiles, heads)
+    return cases
+
+
 # ----------------------------------------------------------------------------- ragged prefill
 
 
@@ -354,6 +422,7 @@ def kv(args: argparse.Namespace) -> list[Case]:
 
 GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "attention": attention,
+    "padding": padding,
     "prefill": prefill,
     "logits": logits,
     "layers": layers,

@@ -1,0 +1,22 @@
+"""`bench/kernels.py --smoke --only padding`: one batch packed as a tight bucket, a bucket
+padded with work items and one with a second split decodes what the torch reference decodes
+(the bench's own check); no time is asserted (it depends on the machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.bench.smoke import run_smoke
+
+
+def test_padding_cases_match_the_reference(tmp_path: Path) -> None:
+    report, stdout = run_smoke("kernels.py", tmp_path, "--only", "padding", timeout=300)
+    rows = report["rows"]
+    assert [row["kernel"].split(":")[0] for row in rows] == [
+        "cascade decode (tight",
+        "cascade decode (padded",
+        "cascade decode (2 splits",
+    ]
+    assert "64 work items" in rows[1]["kernel"] and "2 splits)" in rows[2]["kernel"]
+    assert all(row["check"] == "ok" for row in rows), rows
+    assert "| cascade decode (padded: 64 work items" in stdout
