@@ -1,9 +1,11 @@
 """Capacities of a decode batch's attention metadata, rounded up for CUDA-graph buckets.
 
-A captured decode step reads metadata buffers of fixed sizes, so every backend with graph hooks
-rounds a batch's request count, widest request, longest prompt and suffix length up to powers
-of two: few buckets (few graphs) serve every batch, and every batch of a bucket fits its
-buffers. The runner rounds the row count itself (`runner/decode_graphs.row_bucket`).
+A captured decode step reads metadata buffers of fixed sizes. `decode_capacity` rounds a batch's
+request count, widest request, longest prompt and suffix length up to powers of two (the
+FlashInfer backend's buckets): few buckets serve every batch, and every batch of a bucket fits
+its buffers. The Triton backend needs less (only the suffix bucket, MIN_SUFFIX at least, and a
+work-item rung: `triton_backend.py`). The runner rounds the row count itself
+(`runner/decode_graphs.row_bucket`).
 """
 
 from __future__ import annotations
