@@ -38,6 +38,7 @@ from widebeam.services.gateway.schemas.generate import (
 )
 from widebeam.services.gateway.state import GatewayState, State
 from widebeam.services.http.errors import ApiError, bad_request
+from widebeam.services.http.plain_json import plain_json
 from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 ROUTE = "/generate"
@@ -294,6 +295,6 @@ def create_router() -> APIRouter:
             if isinstance(outcome, BaseException):
                 raise outcome
         answers = [o for o in outcomes if not isinstance(o, BaseException)]
-        return answers if is_batch(body) else answers[0]
+        return plain_json(answers if is_batch(body) else answers[0])
 
     return router

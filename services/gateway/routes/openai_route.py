@@ -9,14 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.completions import BeamFields
 from widebeam.services.gateway.streaming import STREAM_RESPONSE_DOC, sse_response
+from widebeam.services.http.plain_json import plain_json
 from widebeam.services.http.strict_json_route import StrictJsonRoute
 
-Answer = dict[str, Any] | StreamingResponse
+Answer = JSONResponse | StreamingResponse
 
 
 def new_router() -> APIRouter:
@@ -37,6 +38,6 @@ def answer(response: dict[str, Any], body: BeamFields, chunk_object: str) -> Ans
     """`response` as the request asked: the JSON body, or its chunks as Server-Sent Events
     whose objects are named `chunk_object`."""
     if not body.stream:
-        return response
+        return plain_json(response)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return sse_response(response, chunk_object, include_usage)

@@ -7,12 +7,16 @@ from typing import Any
 import httpx
 
 from tests.services.gateway.conftest import HISTORY
+from widebeam.services.gateway.schemas.recommend import RecommendResponse
 
 
 def recommend(client: httpx.Client, **body: Any) -> dict[str, Any]:
+    """The answer, checked against the documented schema: the route sends the dict it builds
+    without FastAPI's validation (`plain_json`), so this is where its shape is held."""
     response = client.post("/v1/recommend", json={"history": HISTORY} | body)
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
+    assert RecommendResponse.model_validate(result).model_dump(mode="json") == result
     return result
 
 
