@@ -81,6 +81,7 @@ class Phase:
     latencies_ms: list[float] = field(default_factory=list)  # answered requests only
     statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    captures: int = 0  # the decoder's graph captures during the phase, its warm-up loop included
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -91,6 +92,7 @@ class Phase:
             "p50_ms": ok["p50_ms"],
             "p99_ms": ok["p99_ms"],
             "statuses": dict(sorted(self.statuses.items())),
+            "captures": self.captures,
         }
 
 
@@ -236,7 +238,7 @@ def chat_body(work: Workload, model_name: str, history: list[str], width: int) -
 
 
 async def service_phases(
-    args: argparse.Namespace, work: Workload, decoder: str, gateway: str
+    args: argparse.Namespace, work: Workload, decoder: str, gateway: str, metrics_url: str
 ) -> list[Phase]:
     phases: list[Phase] = []
     options = [("grpc.max_receive_message_length", 256 << 20)]
@@ -260,8 +262,10 @@ async def service_phases(
                 ),
             }  # fmt: skip
             for path, send in senders.items():
+                before = sum(serving_captures(metrics_url).values())
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
                 phase = await closed_loop(send, args.requests, args.concurrency, Phase(path, width))
+                phase.captures = sum(serving_captures(metrics_url).values()) - before
                 phases.append(phase)
                 print(phase.row(), flush=True)
     return phases
@@ -401,14 +405,18 @@ def main() -> None:
         decoder.wait_ready()
         gateway = StackGateway([decoder.address], max(args.widths), 600.0)
         gateway.wait_ready()
-        phases += asyncio.run(service_phases(args, work, decoder.address, gateway.url))
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        phases += asyncio.run(service_phases(args, work, decoder.address, gateway.url, metrics_url))
         gateway.stop()
         gateway = None
         capacity = mixed_capacity(phases, args.widths)
         sweep_gateway = StackGateway([decoder.address], max(args.widths), args.sweep_timeout)
         sweep_gateway.wait_ready()
+        before_sweep = sum(serving_captures(metrics_url).values())
         sweep_rows = sweep(args, work, sweep_gateway.url, capacity)
-        captures = serving_captures(f"http://127.0.0.1:{metrics_port}/metrics")
+        captures = serving_captures(metrics_url)
+        for row in sweep_rows:  # the sweep's captures, not split by load
+            row["captures_in_sweep"] = sum(captures.values()) - before_sweep
     finally:
         for process in (gateway, sweep_gateway, decoder):
             if process is not None:
@@ -439,17 +447,19 @@ def report(
     }  # fmt: skip
     write_result("stack", result)
     print(markdown_table(
-        ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses"],
+        ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
+         "captures"],
         [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
-          r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"]] for r in rows],
+          r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"]] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
         ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],
         [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
           r["p50_ms"], r["p99_ms"], r["statuses"]] for r in sweep_rows],
     ))  # fmt: skip
-    print(f"graph captures after ready: decoder {sum(captures.values())} {captures}, "
-          f"in-process engine {engine_captures}")
+    in_sweep = sweep_rows[0]["captures_in_sweep"] if sweep_rows else 0
+    print(f"graph captures after ready: decoder {sum(captures.values())} {captures} "
+          f"({in_sweep} in the sweep), in-process engine {engine_captures}")
 
 
 if __name__ == "__main__":

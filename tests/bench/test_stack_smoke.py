@@ -19,11 +19,13 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         answered = sum(row["statuses"].get(ok, 0) for ok in ("ok", "OK", "200"))
         assert answered == sum(row["statuses"].values()) == 4, row
         assert row["answered_rps"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
+        assert row["captures"] == 0  # per phase (CPU: no graphs at all)
     # The sweep's outcome depends on speed (its deadlines are short on purpose): only that it
     # ran and answered is checked here; tests/services/gateway/test_shedding_by_wait.py holds
     # the shedding rule's counts.
     [sweep] = report["sweep"]
     assert sweep["load"] == 2.0 and sweep["statuses"].get("200", 0) > 0, sweep
+    assert sweep["captures_in_sweep"] == 0
     assert report["decoder_captures_after_ready"] == 0
     assert set(report["decoder_captures_after_ready_by_kind"]) == {"decode", "prefill", "expansion"}
     assert report["engine_captures_after_ready"] == 0
