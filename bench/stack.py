@@ -3,8 +3,9 @@
 the decoder's gRPC `Recommend`, the gateway's REST `/v1/recommend` and its OpenAI chat route;
 then an open-loop mixed-width sweep through REST (several client processes) from 25% to 250%
 of the measured capacity. Reports throughput and its ratio to the engine's, p50 / p99, status
-counts, and the decoder's CUDA-graph captures after ready (`widebeam_decoder_graph_captures_total`
-with phase="serving"; the target is 0).
+counts, the CPU time per answered request of the decoder and gateway processes (each hop's
+host cost), and the decoder's CUDA-graph captures after ready, per phase
+(`widebeam_decoder_graph_captures_total` with phase="serving"; the target is 0).
 
     python bench/stack.py [--quick]                     # one H200: W3 model and catalog
     python bench/stack.py --smoke                       # CPU, tiny model: seconds, a smoke test
@@ -21,6 +22,7 @@ import asyncio
 import gc
 import json
 import multiprocessing
+import os
 import random
 import re
 import subprocess
@@ -82,6 +84,9 @@ class Phase:
     statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     captures: int = 0  # the decoder's graph captures during the phase, its warm-up loop included
+    # CPU time of each server process (its worker processes included) over the timed loop, per
+    # answered request: where each hop's host time goes
+    cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -93,6 +98,7 @@ class Phase:
             "p99_ms": ok["p99_ms"],
             "statuses": dict(sorted(self.statuses.items())),
             "captures": self.captures,
+            "cpu_ms_per_request": self.cpu_ms_per_request,
         }
 
 
@@ -237,8 +243,35 @@ def chat_body(work: Workload, model_name: str, history: list[str], width: int) -
     }
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its live children (a gateway's workers),
+    from /proc (Linux); 0.0 where /proc cannot be read."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def own(stat: str) -> tuple[int, float]:  # (parent pid, CPU seconds)
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent, seconds = own((entry / "stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue
+        if int(entry.name) == pid or parent == pid:
+            total += seconds
+    return total
+
+
 async def service_phases(
-    args: argparse.Namespace, work: Workload, decoder: str, gateway: str, metrics_url: str
+    args: argparse.Namespace,
+    work: Workload,
+    decoder: str,
+    gateway: str,
+    metrics_url: str,
+    server_pids: dict[str, int],  # "decoder" / "gateway" -> pid
 ) -> list[Phase]:
     phases: list[Phase] = []
     options = [("grpc.max_receive_message_length", 256 << 20)]
@@ -264,7 +297,13 @@ async def service_phases(
             for path, send in senders.items():
                 before = sum(serving_captures(metrics_url).values())
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
+                cpu = {name: process_cpu_s(pid) for name, pid in server_pids.items()}
                 phase = await closed_loop(send, args.requests, args.concurrency, Phase(path, width))
+                answered = max(len(phase.latencies_ms), 1)
+                phase.cpu_ms_per_request = {
+                    name: (process_cpu_s(pid) - cpu[name]) * 1000 / answered
+                    for name, pid in server_pids.items()
+                }
                 phase.captures = sum(serving_captures(metrics_url).values()) - before
                 phases.append(phase)
                 print(phase.row(), flush=True)
@@ -406,7 +445,10 @@ def main() -> None:
         gateway = StackGateway([decoder.address], max(args.widths), 600.0)
         gateway.wait_ready()
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        phases += asyncio.run(service_phases(args, work, decoder.address, gateway.url, metrics_url))
+        pids = {"decoder": decoder.proc.pid, "gateway": gateway.proc.pid}
+        phases += asyncio.run(
+            service_phases(args, work, decoder.address, gateway.url, metrics_url, pids)
+        )
         gateway.stop()
         gateway = None
         capacity = mixed_capacity(phases, args.widths)
@@ -448,9 +490,11 @@ def report(
     write_result("stack", result)
     print(markdown_table(
         ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
-         "captures"],
+         "captures", "decoder CPU ms/req", "gateway CPU ms/req"],
         [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
-          r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"]] for r in rows],
+          r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"],
+          *(f"{r['cpu_ms_per_request'].get(k, 0.0):.1f}" if r["cpu_ms_per_request"] else "-"
+            for k in ("decoder", "gateway"))] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
         ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],
