@@ -75,7 +75,7 @@ def pack_decode(
     Only host-known sizes are used (tensor shapes, group row ranges), so packing never waits for
     the device except with `check_pages`. The cost in device operations does not grow with the
     number of groups: every int32 list travels in one host->device copy, the prompt table is one
-    gather + scatter, and suffix slots are copied once per run of back-to-back groups of equal
+    gather + copy, and suffix slots are copied once per run of back-to-back groups of equal
     suffix length (usually the whole batch).
     """
     if block_rows <= 0 or num_splits <= 0 or page_size <= 0:

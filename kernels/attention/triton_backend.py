@@ -218,7 +218,7 @@ class TritonAttention(AttentionBackend):
         suffix = max((int(g.suffix_slots.shape[1]) for g in batch.groups), default=0)
         entries = sum(-(-int(g.prompt_slots.shape[0]) // self.page_size) for g in batch.groups)
         return self._bucket(
-            rows, layout, work, pow2(suffix, MIN_SUFFIX), len(batch.groups), entries
+            rows, layout, block_rows, work, pow2(suffix, MIN_SUFFIX), len(batch.groups), entries
         )
 
     def decode_buckets(self, rows: int, layout: AttentionLayout) -> tuple[TritonDecodeBucket, ...]:
@@ -226,7 +226,8 @@ class TritonAttention(AttentionBackend):
         path); longer generations meet larger suffix buckets when first run."""
         block_rows = self._bucket_block_rows(rows, layout)
         return tuple(
-            self._bucket(rows, layout, work, MIN_SUFFIX) for work in work_rungs(rows, block_rows)
+            self._bucket(rows, layout, block_rows, work, MIN_SUFFIX)
+            for work in work_rungs(rows, block_rows)
         )
 
     @staticmethod
@@ -250,12 +251,12 @@ class TritonAttention(AttentionBackend):
         self,
         rows: int,
         layout: AttentionLayout,
+        block_rows: int,  # _bucket_block_rows(rows, layout)
         work: int,
         suffix: int,
         groups: int = 0,
         entries: int = 0,
     ) -> TritonDecodeBucket:
-        block_rows = self._bucket_block_rows(rows, layout)
         table = max(-(-layout.cache_slots // self.page_size), 1)
         if entries > table:  # prompts sharing cached pages can list more entries than exist
             table = pow2(entries)
