@@ -28,6 +28,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def service_log(name: str, port: int) -> Path:
+    """Where a bench's server subprocess writes its output. Not under $OUT by default: the
+    device machine returns at most 8 files from there, and one log per replica could crowd out
+    the results. WIDEBEAM_BENCH_LOGS keeps them."""
+    logs = Path(os.environ.get("WIDEBEAM_BENCH_LOGS") or tempfile.gettempdir())
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{name}-{port}.log"
+
+
+def exit_report(name: str, returncode: int | None, log: Path) -> str:
+    """A server that exited before it was ready: its exit code and the end of its log."""
+    tail = log.read_text(errors="replace")[-2000:]
+    return f"{name} exited with {returncode}; end of {log}:\n{tail}"
+
+
 class DecoderProcess:
     def __init__(
         self,
@@ -61,12 +76,7 @@ class DecoderProcess:
             str(256 << 20),
             *extra,
         ]
-        # Not under $OUT by default: the device machine returns at most 8 files from there, and
-        # one log per replica could crowd out the results. WIDEBEAM_BENCH_LOGS keeps them.
-        logs = os.environ.get("WIDEBEAM_BENCH_LOGS") or tempfile.gettempdir()
-        self.log = Path(logs) / f"decoder-{self.port}.log"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log
+        self.log = log = service_log("decoder", self.port)
         self.proc = subprocess.Popen(
             cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
@@ -75,10 +85,7 @@ class DecoderProcess:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                tail = self.log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(
-                    f"decoder exited with {self.proc.returncode}; end of {self.log}:\n{tail}"
-                )
+                raise RuntimeError(exit_report("decoder", self.proc.returncode, self.log))
             try:
                 with ChannelSecurity.from_env().channel(self.address) as channel:
                     stub = decoder_pb2_grpc.DecoderStub(channel)

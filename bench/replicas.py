@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 from catalogs import random_catalog
-from e2e import DecoderProcess, free_port
+from e2e import DecoderProcess, exit_report, free_port, service_log
 from harness import DEVICE, RunStats, environment, markdown_table, model_dir, write_json
 
 LEVELS = (512, 512, 512)  # workload 3's catalog: 430k SIDs, codebook 512
@@ -35,22 +35,25 @@ TABLE_HEADERS = [
 
 
 class GatewayProcess:
-    def __init__(self, decoders: list[str], max_width: int, workers: int = 1) -> None:
+    def __init__(
+        self, decoders: list[str], max_width: int, workers: int = 1, request_timeout_s: float = 300
+    ) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         cmd = [
             sys.executable, "-m", "widebeam", "gateway", "serve",
             "--port", self.url.rsplit(":", 1)[1], "--decoder", ",".join(decoders),
             "--max-beam-width", str(max_width), "--max-n", str(max_width),
-            "--max-history", str(HISTORY_ITEMS), "--request-timeout", "300",
+            "--max-history", str(HISTORY_ITEMS), "--request-timeout", str(request_timeout_s),
             "--workers", str(workers),
         ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.log = service_log("gateway", int(self.url.rsplit(":", 1)[1]))
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self.proc.returncode}")
+                raise RuntimeError(exit_report("gateway", self.proc.returncode, self.log))
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
                     return

@@ -25,8 +25,6 @@ import multiprocessing
 import os
 import random
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -126,21 +124,6 @@ def build_workload(args: argparse.Namespace) -> Workload:
     added = json.loads((model / "tokenizer.json").read_text())["added_tokens"]
     token_text = {int(t["id"]): str(t["content"]) for t in added}
     return Workload(model, catalog, layout, sids, histories, token_text)
-
-
-class StackGateway(GatewayProcess):
-    """`widebeam gateway serve` as the replicas bench starts it, with a request timeout of its
-    own (the deadline the decoder's admission by predicted wait sheds against)."""
-
-    def __init__(self, decoders: list[str], max_width: int, request_timeout_s: float) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        cmd = [
-            sys.executable, "-m", "widebeam", "gateway", "serve",
-            "--port", self.url.rsplit(":", 1)[1], "--decoder", ",".join(decoders),
-            "--max-beam-width", str(max_width), "--max-n", str(max_width),
-            "--max-history", str(HISTORY_ITEMS), "--request-timeout", str(request_timeout_s),
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
 # ----- in-process engine ----------------------------------------------------------------------
@@ -442,7 +425,7 @@ def main() -> None:
     gateway = sweep_gateway = None
     try:
         decoder.wait_ready()
-        gateway = StackGateway([decoder.address], max(args.widths), 600.0)
+        gateway = GatewayProcess([decoder.address], max(args.widths), request_timeout_s=600.0)
         gateway.wait_ready()
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         pids = {"decoder": decoder.proc.pid, "gateway": gateway.proc.pid}
@@ -452,7 +435,9 @@ def main() -> None:
         gateway.stop()
         gateway = None
         capacity = mixed_capacity(phases, args.widths)
-        sweep_gateway = StackGateway([decoder.address], max(args.widths), args.sweep_timeout)
+        sweep_gateway = GatewayProcess(
+            [decoder.address], max(args.widths), request_timeout_s=args.sweep_timeout
+        )
         sweep_gateway.wait_ready()
         before_sweep = sum(serving_captures(metrics_url).values())
         sweep_rows = sweep(args, work, sweep_gateway.url, capacity)
