@@ -26,9 +26,10 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
+from widebeam.services.decoder.server.engine_handle import LocalEngine, ServerInfo
 from widebeam.services.decoder.server.metrics import DecoderMetrics
 from widebeam.services.decoder.server.request_limits import RequestLimits
-from widebeam.services.decoder.server.servicer import DecoderServicer, ServerInfo
+from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
 from widebeam.services.decoder.server.token_auth import TokenAuthInterceptor
 from widebeam.services.decoder.server.wire import MalformedRequestInterceptor
@@ -133,7 +134,7 @@ class DecoderServer:
             str(Path(s.model).resolve()), engine.model.config.model_type, layout,
             s.device, s.dtype, s.max_message_bytes, RequestLimits.resolve(s, engine.limits),
         )  # fmt: skip
-        self.servicer.attach(self.engine, info)
+        self.servicer.attach(LocalEngine(self.engine, info))
         engine.mark_ready()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("decoder serving on %s:%d", s.host, self.port)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
+from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization, RequestError
@@ -72,6 +73,19 @@ def recommend_work(
     return RequestWork(spec.beam_width, served.constraint.path_length(()))
 
 
+@dataclass(frozen=True)
+class RecommendAnswer:
+    """A Recommend call's engine output and what its response names: the catalog version the
+    history was resolved in (the one the engine pinned), its layout, the skipped history ids."""
+
+    spec: RecommendSpec
+    out: RequestOutput
+    catalog: str
+    version: str
+    layout: SidLayout
+    skipped: tuple[str, ...]
+
+
 @dataclass
 class RecommendCall:
     """`Prepare` callback: builds the engine request and remembers the catalog it used."""
@@ -122,22 +136,26 @@ class RecommendCall:
             normalization=spec.normalization,
         )
 
+    def answer(self, out: RequestOutput) -> RecommendAnswer:
+        served = self.pinned
+        assert served is not None and out.catalog_version == served.version
+        return RecommendAnswer(
+            self.spec, out, served.name, served.version, served.layout, tuple(self.skipped)
+        )
 
-def recommend_response(
-    call: RecommendCall, request_id: str, out: RequestOutput
-) -> pb.RecommendResponse:
-    spec, served = call.spec, call.pinned
-    assert served is not None and out.catalog_version == served.version
+
+def recommend_response(answer: RecommendAnswer, request_id: str) -> pb.RecommendResponse:
+    spec, out, layout = answer.spec, answer.out, answer.layout
     response = pb.RecommendResponse(
         request_id=request_id,
-        catalog=pb.CatalogRef(name=served.name, version=served.version),
+        catalog=pb.CatalogRef(name=answer.catalog, version=answer.version),
         usage=pb.Usage(
             prompt_tokens=out.prompt_tokens,
             completion_tokens=sum(len(b.output_ids) for b in out.beams),
             cached_prompt_tokens=out.cached_prompt_tokens,
         ),
         beams_returned=len(out.beams),
-        skipped_history_item_ids=call.skipped,
+        skipped_history_item_ids=answer.skipped,
     )
     # Items are added in place (`add`): building each as its own message and copying the list
     # in takes about twice as long, on the thread the engine shares the GIL with.
@@ -147,7 +165,7 @@ def recommend_response(
     for beam in out.beams:  # best first; items of one SID in catalog order
         if count == spec.n:
             break
-        codes = tokens_to_sid(served.layout, beam.output_ids) or ()
+        codes = tokens_to_sid(layout, beam.output_ids) or ()
         for item in beam.item_ids or ():
             if item in seen or item in spec.exclude:
                 continue
