@@ -226,9 +226,9 @@ def chat_body(work: Workload, model_name: str, history: list[str], width: int) -
     }
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its live children (a gateway's workers),
-    from /proc (Linux); 0.0 where /proc cannot be read."""
+def process_cpu_s(pid: int, own: bool = True, children: bool = True) -> float:
+    """User + system CPU seconds of a process and/or its live children (a gateway's workers, a
+    decoder's API processes), from /proc (Linux); 0.0 where /proc cannot be read."""
     tick = os.sysconf("SC_CLK_TCK")
 
     def own(stat: str) -> tuple[int, float]:  # (parent pid, CPU seconds)
@@ -243,7 +243,7 @@ def process_cpu_s(pid: int) -> float:
             parent, seconds = own((entry / "stat").read_text())
         except (OSError, ValueError, IndexError):
             continue
-        if int(entry.name) == pid or parent == pid:
+        if (own and int(entry.name) == pid) or (children and parent == pid):
             total += seconds
     return total
 
@@ -254,7 +254,7 @@ async def service_phases(
     decoder: str,
     gateway: str,
     metrics_url: str,
-    server_pids: dict[str, int],  # "decoder" / "gateway" -> pid
+    servers: dict[str, tuple[int, bool, bool]],  # name -> (pid, its own CPU, its children's)
 ) -> list[Phase]:
     phases: list[Phase] = []
     options = [("grpc.max_receive_message_length", 256 << 20)]
@@ -280,12 +280,12 @@ async def service_phases(
             for path, send in senders.items():
                 before = sum(serving_captures(metrics_url).values())
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
-                cpu = {name: process_cpu_s(pid) for name, pid in server_pids.items()}
+                cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
                 phase = await closed_loop(send, args.requests, args.concurrency, Phase(path, width))
                 answered = max(len(phase.latencies_ms), 1)
                 phase.cpu_ms_per_request = {
-                    name: (process_cpu_s(pid) - cpu[name]) * 1000 / answered
-                    for name, pid in server_pids.items()
+                    name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
+                    for name, server in servers.items()
                 }
                 phase.captures = sum(serving_captures(metrics_url).values()) - before
                 phases.append(phase)
@@ -395,6 +395,8 @@ def main() -> None:
     parser.add_argument("--sweep-timeout", type=float, default=1.0,
                         help="the gateway's request timeout in the sweep: the deadline the "
                         "decoder's admission by predicted wait sheds against")  # fmt: skip
+    parser.add_argument("--api-processes", type=int, default=0,
+                        help="the decoder's --api-processes (0: gRPC in the engine's process)")
     parser.add_argument("--max-rows", type=int, default=16384)
     parser.add_argument("--max-kv-slots", type=int, default=120_000)
     parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
@@ -420,7 +422,8 @@ def main() -> None:
     decoder = DecoderProcess(
         work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
         "--metrics-port", str(metrics_port), "--capture-at-start",
-        "--capture-beam-widths", ",".join(map(str, args.widths)), env=decoder_env,
+        "--capture-beam-widths", ",".join(map(str, args.widths)),
+        "--api-processes", str(args.api_processes), env=decoder_env,
     )  # fmt: skip
     gateway = sweep_gateway = None
     try:
@@ -428,7 +431,13 @@ def main() -> None:
         gateway = GatewayProcess([decoder.address], max(args.widths), request_timeout_s=600.0)
         gateway.wait_ready()
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        pids = {"decoder": decoder.proc.pid, "gateway": gateway.proc.pid}
+        # The decoder's own CPU apart from its children's: its API processes with
+        # --api-processes (a catalog load's child otherwise, none here).
+        pids = {
+            "decoder": (decoder.proc.pid, True, False),
+            "decoder API": (decoder.proc.pid, False, True),
+            "gateway": (gateway.proc.pid, True, True),
+        }
         phases += asyncio.run(
             service_phases(args, work, decoder.address, gateway.url, metrics_url, pids)
         )
@@ -466,7 +475,8 @@ def report(
         r["vs_engine"] = float(r["answered_rps"]) / max(float(base["answered_rps"]), 1e-9)  # type: ignore[arg-type]
         r["p99_vs_engine"] = float(r["p99_ms"]) / max(float(base["p99_ms"]), 1e-9)  # type: ignore[arg-type]
     result = {
-        "env": environment() | {"widths": args.widths, "concurrency": args.concurrency},
+        "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
+                                "api_processes": args.api_processes},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
         "decoder_captures_after_ready": sum(captures.values()),
         "decoder_captures_after_ready_by_kind": captures,
@@ -475,11 +485,11 @@ def report(
     write_result("stack", result)
     print(markdown_table(
         ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
-         "captures", "decoder CPU ms/req", "gateway CPU ms/req"],
+         "captures", "decoder CPU ms/req", "decoder API CPU ms/req", "gateway CPU ms/req"],
         [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
           r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"],
           *(f"{r['cpu_ms_per_request'].get(k, 0.0):.1f}" if r["cpu_ms_per_request"] else "-"
-            for k in ("decoder", "gateway"))] for r in rows],
+            for k in ("decoder", "decoder API", "gateway"))] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
         ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],

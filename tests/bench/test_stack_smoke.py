@@ -1,6 +1,8 @@
 """`bench/stack.py --smoke`: engine in-process, gRPC Recommend, REST /v1/recommend and the chat
-route, and the open-loop sweep, end to end on CPU with the tiny model; its JSON report holds
-every path and width, every closed-loop request answered, and no graph capture after ready."""
+route, and the open-loop sweep, end to end on CPU with the tiny model, the decoder's port served
+by an API process (`--api-processes 1`; the port in the engine's process is every other
+decoder test's); its JSON report holds every path and width, every closed-loop request
+answered, and no graph capture after ready."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat"}
 
 
 def test_stack_smoke_run(tmp_path: Path) -> None:
-    report, stdout = run_smoke("stack.py", tmp_path, "--cache", str(tmp_path))
+    report, stdout = run_smoke(
+        "stack.py", tmp_path, "--cache", str(tmp_path), "--api-processes", "1"
+    )
+    assert report["env"]["api_processes"] == 1
     rows = report["closed_loop"]
     assert {(r["path"], r["width"]) for r in rows} == {(p, w) for p in PATHS for w in (4,)}
     for row in rows:
@@ -22,7 +27,7 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         assert row["captures"] == 0  # per phase (CPU: no graphs at all)
         if row["path"] != "engine":  # each server process's host time per request (its
             # size depends on the machine, and /proc counts in 10 ms ticks: only that it is read)
-            assert set(row["cpu_ms_per_request"]) == {"decoder", "gateway"}, row
+            assert set(row["cpu_ms_per_request"]) == {"decoder", "decoder API", "gateway"}, row
             assert min(row["cpu_ms_per_request"].values()) >= 0, row
     # The sweep's outcome depends on speed (its deadlines are short on purpose): only that it
     # ran and answered is checked here; tests/services/gateway/test_shedding_by_wait.py holds

@@ -5,7 +5,9 @@ and serve health (NOT_SERVING) first, load the model and capture the start-up li
 graphs off the event loop (`capture_at_start`), serve /metrics when `metrics_port` is set,
 start the engine thread and the catalog follower, then flip health to SERVING. Until then the
 Decoder RPCs answer UNAVAILABLE. SIGTERM/SIGINT: health NOT_SERVING, in-flight RPCs get
-`grace_period_s`, then the engine and the follower stop.
+`grace_period_s`, then the engine and the follower stop. With `api_processes` the port is
+served by that many API processes (`api_processes.py`), started first, which go SERVING once
+connected to the ready engine.
 """
 
 from __future__ import annotations
@@ -17,27 +19,30 @@ import signal
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.server.api_processes import ApiProcesses
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
 from widebeam.services.decoder.server.engine_handle import LocalEngine, ServerInfo
+from widebeam.services.decoder.server.engine_port import EnginePort
+from widebeam.services.decoder.server.grpc_port import (
+    bind,
+    grpc_server,
+    security_words,
+    set_health,
+)
 from widebeam.services.decoder.server.metrics import DecoderMetrics
 from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
-from widebeam.services.decoder.server.token_auth import TokenAuthInterceptor
-from widebeam.services.decoder.server.wire import MalformedRequestInterceptor
 
 log = logging.getLogger("widebeam.decoder")
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Decoder"].full_name
 CATALOG_READY_TIMEOUT_S = 10.0  # how long start-up waits for the first Redis catalog read
+API_CONNECT_TIMEOUT_S = 60.0  # how long start-up waits for the API processes to connect
 
 
 def model_layout(model_dir: str, spec: str | None, vocab_size: int) -> SidLayout | None:
@@ -70,8 +75,10 @@ class DecoderServer:
         self.servicer = DecoderServicer()
         self.engine: AsyncEngine | None = None
         self.catalog_sync: CatalogSync | None = None
-        self.server: grpc.aio.Server | None = None
+        self.server: grpc.aio.Server | None = None  # the port, when this process serves it
         self.health: health.aio.HealthServicer | None = None
+        self.api: ApiProcesses | None = None  # the processes serving it otherwise
+        self.engine_port: EnginePort | None = None
         self.metrics: DecoderMetrics | None = None
         self.port = 0
         self.metrics_port: int | None = None  # bound, when metrics_port is set
@@ -79,38 +86,18 @@ class DecoderServer:
     async def start(self) -> int:
         """Bind, serve health, load the model, go SERVING; returns the bound port."""
         s = self.settings
-        # Created here: grpc.aio objects bind to the event loop running at creation.
-        size = s.max_message_bytes
-        # The token check runs first: a call without it is refused before its bytes are parsed.
-        interceptors: list[grpc.aio.ServerInterceptor] = [MalformedRequestInterceptor()]
-        if s.token is not None:
-            interceptors.insert(0, TokenAuthInterceptor(s.token))
-        self.server = grpc.aio.server(
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", size),
-                ("grpc.max_send_message_length", size),
-            ],
-        )
-        self.health = health.aio.HealthServicer()
-        pb_grpc.add_DecoderServicer_to_server(self.servicer, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
-        reflection.enable_server_reflection(names, self.server)
-        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        address, tls = f"{s.host}:{s.port}", s.server_credentials
-        try:
-            if tls is None:
-                self.port = self.server.add_insecure_port(address)
-            else:
-                self.port = self.server.add_secure_port(address, tls)
-        except RuntimeError:
-            raise ValueError(f"cannot listen on {address} (in use?)") from None
-        await self.server.start()
+        if s.api_processes:
+            self.api = ApiProcesses(s).start()
+            self.port = self.api.port
+        else:
+            self.server, self.health = grpc_server(s, self.servicer)
+            await set_health(self.health, health_pb2.HealthCheckResponse.NOT_SERVING)
+            self.port = bind(self.server, s, s.port)
+            await self.server.start()
+        served_by = f"{s.api_processes} API processes" if s.api_processes else "this process"
         log.info(
-            "decoder listening on %s:%d (%s, %s; loading %s)", s.host, self.port,
-            "plaintext" if tls is None else "mutual TLS" if s.tls_client_ca_file else "TLS",
-            "token required" if s.token is not None else "no token", s.model,
+            "decoder listening on %s:%d (%s, served by %s; loading %s)",
+            s.host, self.port, security_words(s), served_by, s.model,
         )  # fmt: skip
         engine, layout = await asyncio.to_thread(build_engine, s)
         # What is alive now (the model's modules, the runner, imported code) lives as long as
@@ -134,9 +121,21 @@ class DecoderServer:
             str(Path(s.model).resolve()), engine.model.config.model_type, layout,
             s.device, s.dtype, s.max_message_bytes, RequestLimits.resolve(s, engine.limits),
         )  # fmt: skip
-        self.servicer.attach(LocalEngine(self.engine, info))
+        local = LocalEngine(self.engine, info)
         engine.mark_ready()
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        if self.api is not None:
+            self.engine_port = await EnginePort(local, self.api.socket_path).start()
+            if not await self.engine_port.wait_for_connections(
+                s.api_processes, API_CONNECT_TIMEOUT_S
+            ):
+                log.warning(
+                    "%d of %d API processes connected; serving, the rest connect when up",
+                    self.engine_port.connections, s.api_processes,
+                )  # fmt: skip
+        else:
+            assert self.health is not None
+            self.servicer.attach(local)
+            await set_health(self.health, health_pb2.HealthCheckResponse.SERVING)
         log.info("decoder serving on %s:%d", s.host, self.port)
         return self.port
 
@@ -146,6 +145,10 @@ class DecoderServer:
             await self.health.enter_graceful_shutdown()
         if self.server is not None:
             await self.server.stop(grace)
+        if self.api is not None:
+            await self.api.stop(grace)  # their calls in flight finish against the engine
+        if self.engine_port is not None:
+            await self.engine_port.stop()
         if self.catalog_sync is not None:
             self.catalog_sync.stop()
         if self.engine is not None:
@@ -153,11 +156,6 @@ class DecoderServer:
         if self.metrics is not None:
             self.metrics.stop()
         log.info("decoder stopped")
-
-    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
-        assert self.health is not None
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, status)
 
 
 async def serve(settings: DecoderSettings) -> None:

@@ -95,6 +95,14 @@ class DecoderSettings(_EngineSettings):
         "default: no metrics endpoint",
     )
     max_message_bytes: int = Field(16 << 20, ge=1024, description="gRPC message size limit")
+    api_processes: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="processes serving the gRPC port, apart from the engine's (parsing, "
+        "validation, responses; over a Unix socket to the engine's process); 0: the engine's "
+        "process serves it",
+    )
     grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight RPCs get at shutdown")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING, ...")
     # TLS: the port serves TLS only with a certificate; with a client CA, mutual TLS.

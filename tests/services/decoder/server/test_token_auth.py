@@ -41,9 +41,10 @@ WRONG_METADATA = [
 ]
 
 
-@pytest.fixture(scope="module")
-def locked(sid_model: SidModel) -> Iterator[BackgroundServer]:
-    with BackgroundServer(make_settings(sid_model, auth_token=TOKEN)) as srv:
+@pytest.fixture(scope="module", params=[0, 1], ids=["port-in-engine", "api-process"])
+def locked(sid_model: SidModel, request: pytest.FixtureRequest) -> Iterator[BackgroundServer]:
+    settings = make_settings(sid_model, auth_token=TOKEN, api_processes=request.param)
+    with BackgroundServer(settings) as srv:
         yield srv
 
 
