@@ -130,7 +130,10 @@ def test_file_and_redis_serve_the_same_items_in_the_same_order(
                 )
                 response = stub.Recommend(request, timeout=30)
                 answers.append([(i.item_id, tuple(i.sid.codes), i.score) for i in response.items])
-            assert answers[0] == answers[1]
+            # The same items and SIDs in the same order; scores to 1e-5 (the second request's
+            # prompt may be a prefix-cache hit, which rounds fp32 rows apart).
+            assert [a[:2] for a in answers[0]] == [a[:2] for a in answers[1]]
+            assert [a[2] for a in answers[0]] == pytest.approx([a[2] for a in answers[1]], rel=1e-5)
             assert len(answers[0]) == 4 * ITEMS_PER_SID
             by_sid: dict[tuple[int, ...], list[str]] = {}
             for item, sid, _ in answers[0]:
