@@ -42,7 +42,7 @@ def _tables(n: int, d: int, device: torch.device, seed: int) -> tuple[torch.Tens
     return cos.to(device), sin.to(device)
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 300])
+@pytest.mark.parametrize("n", [0, 1, 7, 40])  # one program per row: 40 rows of random angles
 @pytest.mark.parametrize(("hq", "hkv", "d"), [(16, 8, 128), (8, 8, 64), (6, 2, 64)])
 @pytest.mark.parametrize("qk_norm", [True, False], ids=["qk_norm", "rope_only"])
 @pytest.mark.parametrize("dtype", DTYPES)
