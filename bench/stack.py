@@ -397,6 +397,9 @@ def main() -> None:
                         "decoder's admission by predicted wait sheds against")  # fmt: skip
     parser.add_argument("--api-processes", type=int, default=0,
                         help="the decoder's --api-processes (0: gRPC in the engine's process)")
+    parser.add_argument("--max-queue-wait-s", type=float,
+                        help="the decoder's bound on a request's predicted queue wait (an "
+                        "operator's latency budget below the clients' deadline)")
     parser.add_argument("--max-rows", type=int, default=16384)
     parser.add_argument("--max-kv-slots", type=int, default=120_000)
     parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
@@ -423,7 +426,9 @@ def main() -> None:
         work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
         "--metrics-port", str(metrics_port), "--capture-at-start",
         "--capture-beam-widths", ",".join(map(str, args.widths)),
-        "--api-processes", str(args.api_processes), env=decoder_env,
+        "--api-processes", str(args.api_processes),
+        *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
+        env=decoder_env,
     )  # fmt: skip
     gateway = sweep_gateway = None
     try:
@@ -476,7 +481,8 @@ def report(
         r["p99_vs_engine"] = float(r["p99_ms"]) / max(float(base["p99_ms"]), 1e-9)  # type: ignore[arg-type]
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
-                                "api_processes": args.api_processes},
+                                "api_processes": args.api_processes,
+                                "max_queue_wait_s": args.max_queue_wait_s},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
         "decoder_captures_after_ready": sum(captures.values()),
         "decoder_captures_after_ready_by_kind": captures,
