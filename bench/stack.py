@@ -231,7 +231,7 @@ def process_cpu_s(pid: int, own: bool = True, children: bool = True) -> float:
     decoder's API processes), from /proc (Linux); 0.0 where /proc cannot be read."""
     tick = os.sysconf("SC_CLK_TCK")
 
-    def own(stat: str) -> tuple[int, float]:  # (parent pid, CPU seconds)
+    def parent_and_cpu(stat: str) -> tuple[int, float]:
         fields = stat[stat.rindex(")") + 2 :].split()
         return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
 
@@ -240,7 +240,7 @@ def process_cpu_s(pid: int, own: bool = True, children: bool = True) -> float:
         if not entry.name.isdigit():
             continue
         try:
-            parent, seconds = own((entry / "stat").read_text())
+            parent, seconds = parent_and_cpu((entry / "stat").read_text())
         except (OSError, ValueError, IndexError):
             continue
         if (own and int(entry.name) == pid) or (children and parent == pid):
