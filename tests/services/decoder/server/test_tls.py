@@ -61,11 +61,13 @@ def tls_only(sid_model: SidModel, certs: TlsFiles) -> Iterator[BackgroundServer]
         yield srv
 
 
-@pytest.fixture(scope="module")
-def mutual(sid_model: SidModel, certs: TlsFiles) -> Iterator[BackgroundServer]:
+@pytest.fixture(scope="module", params=[0, 1], ids=["port-in-engine", "api-process"])
+def mutual(
+    sid_model: SidModel, certs: TlsFiles, request: pytest.FixtureRequest
+) -> Iterator[BackgroundServer]:
     settings = make_settings(
         sid_model, tls_cert_file=certs.server_cert, tls_key_file=certs.server_key,
-        tls_client_ca_file=certs.ca, auth_token=TOKEN,
+        tls_client_ca_file=certs.ca, auth_token=TOKEN, api_processes=request.param,
     )  # fmt: skip
     with BackgroundServer(settings) as srv:
         yield srv
