@@ -20,7 +20,11 @@ from widebeam.services.decoder.server.engine_wire import (
     encode_error,
     encode_output,
     frame,
+    generate_from,
+    hello_body,
     read_message,
+    recommend_from,
+    recommended_body,
 )
 
 log = logging.getLogger(__name__)
@@ -63,7 +67,7 @@ class EnginePort:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         calls: dict[int, asyncio.Task[None]] = {}
-        writer.write(frame(Kind.HELLO, 0, self.engine.server_info))
+        writer.write(frame(Kind.HELLO, 0, hello_body(self.engine.server_info)))
         self._connections.add(writer)
         self._changed.set()
         try:
@@ -105,18 +109,13 @@ class EnginePort:
 
     async def _reply(self, kind: Kind, call_id: int, body: Any) -> bytes:
         if kind is Kind.GENERATE:
-            request, timeout = body
+            request, timeout = generate_from(body)
             out = await self.engine.generate(request, timeout)
             return frame(Kind.OUTPUT, call_id, encode_output(out))
         if kind is Kind.RECOMMEND:
-            spec, timeout = body
+            spec, timeout = recommend_from(body)
             answer = await self.engine.recommend(spec, timeout)
-            encoded = encode_output(answer.out)
-            return frame(
-                Kind.RECOMMENDED,
-                call_id,
-                (encoded, answer.catalog, answer.version, answer.layout, answer.skipped),
-            )
+            return frame(Kind.RECOMMENDED, call_id, recommended_body(answer))
         if kind is Kind.INFO:
             info = await self.engine.info()
             return frame(Kind.INFO_REPLY, call_id, info.SerializeToString())

@@ -1,27 +1,31 @@
 """The messages between API processes and the engine's process, and how they are framed.
 
-A frame is a 4-byte big-endian length and a pickle (protocol 5) of a `(kind, call id, body)`
-tuple. Bodies are small (a request spec, an error, a serialized GetInfoResponse) except
-outputs, which go column by column (`encode_output`): a wide request returns thousands of
-hypotheses, and pickling one tuple per hypothesis would cost the engine's process about three
-times the columns' time. The socket lives in a directory only this user can open, so pickle
-reads nothing a stranger wrote.
+A frame is a 4-byte big-endian length and a msgpack array `[kind, call id, body]`. Bodies
+are plain values built by the codecs here (a request's fields, an error, a serialized
+GetInfoResponse), never a deserializer that constructs arbitrary objects. Outputs go column by
+column (`encode_output`): a wide request returns thousands of hypotheses, and one value per
+hypothesis field would cost the engine's process several times the columns' time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
-import pickle
 import struct
 from enum import StrEnum
 from typing import Any
 
+import msgpack
 import numpy as np
 
+from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.requests.results import BeamResult, FinishReason, RequestOutput
-from widebeam.services.decoder.requests.spec import RequestError
+from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization, RequestError
 from widebeam.services.decoder.server.async_types import EngineFailure, Overloaded, ShuttingDown
+from widebeam.services.decoder.server.engine_handle import ServerInfo
+from widebeam.services.decoder.server.recommend import RecommendAnswer, RecommendSpec
+from widebeam.services.decoder.server.request_limits import RequestLimits
 
 _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 31  # a frame's length field is 32 bits
@@ -29,14 +33,14 @@ MAX_FRAME_BYTES = 1 << 31  # a frame's length field is 32 bits
 
 class Kind(StrEnum):
     # API process -> engine's process
-    GENERATE = "generate"  # body: (GenerationRequest, timeout_s | None)
-    RECOMMEND = "recommend"  # body: (RecommendSpec, timeout_s | None)
+    GENERATE = "generate"  # body: generate_body(...)
+    RECOMMEND = "recommend"  # body: recommend_body(...)
     INFO = "info"  # body: None
     ABORT = "abort"  # body: None; the call id's request stops and frees its rows
     # engine's process -> API process
-    HELLO = "hello"  # body: ServerInfo, once, when the engine is ready
+    HELLO = "hello"  # body: hello_body(ServerInfo), once, when the engine is ready
     OUTPUT = "output"  # body: encode_output(...)
-    RECOMMENDED = "recommended"  # body: (encode_output(...), catalog, version, layout, skipped)
+    RECOMMENDED = "recommended"  # body: recommended_body(...)
     INFO_REPLY = "info_reply"  # body: GetInfoResponse bytes
     ERROR = "error"  # body: encode_error(...)
 
@@ -47,15 +51,67 @@ Message = tuple[Kind, int, Any]
 async def read_message(reader: asyncio.StreamReader) -> Message:
     """The next message; asyncio.IncompleteReadError at the end of the stream."""
     (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-    kind, call_id, body = pickle.loads(await reader.readexactly(length))
+    # use_list=False: arrays come back as tuples, as the engine's dataclasses hold them
+    kind, call_id, body = msgpack.unpackb(await reader.readexactly(length), use_list=False)
     return Kind(kind), call_id, body
 
 
 def frame(kind: Kind, call_id: int, body: Any) -> bytes:
-    payload = pickle.dumps((kind.value, call_id, body), protocol=5)
+    payload = msgpack.packb((kind.value, call_id, body))
     if len(payload) >= MAX_FRAME_BYTES:
         raise ValueError(f"a {kind.value} message of {len(payload)} bytes is too large to send")
     return _LENGTH.pack(len(payload)) + payload
+
+
+# ----- requests and the engine's description ------------------------------------------------
+def _fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def generate_body(request: GenerationRequest, timeout: float | None) -> tuple[Any, ...]:
+    return _fields(request), timeout
+
+
+def generate_from(body: tuple[Any, ...]) -> tuple[GenerationRequest, float | None]:
+    fields, timeout = body
+    fields = dict(fields, normalization=Normalization(fields["normalization"]))
+    return GenerationRequest(**fields), timeout
+
+
+def recommend_body(spec: RecommendSpec, timeout: float | None) -> tuple[Any, ...]:
+    return dict(_fields(spec), exclude=sorted(spec.exclude)), timeout
+
+
+def recommend_from(body: tuple[Any, ...]) -> tuple[RecommendSpec, float | None]:
+    fields, timeout = body
+    fields = dict(fields, exclude=frozenset(fields["exclude"]),
+                  normalization=Normalization(fields["normalization"]))  # fmt: skip
+    return RecommendSpec(**fields), timeout
+
+
+def hello_body(info: ServerInfo) -> dict[str, Any]:
+    layout = None if info.sid_layout is None else info.sid_layout.to_spec()
+    return dict(_fields(info), sid_layout=layout, limits=_fields(info.limits))
+
+
+def hello_from(body: dict[str, Any]) -> ServerInfo:
+    layout = body["sid_layout"]
+    return ServerInfo(**dict(
+        body, sid_layout=None if layout is None else SidLayout.parse(layout),
+        limits=RequestLimits(**body["limits"]),
+    ))  # fmt: skip
+
+
+def recommended_body(answer: RecommendAnswer) -> tuple[Any, ...]:
+    return (encode_output(answer.out), answer.catalog, answer.version, answer.layout.to_spec(),
+            answer.skipped)  # fmt: skip
+
+
+def recommended_from(spec: RecommendSpec, body: tuple[Any, ...]) -> RecommendAnswer:
+    encoded, catalog, version, layout, skipped = body
+    return RecommendAnswer(
+        spec, decode_output(encoded), catalog, version, SidLayout.parse(layout), tuple(skipped)
+    )
 
 
 # ----- outputs, column by column ----------------------------------------------------------------
@@ -102,6 +158,7 @@ def decode_output(encoded: tuple[Any, ...]) -> RequestOutput:
         per_token = [values[a:b] for a, b in bounds]
     per_beam_items: list[list[str] | None] = [None] * count
     if items is not None:
+        items = list(items)  # a tuple off the wire; results hold lists
         per_beam_items = [items[a:b] for a, b in _bounds(np.frombuffer(item_counts, np.int64))]
     score_list = np.frombuffer(scores, np.float64).tolist()
     cum_list = np.frombuffer(cums, np.float64).tolist()

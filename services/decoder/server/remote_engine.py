@@ -27,7 +27,11 @@ from widebeam.services.decoder.server.engine_wire import (
     decode_error,
     decode_output,
     frame,
+    generate_body,
+    hello_from,
     read_message,
+    recommend_body,
+    recommended_from,
 )
 from widebeam.services.decoder.server.recommend import RecommendAnswer, RecommendSpec
 from widebeam.services.decoder.server.request_limits import RequestLimits
@@ -66,7 +70,7 @@ class RemoteEngine:
                 continue
             if kind is not Kind.HELLO:
                 raise RuntimeError(f"the engine's process began with {kind.value}, not hello")
-            self.server_info, self._writer = info, writer
+            self.server_info, self._writer = hello_from(info), writer
             log.info("connected to the engine's process")
             await on_change(True)
             try:
@@ -111,14 +115,12 @@ class RemoteEngine:
         return reply_kind, reply
 
     async def generate(self, request: GenerationRequest, timeout: float | None) -> RequestOutput:
-        _, encoded = await self._call(Kind.GENERATE, (request, timeout))
+        _, encoded = await self._call(Kind.GENERATE, generate_body(request, timeout))
         return decode_output(encoded)
 
     async def recommend(self, spec: RecommendSpec, timeout: float | None) -> RecommendAnswer:
-        _, (encoded, catalog, version, layout, skipped) = await self._call(
-            Kind.RECOMMEND, (spec, timeout)
-        )
-        return RecommendAnswer(spec, decode_output(encoded), catalog, version, layout, skipped)
+        _, body = await self._call(Kind.RECOMMEND, recommend_body(spec, timeout))
+        return recommended_from(spec, body)
 
     async def info(self) -> pb.GetInfoResponse:
         _, data = await self._call(Kind.INFO, None)
