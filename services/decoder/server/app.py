@@ -26,7 +26,7 @@ from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.server.api_processes import ApiProcesses
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
-from widebeam.services.decoder.server.engine_handle import LocalEngine, ServerInfo
+from widebeam.services.decoder.server.engine_handle import ServerInfo
 from widebeam.services.decoder.server.engine_port import EnginePort
 from widebeam.services.decoder.server.grpc_port import (
     bind,
@@ -34,6 +34,7 @@ from widebeam.services.decoder.server.grpc_port import (
     security_words,
     set_health,
 )
+from widebeam.services.decoder.server.local_engine import LocalEngine
 from widebeam.services.decoder.server.metrics import DecoderMetrics
 from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.servicer import DecoderServicer

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from widebeam.services.decoder.requests.spec import GenerationRequest
-from widebeam.services.decoder.server.served_catalog import ServedCatalog
+
+if TYPE_CHECKING:
+    from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
 # Runs on the engine thread, so the catalog it reads is the one `Engine.submit` pins next.
-Prepare = Callable[[Mapping[str, ServedCatalog]], GenerationRequest]
+Prepare = Callable[[Mapping[str, "ServedCatalog"]], GenerationRequest]
 
 
 class RequestWork(NamedTuple):

@@ -3,6 +3,8 @@ the engine's own validation covers the rest (ranges, limits, catalog)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
@@ -13,7 +15,9 @@ from widebeam.services.decoder.requests.spec import (
     Normalization,
     RequestError,
 )
-from widebeam.services.decoder.server.served_catalog import ServedCatalog
+
+if TYPE_CHECKING:
+    from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
 _EARLY_STOPPING: dict[int, EarlyStopping] = {
     pb.EARLY_STOPPING_UNSPECIFIED: False,

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from widebeam.services.decoder.server.engine_handle import LocalEngine
 from widebeam.services.decoder.server.engine_wire import (
     Kind,
     encode_error,
@@ -26,6 +25,7 @@ from widebeam.services.decoder.server.engine_wire import (
     recommend_from,
     recommended_body,
 )
+from widebeam.services.decoder.server.local_engine import LocalEngine
 
 log = logging.getLogger(__name__)
 

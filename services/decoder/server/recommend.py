@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.catalog.sid_layout import SidLayout
@@ -19,7 +20,9 @@ from widebeam.services.decoder.server.async_types import RequestWork
 from widebeam.services.decoder.server.convert import normalization_of
 from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
 from widebeam.services.decoder.server.request_limits import RequestLimits
-from widebeam.services.decoder.server.served_catalog import ServedCatalog
+
+if TYPE_CHECKING:
+    from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
 DEFAULT_N = 10
 
