@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -158,3 +160,15 @@ def test_a_dead_api_process_is_replaced_while_the_other_serves(
     assert answered == 10
     wait_until(lambda: victim not in api.pids and len(api.pids) == 2, 60, "a new API process")
     wait_until(lambda: server.server.engine_port.connections == 2, 60, "it connects")
+
+
+def test_an_api_process_loads_no_engine_code() -> None:
+    # What a spawned API process imports: its module's closure. torch would cost each process
+    # seconds of start-up and hundreds of MB.
+    code = (
+        "import sys, widebeam.services.decoder.server.api_processes as m; "
+        "print(sorted(n for n in ('torch', 'triton', 'transformers') if n in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
