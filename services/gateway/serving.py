@@ -20,6 +20,7 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
 from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.listen_socket import bound_socket
 
 log = logging.getLogger("widebeam.gateway")
 
@@ -41,22 +42,7 @@ def serve(settings: GatewaySettings) -> None:
 
 
 def bind(settings: GatewaySettings, *, reuse_port: bool) -> socket.socket:
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on accepted sockets whose
-    # proto says TCP; without it every response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        if not hasattr(socket, "SO_REUSEPORT"):
-            sock.close()
-            raise ValueError("workers > 1 needs SO_REUSEPORT, which this platform lacks")
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((settings.host, settings.port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from None
-    return sock
+    return bound_socket(settings.host, settings.port, reuse_port=reuse_port, sharing="workers > 1")
 
 
 def run_server(settings: GatewaySettings, sock: socket.socket, worker: int | None) -> None:

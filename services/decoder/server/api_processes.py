@@ -20,7 +20,6 @@ import gc
 import logging
 import multiprocessing
 import signal
-import socket
 import tempfile
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -32,6 +31,7 @@ from widebeam.services.decoder.server.grpc_port import bind, grpc_server, set_he
 from widebeam.services.decoder.server.remote_engine import RemoteEngine
 from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
+from widebeam.services.listen_socket import bound_socket
 
 log = logging.getLogger("widebeam.decoder")
 
@@ -44,7 +44,9 @@ class ApiProcesses:
 
     def __init__(self, settings: DecoderSettings) -> None:
         self.settings = settings
-        self._holder = _hold_port(settings)
+        self._holder = bound_socket(
+            settings.host, settings.port, reuse_port=True, sharing="api_processes"
+        )
         self.port: int = self._holder.getsockname()[1]
         self._dir = tempfile.TemporaryDirectory(prefix="widebeam-decoder-")  # mode 0700
         self.socket_path = Path(self._dir.name) / SOCKET_NAME
@@ -103,18 +105,6 @@ class ApiProcesses:
                     await asyncio.sleep(RESTART_DELAY_S)
                     if not self._stopping:
                         self._processes[index] = self._spawn(index)
-
-
-def _hold_port(settings: DecoderSettings) -> socket.socket:
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((settings.host, settings.port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from None
-    return sock
 
 
 # ----- in the API process --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -172,3 +173,14 @@ def test_an_api_process_loads_no_engine_code() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_port_in_use_is_refused_at_start(sid_model: SidModel) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = BackgroundServer(make_settings(sid_model, port=port, api_processes=1))
+        with pytest.raises(ValueError, match=f"cannot listen on 127.0.0.1:{port}"):
+            server.start()
+        server.stop()
