@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: install the carried wheels and this tree, run the named
+# steps in order, each under its own time limit, with its output in $OUT/STEP.log; the steps'
+# JSON and the services' logs go into one $OUT/results.tgz (the device returns 8 files: keep
+# to 6 steps a call).
+#
+#   WIDEBEAM_COMMIT=abc1234 bash bench/device_call.sh STEP[=SECONDS] ...   (repository root)
+#
+# carry [".whl"] (bench/device_wheels.py fills it). Steps (default limit in brackets):
+#   gpu-tests [300]        pytest -m gpu over the kernels, the decoder and the wide-beam test
+#   stack [260]            stack.py --quick, the decoder's port in the engine's process
+#   stack-api [260]        stack.py --quick --api-processes 1
+#   kernels-padding [120]  kernels.py --only padding
+#   w3 [150]               genrec_throughput.py --quick
+#   w2 [120]               sid_decode.py --quick
+#   fp8-quality [240]      fp8_quality.py --users 3000
+# A step that runs past its limit is stopped and the next one starts; the last lines of each
+# log are printed at the end, so the call's reply carries a summary.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/device-out}
+mkdir -p "$OUT"
+export WIDEBEAM_COMMIT=${WIDEBEAM_COMMIT:-unknown}
+export WIDEBEAM_BENCH_LOGS=/tmp/widebeam-service-logs
+mkdir -p "$WIDEBEAM_BENCH_LOGS"
+
+started=$(date +%s)
+{
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    python3 -m pip install -q --no-deps --no-build-isolation -e .
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
+} > "$OUT/setup.log" 2>&1
+export PYTHONPATH=/tmp/site
+echo "setup: $(( $(date +%s) - started )) s" >> "$OUT/setup.log"
+
+step_command() {
+    case "$1" in
+        gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels \
+            tests/services/decoder tests/services/gateway/test_wide_beams_gpu.py \
+            -k 'not flashinfer'" ;;
+        stack) echo "cd bench && python3 stack.py --quick" ;;
+        stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
+        kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
+        w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
+        w2) echo "cd bench && python3 sid_decode.py --quick" ;;
+        fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;
+        *) return 1 ;;
+    esac
+}
+
+default_limit() {
+    case "$1" in
+        gpu-tests) echo 300 ;; stack | stack-api) echo 260 ;; fp8-quality) echo 240 ;;
+        w3) echo 150 ;; *) echo 120 ;;
+    esac
+}
+
+for spec in "$@"; do
+    name=${spec%%=*}
+    limit=$([ "$name" = "$spec" ] && default_limit "$name" || echo "${spec#*=}")
+    if ! command=$(step_command "$name"); then
+        echo "unknown step: $name" | tee -a "$OUT/setup.log"
+        continue
+    fi
+    t0=$(date +%s)
+    mkdir -p "$OUT/results/$name"
+    OUT=$OUT/results/$name timeout "$limit" bash -c "$command" > "$OUT/$name.log" 2>&1
+    echo "[$name] exit $? after $(( $(date +%s) - t0 )) s (limit $limit s)" >> "$OUT/$name.log"
+done
+
+cp -r "$WIDEBEAM_BENCH_LOGS" "$OUT/results/service-logs"
+tar czf "$OUT/results.tgz" -C "$OUT" results && rm -rf "$OUT/results"
+for spec in "$@"; do
+    name=${spec%%=*}
+    [ -f "$OUT/$name.log" ] && { echo "=== $name"; tail -n 25 "$OUT/$name.log"; }
+done
