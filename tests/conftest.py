@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,8 +62,21 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+# Folders of long modules (whole stacks started, models trained, fault scenarios), collected
+# first: `make test`'s two workers take modules in collection order, and a long module taken
+# last keeps one worker busy while the other has nothing left.
+LONG_FIRST = ("tests/widebeam/launcher/", "tests/widebeam/demo/", "tests/reliability/")
+
+
+def _long_first(item: pytest.Item) -> int:
+    path = Path(str(item.path)).as_posix()
+    return 0 if any(f"/{folder}" in path for folder in LONG_FIRST) else 1
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`gpu` tests run only where CUDA is available; elsewhere they are skipped, not failed."""
+    """Long folders first (stable otherwise); `gpu` tests run only where CUDA is available:
+    elsewhere they are skipped, not failed."""
+    items.sort(key=_long_first)
     import torch
 
     if torch.cuda.is_available():
