@@ -10,6 +10,9 @@
 #   gpu-tests [300]        pytest -m gpu over the kernels, the decoder and the wide-beam test
 #   stack [260]            stack.py --quick, the decoder's port in the engine's process
 #   stack-api [260]        stack.py --quick --api-processes 1
+#   stack-profile [260]    stack.py --quick --profile: py-spy on the decoder and gateway over
+#                          the closed-loop phases; spy_summary.py's reading in the step's log
+#   stack-api-profile [260]  the same with --api-processes 1
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -30,7 +33,7 @@ started=$(date +%s)
     python3 -m pip install -q --no-deps --no-build-isolation -e .
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
 } > "$OUT/setup.log" 2>&1
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 echo "setup: $(( $(date +%s) - started )) s" >> "$OUT/setup.log"
 
 step_command() {
@@ -40,6 +43,9 @@ step_command() {
             -k 'not flashinfer'" ;;
         stack) echo "cd bench && python3 stack.py --quick" ;;
         stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
+        stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
+            --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
+            && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
@@ -50,7 +56,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests) echo 300 ;; stack | stack-api) echo 260 ;; fp8-quality) echo 240 ;;
+        gpu-tests) echo 300 ;; stack | stack-api | stack-profile | stack-api-profile) echo 260 ;; fp8-quality) echo 240 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

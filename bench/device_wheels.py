@@ -28,6 +28,8 @@ ON_THE_IMAGE = frozenset({
     "torch", "triton", "numpy", "pyarrow", "tokenizers", "safetensors", "tqdm", "setuptools",
     "pip", "packaging", "pyyaml", "pygments", "rich",
 })  # fmt: skip
+# Bench tools the device runs that the services do not need (stack.py --profile).
+BENCH_TOOLS = {"py-spy": "0.4.3"}
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
 
@@ -70,7 +72,7 @@ def main() -> None:
     parser.add_argument("--python-version", default="3.12", help="the device's Python")
     parser.add_argument("--dest", default=".whl")
     args = parser.parse_args()
-    pins = sorted(f"{d}=={v}" for d, v in runtime_closure().items())
+    pins = sorted(f"{d}=={v}" for d, v in (runtime_closure() | BENCH_TOOLS).items())
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     cmd = [
         sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--no-deps",

@@ -25,6 +25,8 @@ import multiprocessing
 import os
 import random
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -52,6 +54,7 @@ W3_LEVELS = (512, 512, 512)  # workload 3's catalog: 430k SIDs, codebook 512
 SMOKE_LEVELS = (16, 16, 16)
 HISTORY_ITEMS = 60
 SWEEP_MIX = (0.5, 0.3, 0.2)  # share of each width (narrowest first) in the open-loop sweep
+CPU_COLUMNS = ("engine", "decoder", "decoder API", "gateway")  # host CPU per request, by process
 SERVING_CAPTURES = re.compile(
     r'^widebeam_decoder_graph_captures_total\{kind="(\w+)",phase="serving"\} ([0-9.e+]+)$', re.M
 )
@@ -63,8 +66,10 @@ class Workload:
     catalog: Path
     layout: SidLayout
     sids: dict[str, tuple[int, ...]]  # item id -> SID codes
-    histories: dict[int, list[list[str]]]  # width -> one history per request
+    histories: dict[int, list[list[str]]]  # width -> a pool of distinct histories
     token_text: dict[int, str]  # the tokenizer's added tokens (the SID tokens among them)
+    # width -> timed requests per closed-loop phase: what the engine answers in --phase-seconds
+    counts: dict[int, int] = field(default_factory=dict)
 
     def prompt(self, history: list[str]) -> list[int]:
         return history_prompt(self.layout, [self.sids[item] for item in history])
@@ -119,7 +124,8 @@ def build_workload(args: argparse.Namespace) -> Workload:
     items = list(sids)
     rng = random.Random(0)
     histories = {
-        w: [rng.sample(items, HISTORY_ITEMS) for _ in range(args.requests)] for w in args.widths
+        w: [rng.sample(items, HISTORY_ITEMS) for _ in range(args.history_pool)]
+        for w in args.widths
     }
     added = json.loads((model / "tokenizer.json").read_text())["added_tokens"]
     token_text = {int(t["id"]): str(t["content"]) for t in added}
@@ -149,10 +155,19 @@ def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase]
                 for i, h in enumerate(work.histories[width])
             ]  # fmt: skip
 
-        drive(engine, requests("warm")[: args.concurrency], None, args.concurrency)
-        stats = drive(engine, requests("timed"), None, args.concurrency)
+        # The warm-up's rate sizes every path's timed phase for this width: a fixed count
+        # would time 0.2 s at n = 50 and several seconds at n = 1000.
+        warm = drive(engine, requests("warm")[: 2 * args.concurrency], None, args.concurrency)
+        rate = len(warm.latencies_ms) / max(warm.wall_s, 1e-9)
+        work.counts[width] = min(
+            max(args.requests, round(rate * args.phase_seconds)), args.history_pool
+        )
+        cpu_before = time.process_time()  # every thread of this process: the engine's host cost
+        stats = drive(engine, requests("timed")[: work.counts[width]], None, args.concurrency)
         n = len(stats.latencies_ms)
-        phases.append(Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s))
+        phase = Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s)
+        phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
+        phases.append(phase)
     captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
     del engine
     gc.unfreeze()  # make_engine froze what was alive: the engine must go before the decoder
@@ -281,7 +296,8 @@ async def service_phases(
                 before = sum(serving_captures(metrics_url).values())
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
                 cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
-                phase = await closed_loop(send, args.requests, args.concurrency, Phase(path, width))
+                count = work.counts[width]
+                phase = await closed_loop(send, count, args.concurrency, Phase(path, width))
                 answered = max(len(phase.latencies_ms), 1)
                 phase.cpu_ms_per_request = {
                     name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
@@ -374,6 +390,25 @@ def mixed_capacity(phases: list[Phase], widths: list[int]) -> float:
     return 1.0 / seconds
 
 
+def start_profiler(output: Path, pid: int) -> subprocess.Popen:
+    """py-spy on a server and its children (API processes, gateway workers), sampling only the
+    thread that holds each process' GIL: what keeps a process' interpreter busy while serving.
+    bench/spy_summary.py reads the output."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = ["py-spy", "record", "--pid", str(pid), "--subprocesses", "--threads", "--gil",
+               "--nonblocking", "--format", "raw", "--rate", "200",
+               "--output", str(output)]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def stop_profiler(profiler: subprocess.Popen) -> None:
+    profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    try:
+        profiler.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+
+
 def serving_captures(metrics_url: str) -> dict[str, int]:
     """The decoder's graph captures after ready, by graph kind (decode, prefill, expansion)."""
     text = httpx.get(metrics_url, timeout=10).text
@@ -387,7 +422,13 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU tiny model, tiny widths")
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
     parser.add_argument("--concurrency", type=int, default=12)
-    parser.add_argument("--requests", type=int, default=96, help="timed requests per width/path")
+    parser.add_argument("--requests", type=int, default=96,
+                        help="the fewest timed requests per width and path")
+    parser.add_argument("--phase-seconds", type=float, default=10.0,
+                        help="timed requests per width and path: what the engine answers in "
+                        "this long (at least --requests, at most --history-pool)")
+    parser.add_argument("--history-pool", type=int, default=3000,
+                        help="distinct histories per width")  # fmt: skip
     parser.add_argument("--clients", type=int, default=4, help="sweep client processes")
     parser.add_argument("--loads", type=lambda s: [float(x) for x in s.split(",")],
                         default=[0.25, 0.5, 1.0, 1.5, 2.0, 2.5])  # fmt: skip
@@ -400,6 +441,9 @@ def main() -> None:
     parser.add_argument("--max-queue-wait-s", type=float,
                         help="the decoder's bound on a request's predicted queue wait (an "
                         "operator's latency budget below the clients' deadline)")
+    parser.add_argument("--profile", type=Path,
+                        help="py-spy the decoder and gateway over the closed-loop phases into "
+                        "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
     parser.add_argument("--max-rows", type=int, default=16384)
     parser.add_argument("--max-kv-slots", type=int, default=120_000)
     parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
@@ -410,6 +454,7 @@ def main() -> None:
     if args.smoke:
         args.widths = args.widths or [4]
         args.concurrency, args.requests, args.clients = 2, 4, 1
+        args.phase_seconds, args.history_pool = 0.0, 8
         args.loads, args.sweep_seconds, args.sweep_timeout = [2.0], 1.0, 5.0
         args.max_rows, args.max_kv_slots = 64, 16384
         # One torch thread per process: on a shared CPU, spinning thread pools of the bench
@@ -417,7 +462,7 @@ def main() -> None:
         torch.set_num_threads(1)
         decoder_env = {"OMP_NUM_THREADS": "1"}
     elif args.quick:
-        args.requests, args.loads, args.sweep_seconds = 36, [0.5, 2.0], 8.0
+        args.requests, args.phase_seconds, args.loads, args.sweep_seconds = 36, 3.0, [0.5, 2.0], 8.0
     args.widths = args.widths or [50, 512, 1000]
     work = build_workload(args)
     phases, engine_captures = engine_phases(args, work)
@@ -443,9 +488,15 @@ def main() -> None:
             "decoder API": (decoder.proc.pid, False, True),
             "gateway": (gateway.proc.pid, True, True),
         }
+        profilers = [] if args.profile is None else [
+            start_profiler(args.profile / f"{name}.spy", pid)
+            for name, pid in (("decoder", decoder.proc.pid), ("gateway", gateway.proc.pid))
+        ]  # fmt: skip
         phases += asyncio.run(
             service_phases(args, work, decoder.address, gateway.url, metrics_url, pids)
         )
+        for profiler in profilers:
+            stop_profiler(profiler)
         gateway.stop()
         gateway = None
         capacity = mixed_capacity(phases, args.widths)
@@ -491,11 +542,11 @@ def report(
     write_result("stack", result)
     print(markdown_table(
         ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
-         "captures", "decoder CPU ms/req", "decoder API CPU ms/req", "gateway CPU ms/req"],
+         "captures", *(f"{k} CPU ms/req" for k in CPU_COLUMNS)],
         [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
           r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"],
-          *(f"{r['cpu_ms_per_request'].get(k, 0.0):.1f}" if r["cpu_ms_per_request"] else "-"
-            for k in ("decoder", "decoder API", "gateway"))] for r in rows],
+          *(f"{r['cpu_ms_per_request'][k]:.1f}" if k in r["cpu_ms_per_request"] else "-"
+            for k in CPU_COLUMNS)] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
         ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],
