@@ -13,6 +13,7 @@
 #   stack-profile [260]    stack.py --quick --profile: py-spy on the decoder and gateway over
 #                          the closed-loop phases; spy_summary.py's reading in the step's log
 #   stack-api-profile [260]  the same with --api-processes 1
+#   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -43,6 +44,8 @@ step_command() {
             -k 'not flashinfer'" ;;
         stack) echo "cd bench && python3 stack.py --quick" ;;
         stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
+        stack-api-bounded) echo "cd bench && python3 stack.py --quick --api-processes 1 \
+            --max-queue-wait-s 0.1" ;;
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
@@ -56,7 +59,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests) echo 300 ;; stack | stack-api | stack-profile | stack-api-profile) echo 260 ;; fp8-quality) echo 240 ;;
+        gpu-tests) echo 300 ;; stack*) echo 260 ;; fp8-quality) echo 240 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

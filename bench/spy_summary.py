@@ -18,20 +18,22 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-PROCESS = re.compile(r'^process \d+:"(.*)"$')
+# a command line may hold ';' (a spawned child's `-c` code): process frames are cut out first
+PROCESS = re.compile(r'process (\d+):"([^"]*)";?')
 THREAD = re.compile(r"^thread \((\w+)\)(?:: (.*))?$")
 OWN_CODE = ("widebeam/", "services/", "kernels/")
 
 
-def process_name(command: str) -> str:
-    """A short name for a process from its command line."""
+def process_name(pid: str, command: str) -> str:
+    """A short name for a process from its command line (spawned children, such as the
+    decoder's API processes, are named by their parent's command: the pid tells them apart)."""
     words = command.split()
+    if "spawn_main" in command:
+        return f"spawned child {pid}"
     for marker in ("decoder", "gateway", "catalog"):
         if marker in words:
-            return f"{marker} ({'api process' if 'api_process' in command else 'main'})"
-    if "spawn_main" in command or "multiprocessing" in command:
-        return "child (spawn)"
-    return Path(words[1]).name if len(words) > 1 else command[:40]
+            return f"{marker} {pid}"
+    return f"{Path(words[1]).name if len(words) > 1 else command[:40]} {pid}"
 
 
 def summarize(path: Path, top: int) -> str:
@@ -43,13 +45,12 @@ def summarize(path: Path, top: int) -> str:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = stack.split(";")
+        processes = PROCESS.findall(stack)  # outermost first: the innermost is the sampled one
+        key_process = process_name(*processes[-1]) if processes else "-"
         names = []
-        key_process = key_thread = "-"
-        for frame in frames:
-            if match := PROCESS.match(frame):
-                key_process = process_name(match.group(1))
-            elif match := THREAD.match(frame):
+        key_thread = "-"
+        for frame in PROCESS.sub("", stack).split(";"):
+            if match := THREAD.match(frame):
                 key_thread = match.group(2) or match.group(1)
             else:
                 names.append(frame)

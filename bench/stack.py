@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import multiprocessing
@@ -46,6 +47,7 @@ from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as p
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.runner.capture_counts import CapturePhase
+from widebeam.services.decoder.runner.step_counts import StepCounts
 from widebeam.services.decoder.security.client import ChannelSecurity
 from widebeam.services.decoder.server.prompting import history_prompt
 from widebeam.services.decoder.testing.tiny_model import write_tiny_model
@@ -90,6 +92,10 @@ class Phase:
     # CPU time of each server process (its worker processes included) over the timed loop, per
     # answered request: where each hop's host time goes
     cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
+    # How the timed loop's requests batched in the engine (`StepCounts`): requests per prefill
+    # forward, and streamed beam steps per request (a request of a lockstep cohort of c shares
+    # each step with c - 1 others: 1 / c of a step per token)
+    batching: dict[str, float] = field(default_factory=dict)
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -102,7 +108,18 @@ class Phase:
             "statuses": dict(sorted(self.statuses.items())),
             "captures": self.captures,
             "cpu_ms_per_request": self.cpu_ms_per_request,
+            "batching": self.batching,
         }
+
+
+def batching(before: StepCounts, after: StepCounts, answered: int) -> dict[str, float]:
+    prefills = after.prefill_forwards - before.prefill_forwards
+    return {
+        "requests_per_prefill": (after.prefilled_requests - before.prefilled_requests)
+        / max(prefills, 1),
+        "expansions_per_request": (after.beam_expansions - before.beam_expansions)
+        / max(answered, 1),
+    }
 
 
 def build_workload(args: argparse.Namespace) -> Workload:
@@ -163,10 +180,12 @@ def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase]
             max(args.requests, round(rate * args.phase_seconds)), args.history_pool
         )
         cpu_before = time.process_time()  # every thread of this process: the engine's host cost
+        steps_before = dataclasses.replace(engine.step_counts)
         stats = drive(engine, requests("timed")[: work.counts[width]], None, args.concurrency)
         n = len(stats.latencies_ms)
         phase = Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s)
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
+        phase.batching = batching(steps_before, engine.step_counts, n)
         phases.append(phase)
     captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
     del engine
@@ -227,7 +246,9 @@ def _answered(route: str, body: dict) -> bool:
 
 
 def recommend_body(history: list[str], width: int) -> dict:
-    return {"history": history, "n": width, "beam_width": width}
+    # The gateway would exclude the history's items by default and ask again at twice the beam
+    # when that leaves fewer than n: the decoder's work would differ from Recommend's.
+    return {"history": history, "n": width, "beam_width": width, "exclude_history": False}
 
 
 def chat_body(work: Workload, model_name: str, history: list[str], width: int) -> dict:
@@ -296,6 +317,7 @@ async def service_phases(
                 before = sum(serving_captures(metrics_url).values())
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
                 cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
+                steps_before = step_counts(metrics_url)
                 count = work.counts[width]
                 phase = await closed_loop(send, count, args.concurrency, Phase(path, width))
                 answered = max(len(phase.latencies_ms), 1)
@@ -303,6 +325,7 @@ async def service_phases(
                     name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
                     for name, server in servers.items()
                 }
+                phase.batching = batching(steps_before, step_counts(metrics_url), answered)
                 phase.captures = sum(serving_captures(metrics_url).values()) - before
                 phases.append(phase)
                 print(phase.row(), flush=True)
@@ -407,6 +430,22 @@ def stop_profiler(profiler: subprocess.Popen) -> None:
         profiler.wait(timeout=60)
     except subprocess.TimeoutExpired:
         profiler.kill()
+
+
+def step_counts(metrics_url: str) -> StepCounts:
+    """The decoder's forward counters (`widebeam_decoder_forwards_total` and its kin)."""
+    text = httpx.get(metrics_url, timeout=10).text
+
+    def sample(name: str) -> int:
+        match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
+        return int(float(match.group(1))) if match else 0
+
+    return StepCounts(
+        prefill_forwards=sample('widebeam_decoder_forwards_total{kind="prefill"}'),
+        prefilled_requests=sample("widebeam_decoder_prefilled_requests_total"),
+        decode_forwards=sample('widebeam_decoder_forwards_total{kind="decode"}'),
+        beam_expansions=sample("widebeam_decoder_beam_expansions_total"),
+    )
 
 
 def serving_captures(metrics_url: str) -> dict[str, int]:
@@ -542,11 +581,14 @@ def report(
     write_result("stack", result)
     print(markdown_table(
         ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
-         "captures", *(f"{k} CPU ms/req" for k in CPU_COLUMNS)],
+         "captures", *(f"{k} CPU ms/req" for k in CPU_COLUMNS), "prefill batch",
+         "expansions/req"],
         [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
           r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"],
           *(f"{r['cpu_ms_per_request'][k]:.1f}" if k in r["cpu_ms_per_request"] else "-"
-            for k in CPU_COLUMNS)] for r in rows],
+            for k in CPU_COLUMNS),
+          *(f"{r['batching'][k]:.2f}" if r["batching"] else "-"
+            for k in ("requests_per_prefill", "expansions_per_request"))] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
         ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],

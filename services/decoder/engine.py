@@ -43,6 +43,7 @@ from widebeam.services.decoder.runner.model_runner import ModelRunner
 from widebeam.services.decoder.runner.request_start import start_request
 from widebeam.services.decoder.runner.request_state import RequestState
 from widebeam.services.decoder.runner.request_step import StepPolicy
+from widebeam.services.decoder.runner.step_counts import StepCounts
 from widebeam.services.decoder.runner.step_inputs import PreparedStep
 from widebeam.services.decoder.runner.stop_flags import StagedFlags, resolve_flags, stage_flags
 from widebeam.services.decoder.scheduler.scheduler import Scheduler
@@ -135,6 +136,7 @@ class Engine:
         self._arrivals = itertools.count()
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
         self.last_step_rows = 0  # rows the last step advanced by a token (throughput meters)
+        self.step_counts = StepCounts()
 
     # ----- public API -------------------------------------------------------------------------
     @property
@@ -240,6 +242,7 @@ class Engine:
             if prepared is None or [id(s) for s in active] != [id(s) for s in candidates]:
                 prepared = self._prepare_decode(active)
             hidden = self.runner.launch_decode(prepared)
+            self.step_counts.decode_forwards += 1
             chunks, row = [], 0
             for state in active:
                 chunks.append((state, hidden[row : row + state.num_rows]))
@@ -280,6 +283,8 @@ class Engine:
             [s.prompt_slots for s in states],
             [s.cached_prompt_tokens for s in states],
         )
+        self.step_counts.prefill_forwards += 1
+        self.step_counts.prefilled_requests += len(states)
         return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 
     def _prepare_decode(self, states: list[RequestState]) -> PreparedStep:
@@ -290,6 +295,7 @@ class Engine:
         request's step (lockstep beam requests as one cohort); beam requests' stop flags are
         read later (`_resolve`)."""
         streamed = advance_cohorts(chunks, self.step_policy, self.config.batch_beam_steps)
+        self.step_counts.beam_expansions += streamed.cohorts
         finished, beams = [], []
         for i, (state, hidden) in enumerate(chunks):
             failure = streamed.failures.get(i)

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 class Advanced(NamedTuple):
     advanced: set[int]  # chunk indices of the requests advanced here
     failures: dict[int, Exception]  # requests whose step failed (nothing of theirs changed)
+    cohorts: int = 0  # lockstep cohorts (streamed beam steps launched, retries aside)
 
 
 def advance_cohorts(
@@ -59,7 +60,7 @@ def advance_cohorts(
                 except Exception as exc:
                     log.exception("request %s failed in its beam step", chunks[i][0].request_id)
                     done.failures[i] = exc
-    return done
+    return done._replace(cohorts=len(groups))
 
 
 def _advance_members(

@@ -4,7 +4,8 @@ function of the engine configuration, so CI checks the list on a CPU stand-in.
 A decode step's graph is keyed by its row bucket (`decode_graphs.row_bucket`) and a prefill's by
 its token bucket (`prefill_graphs.TOKEN_STEP` multiples up to the prefill graph limit). The
 list holds every row bucket up to `max_rows` (or `max_capture_rows`), every prefill token
-bucket, and the lockstep batches of the `capture_beam_widths`; the engine's warm-up runs
+bucket, and the lockstep batches of the `capture_beam_widths` (and of their first widening);
+the engine's warm-up runs
 synthetic requests per entry (`Engine.warm_up`), which capture that bucket's graphs (a wide
 beam's streamed expansion with them), then the attention buckets the backend lists for each
 row bucket. What serving meets beyond the list is still captured, lazily, and counted
@@ -22,6 +23,8 @@ from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
 from widebeam.services.decoder.runner.expansion_graphs import EXACT_BATCH
 from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS, TOKEN_STEP
+
+WIDENED_LOCKSTEP = 2  # widened Recommend calls stepping together that get start-up graphs
 
 
 class CaptureBucket(NamedTuple):
@@ -67,12 +70,27 @@ def prefill_token_buckets(config: EngineConfig) -> list[int]:
 
 def expansion_batches(config: EngineConfig) -> list[CaptureBucket]:
     """Each of `capture_beam_widths` at every lockstep batch size a streamed beam step has a
-    graph of its own for (`expansion_graphs.EXACT_BATCH`), as far as `max_rows` holds them."""
-    return [
+    graph of its own for (`expansion_graphs.EXACT_BATCH`), as far as `max_rows` holds them;
+    then each width's first widening (`widened_batches`)."""
+    declared = [
         CaptureBucket(GraphKind.EXPANSION, width, requests, eos)
         for width in config.capture_beam_widths
         for requests in range(1, min(EXACT_BATCH, config.max_rows // width) + 1)
         for eos in (False, True)
+    ]
+    return declared + widened_batches(config)
+
+
+def widened_batches(config: EngineConfig) -> list[CaptureBucket]:
+    """The gateway asks a Recommend again at twice its beam when excluded items left it short
+    of `n` (`gateway.recommender`): the first widening of each declared width, Recommend's
+    shape, alone or two in lockstep (widenings are occasional, so rarely more at once; more,
+    and later doublings, are captured when first met)."""
+    widths = sorted({2 * w for w in config.capture_beam_widths} - set(config.capture_beam_widths))
+    return [
+        CaptureBucket(GraphKind.EXPANSION, width, requests)
+        for width in widths
+        for requests in range(1, min(WIDENED_LOCKSTEP, config.max_rows // width) + 1)
     ]
 
 

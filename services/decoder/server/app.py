@@ -106,7 +106,9 @@ class DecoderServer:
         # requests allocated (results of wide beams are many small objects).
         gc.freeze()
         if s.metrics_port is not None:
-            self.metrics = DecoderMetrics(engine.runner.capture_counts, engine.scheduler.kv)
+            self.metrics = DecoderMetrics(
+                engine.runner.capture_counts, engine.scheduler.kv, engine.step_counts
+            )
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
             log.info("decoder metrics on http://%s:%d/metrics", s.host, self.metrics_port)
         self.engine = AsyncEngine(engine, s.max_waiting, s.max_queue_wait_s).start()

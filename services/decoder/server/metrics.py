@@ -10,6 +10,11 @@ The prompt-prefix cache (`kv/prefix_cache.py`), read from its stats at scrape ti
 `_hit_tokens_total` (of those, read from cached prefixes: the hit rate is their rates' ratio),
 `_hit_ratio` (the same since start), `_pages{state}` (cached pages `held` by running requests or
 `unheld`, which eviction may give back) and `_evicted_pages_total`. All 0 with the cache off.
+
+How well arrivals batch (`runner/step_counts.py`): `widebeam_decoder_forwards_total{kind}`
+(prefill / decode forwards run), `widebeam_decoder_prefilled_requests_total` (requests those
+prefills held: per prefill forward, the batch) and `widebeam_decoder_beam_expansions_total`
+(streamed beam steps launched, one per lockstep cohort).
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from prometheus_client.registry import Collector
 
 from widebeam.services.decoder.kv.prefix_cache import PrefixCache
 from widebeam.services.decoder.runner.capture_counts import CaptureCounts
+from widebeam.services.decoder.runner.step_counts import StepCounts
 
 GRAPH_CAPTURES = "widebeam_decoder_graph_captures"  # exposed with the counter's _total suffix
 PREFIX_CACHE = "widebeam_decoder_prefix_cache"  # the prefix-cache metrics' common prefix
+FORWARDS = "widebeam_decoder_forwards"
+PREFILLED_REQUESTS = "widebeam_decoder_prefilled_requests"
+BEAM_EXPANSIONS = "widebeam_decoder_beam_expansions"
 
 
 class _CaptureCollector(Collector):
@@ -70,10 +79,37 @@ class _PrefixCacheCollector(Collector):
         yield pages
 
 
+class _StepCollector(Collector):
+    def __init__(self, counts: StepCounts) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self.counts
+        forwards = CounterMetricFamily(FORWARDS, "model forwards run, by kind", labels=["kind"])
+        forwards.add_metric(["prefill"], counts.prefill_forwards)
+        forwards.add_metric(["decode"], counts.decode_forwards)
+        yield forwards
+        yield CounterMetricFamily(
+            PREFILLED_REQUESTS, "requests prefilled (over prefill forwards: the batch)",
+            value=counts.prefilled_requests,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            BEAM_EXPANSIONS, "streamed beam steps launched, one per lockstep cohort",
+            value=counts.beam_expansions,
+        )  # fmt: skip
+
+
 class DecoderMetrics:
-    def __init__(self, counts: CaptureCounts, prefix_cache: PrefixCache | None = None) -> None:
+    def __init__(
+        self,
+        counts: CaptureCounts,
+        prefix_cache: PrefixCache | None = None,
+        steps: StepCounts | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_CaptureCollector(counts))
+        if steps is not None:
+            self.registry.register(_StepCollector(steps))
         if prefix_cache is not None:
             self.registry.register(_PrefixCacheCollector(prefix_cache))
         self._server: WSGIServer | None = None

@@ -125,7 +125,9 @@ def test_declared_beam_widths_list_every_lockstep_batch_max_rows_holds() -> None
         if b.kind == GraphKind.EXPANSION
     ]
     sizes = [(50, r) for r in range(1, 17)] + [(100, r) for r in range(1, 11)] + [(512, 1)]
-    assert batches == [(w, r, eos) for w, r in sizes for eos in (False, True)]
+    declared = [(w, r, eos) for w, r in sizes for eos in (False, True)]
+    # then the first widenings (2 x 50 is declared already; 2 x 512 is past max_rows)
+    assert batches == [*declared, (200, 1, False), (200, 2, False)]
     bucket = CaptureBucket(GraphKind.EXPANSION, 100, 10)
     requests = warm_up_requests(bucket, config, max_model_len=4096, sid_path_length=3)
     assert len(requests) == 10 and len({r.request_id for r in requests}) == 10
@@ -164,3 +166,17 @@ def test_captures_count_as_startup_until_ready() -> None:
 def test_config_rejects_a_non_positive_capture_limit() -> None:
     with pytest.raises(ValueError, match="max_capture_rows must be positive"):
         cuda_config(max_capture_rows=0)
+
+
+def test_a_widened_recommend_finds_its_graphs_captured() -> None:
+    """The gateway's widening asks 2 x beam: one such call, or two in lockstep, must not capture
+    while serving (the stack bench counts captures after ready)."""
+    config = cuda_config(max_rows=16384, capture_beam_widths=(50, 512, 1000))
+    widened = [
+        (b.size, b.requests, b.eos)
+        for b in startup_captures(config)
+        if b.kind == GraphKind.EXPANSION and b.size not in config.capture_beam_widths
+    ]
+    assert widened == [(w, r, False) for w in (100, 1024, 2000) for r in (1, 2)]
+    narrow = cuda_config(max_rows=1500, capture_beam_widths=(1000,))
+    assert [b for b in startup_captures(narrow) if b.size == 2000] == []

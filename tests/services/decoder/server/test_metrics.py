@@ -1,6 +1,7 @@
 """The decoder's /metrics: the graph-capture counter is exported for every kind and phase, and
 on CPU (no CUDA graphs) it stays 0 before and after ready, requests served or not; the
-prefix-cache counters count a repeated prompt's cached tokens."""
+prefix-cache counters count a repeated prompt's cached tokens; the forward counters count what
+the engine ran."""
 
 from __future__ import annotations
 
@@ -81,3 +82,27 @@ def test_no_metrics_endpoint_unless_asked(sid_model: SidModel) -> None:
     with BackgroundServer(make_settings(sid_model)) as srv:
         assert srv.server.metrics_port is None
         assert srv.server.metrics is None
+
+
+def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
+    with BackgroundServer(make_settings(sid_model, metrics_port=0)) as srv:
+        port = srv.server.metrics_port
+        assert port
+        before = scrape(port)
+        names = (
+            'widebeam_decoder_forwards_total{kind="prefill"}',
+            'widebeam_decoder_forwards_total{kind="decode"}',
+            "widebeam_decoder_prefilled_requests_total",
+            "widebeam_decoder_beam_expansions_total",
+        )
+        with grpc.insecure_channel(srv.address) as channel:
+            stub = pb_grpc.DecoderStub(channel)
+            for i in range(3):  # one after another: a prefill forward each
+                request = pb.GenerateRequest(input_ids=[5, 6, 7 + i], beam_width=4, n=2,
+                                             max_new_tokens=3, ignore_eos=True)  # fmt: skip
+                assert stub.Generate(request, timeout=60).beams
+        after = scrape(port)
+    delta = [_sample(after, name) - _sample(before, name) for name in names]
+    assert delta[0] == 3 and delta[2] == 3
+    assert delta[1] == 3 * 2  # the prefill picks the first of 3 tokens
+    assert delta[3] == 0  # a beam of 4 over the tiny vocabulary ranks densely: not streamed

@@ -1,0 +1,44 @@
+"""The engine counts its forwards and how many requests shared them: requests run together
+share one prefill forward and one beam expansion per step; the same requests run one after
+another take one of each per request."""
+
+from __future__ import annotations
+
+from tests.services.decoder.conftest import SidModel
+from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.runner.step_counts import StepCounts
+
+STEPS = 3
+
+
+def _requests(tag: str, count: int) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            f"{tag}-{i}", (5, 6, 7 + i), beam_width=8, n=8, max_new_tokens=STEPS,
+            eos_token_id=(),
+        )
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def test_requests_run_together_share_their_forwards(sid_model: SidModel) -> None:
+    engine = sid_model.engine(dense_expansion_limit=0)  # every beam request streams
+    outputs = engine.generate(_requests("together", 4))
+    assert all(out.error is None for out in outputs)
+    # one prefill of all four (it picks the first token), then STEPS - 1 decode forwards, and
+    # every step's expansion is one cohort of four lockstep requests
+    assert engine.step_counts == StepCounts(
+        prefill_forwards=1, prefilled_requests=4, decode_forwards=STEPS - 1,
+        beam_expansions=STEPS,
+    )  # fmt: skip
+
+
+def test_requests_run_apart_take_a_forward_each(sid_model: SidModel) -> None:
+    engine = sid_model.engine(dense_expansion_limit=0)
+    for request in _requests("apart", 4):
+        [out] = engine.generate([request])
+        assert out.error is None
+    assert engine.step_counts == StepCounts(
+        prefill_forwards=4, prefilled_requests=4, decode_forwards=4 * (STEPS - 1),
+        beam_expansions=4 * STEPS,
+    )  # fmt: skip
