@@ -4,18 +4,33 @@ they are.
 A dict returned without a `response_model` is walked by FastAPI's `jsonable_encoder` before
 `json.dumps`: pure-Python work per value, which for the OpenAI and SGLang routes' n choices
 costs several times the dump itself (`bench/gateway_json.py` measures both). Those routes
-build their answers from plain values, so they skip the walk. (`/v1/recommend` keeps its
-`response_model`: pydantic validates and serialises it in Rust, close to the dump's cost.)
+build their answers from plain values, so they skip the walk, and are dumped by pydantic's
+Rust serialiser (about 5x the standard library's speed on a chat answer of 1,000 choices).
+(`/v1/recommend` keeps its `response_model`: pydantic validates and serialises it in Rust.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pydantic_core
 from fastapi.responses import JSONResponse
+
+# How pydantic writes non-finite floats in its "constants" mode: JSON has no such values.
+_NON_FINITE = (b"NaN", b"Infinity")
+
+
+class PlainJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        body = pydantic_core.to_json(content, inf_nan_mode="constants")
+        if any(word in body for word in _NON_FINITE):
+            # A non-finite float, or only a string holding one of the words: the standard
+            # library tells them apart (it refuses the floats, as FastAPI's rendering does).
+            return super().render(content)
+        return body
 
 
 def plain_json(content: Any, status_code: int = 200) -> JSONResponse:
     """`content` as the JSON body (NaN and infinities are refused, as FastAPI's own
     rendering refuses them)."""
-    return JSONResponse(content, status_code=status_code)
+    return PlainJSONResponse(content, status_code=status_code)
