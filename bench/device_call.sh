@@ -14,6 +14,7 @@
 #                          the closed-loop phases; spy_summary.py's reading in the step's log
 #   stack-api-profile [260]  the same with --api-processes 1
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
+#                          (or $WIDEBEAM_QUEUE_WAIT_S)
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -45,7 +46,7 @@ step_command() {
         stack) echo "cd bench && python3 stack.py --quick" ;;
         stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
         stack-api-bounded) echo "cd bench && python3 stack.py --quick --api-processes 1 \
-            --max-queue-wait-s 0.1" ;;
+            --max-queue-wait-s ${WIDEBEAM_QUEUE_WAIT_S:-0.1}" ;;
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
