@@ -35,10 +35,17 @@ def history_prompt(layout: SidLayout, history: Sequence[Sequence[int]]) -> list[
 
 
 def tokens_to_sid(layout: SidLayout, tokens: Sequence[int]) -> tuple[int, ...] | None:
-    """SID codes of a generated path (begin/end/EOS tokens skipped); None if incomplete."""
-    codes = []
+    """SID codes of a generated path (begin/end/EOS tokens skipped); None if incomplete.
+    Each level's code is the first token after the previous level's that falls in its range
+    (the layout's levels never overlap); run once per beam of every answer, so it tests only
+    the level it expects next."""
+    levels = layout.levels
+    codes: list[int] = []
     for token in tokens:
-        hit = layout.token_to_code(int(token))
-        if hit is not None and hit[0] == len(codes):
-            codes.append(hit[1])
-    return tuple(codes) if len(codes) == layout.depth else None
+        if len(codes) == len(levels):
+            break
+        level = levels[len(codes)]
+        offset = int(token) - level.base
+        if 0 <= offset < level.size:
+            codes.append(offset)
+    return tuple(codes) if len(codes) == len(levels) else None

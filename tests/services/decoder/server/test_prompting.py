@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from widebeam.services.catalog.sid_layout import SidLayout
@@ -33,3 +35,23 @@ def test_malformed_sids() -> None:
         sid_to_tokens(BARE, (1,))
     with pytest.raises(ValueError, match="out of range"):
         sid_to_tokens(BARE, (1, 10))
+
+
+def _codes_by_level_lookup(layout: SidLayout, tokens: list[int]) -> tuple[int, ...] | None:
+    """The rule stated plainly: a token counts when its level is the one expected next."""
+    codes: list[int] = []
+    for token in tokens:
+        hit = layout.token_to_code(token)
+        if hit is not None and hit[0] == len(codes):
+            codes.append(hit[1])
+    return tuple(codes) if len(codes) == layout.depth else None
+
+
+@pytest.mark.parametrize("spec", ["110:10,100:10;begin=98;end=99", "100:10,110:10,90:5"])
+def test_paths_read_as_the_level_rule_reads_them(spec: str) -> None:
+    """Random token runs (SID tokens of any level, out of order, begin/end/EOS and others)."""
+    layout = SidLayout.parse(spec)
+    rng = random.Random(0)
+    for _ in range(3000):
+        tokens = [rng.randrange(85, 125) for _ in range(rng.randrange(8))]
+        assert tokens_to_sid(layout, tokens) == _codes_by_level_lookup(layout, tokens), tokens
