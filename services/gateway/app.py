@@ -17,6 +17,7 @@ from starlette.types import Scope
 from widebeam.services.gateway.batch.router import batch_settings_for, create_batch_router
 from widebeam.services.gateway.batch.schemas import RowLimits
 from widebeam.services.gateway.decoder_pool import DecoderPool
+from widebeam.services.gateway.disconnect import CancelOnDisconnectMiddleware
 from widebeam.services.gateway.info_poller import InfoPoller
 from widebeam.services.gateway.metrics import GatewayMetrics
 from widebeam.services.gateway.middleware import BodyLimitMiddleware, MetricsMiddleware
@@ -83,6 +84,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.include_router(health.create_router())
     app.include_router(api_docs.create_router(app.title, app.openapi_url or "/openapi.json"))
     app.include_router(playground.create_router())
+    app.add_middleware(CancelOnDisconnectMiddleware)  # innermost: around the handler alone
     # After the body is read: keep-alive. A bad API key is a 401 there too, never a 429.
     app.add_middleware(LoadShedMiddleware, pool=pool, api_keys=api_keys)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -17,6 +17,10 @@ from widebeam.services.http.errors import ApiError
 
 # Scope key: the route template of a request answered before routing (load shedding).
 ROUTE_LABEL = "widebeam.route"
+# scope key set when a handler was cancelled because its client disconnected; counted as 499
+# (nginx's "client closed request"), not as the 500 of a handler that died
+CLIENT_GONE = "widebeam.client_gone"
+CLIENT_GONE_STATUS = 499
 
 
 class HttpOnlyMiddleware(ABC):
@@ -107,6 +111,8 @@ class MetricsMiddleware(HttpOnlyMiddleware):
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            if scope.get(CLIENT_GONE):
+                status = CLIENT_GONE_STATUS
             route = scope.get("route")
             path = getattr(route, "path", None) or scope.get(ROUTE_LABEL) or "unmatched"
             self.metrics.requests.labels(path, scope["method"], str(status)).inc()
