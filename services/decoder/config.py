@@ -162,7 +162,7 @@ class EngineConfig:
         default=(),
         metadata=_help(
             "with capture_at_start: beam widths (n = beam, as Recommend asks) whose beam steps "
-            "are captured for every lockstep batch of up to 16 such requests (Recommend's "
+            "are captured for every lockstep batch bucket of up to 32 such requests (Recommend's "
             "shape and the chat routes'), besides the widths of the row buckets "
             "(comma-separated; e.g. 50,512,1000)"
         ),

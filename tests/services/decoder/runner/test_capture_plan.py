@@ -9,10 +9,12 @@ from widebeam.services.decoder.config import EngineConfig
 from widebeam.services.decoder.runner.capture_counts import CaptureCounts, CapturePhase, GraphKind
 from widebeam.services.decoder.runner.capture_plan import (
     CaptureBucket,
+    lockstep_counts,
     startup_captures,
     warm_up_requests,
 )
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
+from widebeam.services.decoder.runner.expansion_graphs import batch_bucket
 from widebeam.services.decoder.runner.prefill_graphs import prefill_shape
 
 
@@ -124,7 +126,8 @@ def test_declared_beam_widths_list_every_lockstep_batch_max_rows_holds() -> None
         for b in startup_captures(config)
         if b.kind == GraphKind.EXPANSION
     ]
-    sizes = [(50, r) for r in range(1, 17)] + [(100, r) for r in range(1, 11)] + [(512, 1)]
+    # 50: every count to 16, then the bucket of 17..24 (20: all 1000 rows hold); 100: 10 at most
+    sizes = [(50, r) for r in [*range(1, 17), 20]] + [(100, r) for r in range(1, 11)] + [(512, 1)]
     declared = [(w, r, eos) for w, r in sizes for eos in (False, True)]
     # then the first widenings (2 x 50 is declared already; 2 x 512 is past max_rows)
     assert batches == [*declared, (200, 1, False), (200, 2, False)]
@@ -180,3 +183,15 @@ def test_a_widened_recommend_finds_its_graphs_captured() -> None:
     assert widened == [(w, r, False) for w in (100, 1024, 2000) for r in (1, 2)]
     narrow = cuda_config(max_rows=1500, capture_beam_widths=(1000,))
     assert [b for b in startup_captures(narrow) if b.size == 2000] == []
+
+
+def test_lockstep_counts_reach_every_bucket_up_to_32_requests() -> None:
+    for width, max_rows in ((50, 16384), (512, 16384), (1000, 16384), (50, 1000), (7, 100)):
+        counts = lockstep_counts(width, max_rows)
+        most = max_rows // width
+        assert all(1 <= c <= most for c in counts)
+        buckets = [batch_bucket(c) for c in counts]
+        assert buckets == sorted(set(buckets))  # one count per bucket
+        assert set(buckets) == {batch_bucket(c) for c in range(1, min(most, 32) + 1)}
+    assert lockstep_counts(50, 16384) == [*range(1, 17), 24, 32]
+    assert lockstep_counts(1000, 16384) == list(range(1, 17))
