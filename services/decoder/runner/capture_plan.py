@@ -7,8 +7,8 @@ list holds every row bucket up to `max_rows` (or `max_capture_rows`), every pref
 bucket, and the lockstep batches of the `capture_beam_widths` (and of their first widening);
 the engine's warm-up runs synthetic requests per entry (`Engine.warm_up`), which capture that
 bucket's graphs (a wide beam's streamed expansion with them), then the attention buckets the
-backend lists for each row bucket. What serving meets beyond the list is still captured, lazily, and counted
-(`capture_counts.CaptureCounts`).
+backend lists for each row bucket. What serving meets beyond the list is still captured,
+lazily, and counted (`capture_counts.CaptureCounts`).
 """
 
 from __future__ import annotations
