@@ -10,7 +10,8 @@ ever, and accepts any number of connections. Here, per connection:
   `header_timeout_s` to deliver its whole head; then 408 (silence when nothing came) and close;
 - body stall: while the server waits for body bytes, none for `body_timeout_s` is a 408 and
   close, and the app sees the client gone (what it buffered is freed). A wait that is the
-  app's (it has not asked for more, or not yet for a `100 Continue` body) is not a stall;
+  app's (it has not asked for more, or not yet for a `100 Continue` body) is not a stall, and
+  the client's `body_timeout_s` counts from when the app asks;
 - answered early: once the app has answered (a 401 before the body, a 413), the unread rest of
   the body is not buffered, and more than `UNREAD_BODY_LIMIT` of it closes the connection.
 
@@ -53,6 +54,9 @@ class GuardedH11Protocol(H11Protocol):
         self._peer: str | None = None  # the address holding a slot in `counts`
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        # The app held the body back when the body timer last fired (it had not asked for more
+        # or for a `100 Continue` body yet): the client's time starts when the app asks.
+        self._body_held_by_app = False
         self._unread_body_bytes = 0
 
     # asyncio protocol interface
@@ -128,6 +132,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _restart_body_timer(self) -> None:
         self._cancel_body_timer()
+        self._body_held_by_app = False
         self._body_timer = self.loop.call_later(self.policy.body_timeout_s, self._body_stalled)
 
     def _body_stalled(self) -> None:
@@ -137,6 +142,13 @@ class GuardedH11Protocol(H11Protocol):
         cycle = self.cycle
         app_waits = cycle is not None and cycle.waiting_for_100_continue
         if self.flow.read_paused or app_waits:  # the app has not asked for more: not a stall
+            self._restart_body_timer()
+            self._body_held_by_app = True
+            return
+        if self._body_held_by_app:
+            # The app asked since the last check, maybe just now (its `100 Continue` or its read
+            # after a pause as long as the timer's period): a whole period from now, so the
+            # client has at least `body_timeout_s` from the moment it may send.
             self._restart_body_timer()
             return
         timeout = self.policy.body_timeout_s

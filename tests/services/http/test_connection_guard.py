@@ -23,7 +23,11 @@ from widebeam.services.http.connections import ConnectionPolicy, guarded_protoco
 # app reads, the rest of the body must move within it, and on two busy cores 0.5 s was not
 # always enough (a fresh-clone run answered 408).
 TIMEOUT_S = 2.0
-APP_PAUSE_S = 4 * TIMEOUT_S
+# Not a whole number of deadlines: the app asks for the body half a deadline after the body
+# timer's last check, so a client answering the `100 Continue` a little late is past that
+# timer's next check (the guard must count its time from the 100, not from that check).
+APP_PAUSE_S = 4.5 * TIMEOUT_S
+CONTINUE_REPLY_S = 0.6 * TIMEOUT_S  # how long the client takes to send its body after the 100
 BODY = 1 << 20  # over uvicorn's 64 KiB read-ahead: reading pauses until the app asks
 
 
@@ -114,6 +118,7 @@ def test_a_100_continue_body_waits_for_the_app(port: int) -> None:
     with connect(port) as sock:
         sock.sendall(head)
         assert answer(sock) == 100  # only once the app reads, after its pause
+        time.sleep(CONTINUE_REPLY_S)  # within the deadline counted from the 100
         sock.sendall(b"hello")
         assert response_body(sock) == b"5"
 
