@@ -1,12 +1,16 @@
-"""Streamed beam requests advance in cohorts: lockstep requests as one batch.
+"""Streamed beam requests advance in cohorts: requests of one expansion spec as one batch.
 
-Requests with the same width, step, search parameters and catalog (typically admitted together
-under saturated traffic) form a cohort: their rows' candidates come from one LM-head pass, one
-logits-stats launch and one per-row top-k, and transformers' beam step runs once over [B, k]
-tensors (`search/beam_search.py`'s `advance_cohort`) — a step's host work does not grow with
-the number of requests. Wide requests (whose blocks are ranked, `search/beam_candidates.py`)
-and, without `batch`, every request form a cohort of one. The expansion runs through the
-policy's expander: eagerly, or replayed from a CUDA graph (`expansion_graphs.py`).
+Requests with the same width, expansion parameters and catalog form a cohort, whatever step each
+is at: their rows' candidates come from one LM-head pass, one logits-stats launch and one
+per-row top-k, and transformers' beam step runs once over [B, k] tensors
+(`search/beam_search.py`'s `expand_cohort`), each request with its own step scalars — a
+step's host work and launches do not grow with the number of requests, and requests that
+arrive a step apart (answers reach clients at different times) still share a launch. A first
+step (one hidden row per request) and a later one (k rows) differ in spec, so arrivals form
+their own cohort for that step. Wide requests (whose blocks are ranked,
+`search/beam_candidates.py`) and, without `batch`, every request form a cohort of one. The
+expansion runs through the policy's expander: eagerly, or replayed from a CUDA graph
+(`expansion_graphs.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from widebeam.services.decoder.requests.spec import Normalization
 from widebeam.services.decoder.runner.request_state import RequestState, apply_selection
 from widebeam.services.decoder.runner.request_step import StepPolicy
 from widebeam.services.decoder.search.beam_expansion import ExpansionSpec
-from widebeam.services.decoder.search.beam_search import BeamSearch, advance_cohort
+from widebeam.services.decoder.search.beam_search import BeamSearch, adopt_cohort, expand_cohort
 
 CohortKey = tuple[object, ...]
 log = logging.getLogger(__name__)
@@ -72,15 +76,13 @@ def _advance_members(
 ) -> None:
     states = [chunks[i][0] for i in members]
     nodes = None if states[0].constraint is None else [s.nodes for s in states]
-    outputs = advance_cohort(
-        [s.beam_search for s in states],
-        [chunks[i][1] for i in members],
-        nodes,
-        spec,
-        policy.expander,
-    )
-    # The expansion advanced the trie nodes already (-1 rows when unconstrained).
+    searches = [s.beam_search for s in states]
+    hiddens = [chunks[i][1] for i in members]
+    outputs = expand_cohort(searches, hiddens, nodes, spec, policy.expander)
+    # The expansion advanced the trie nodes already (-1 rows when unconstrained). Nothing of
+    # the requests has changed before this line, so a failed cohort can retry request by request.
     apply_selection(states, outputs.parents, outputs.tokens, outputs.nodes)
+    adopt_cohort(searches, outputs)
     done.advanced.update(members)
 
 
@@ -105,11 +107,11 @@ def expansion_spec(state: RequestState, policy: StepPolicy) -> ExpansionSpec:
 
 
 def cohort_key(state: RequestState, policy: StepPolicy, batch: bool = True) -> CohortKey | None:
-    """Requests with equal keys advance together (the key starts with their `ExpansionSpec`);
-    None: not a streamed beam request."""
+    """Requests with equal keys advance together (the key starts with their `ExpansionSpec`;
+    step, length and length penalty are per-request scalars, so they are not in it); None: not
+    a streamed beam request."""
     search = state.search
     if not isinstance(search, BeamSearch) or not policy.streams(search.num_beams):
         return None
     spec = expansion_spec(state, policy)
-    key = (spec, search.step, search.max_new_tokens, search.length_penalty)
-    return (*key, id(state)) if spec.wide or not batch else key
+    return (spec, id(state)) if spec.wide or not batch else (spec,)

@@ -1,11 +1,11 @@
 """Streamed beam steps replayed from CUDA graphs, one per expansion spec and batch bucket.
 
-A cohort's inputs are copied into the bucket's static buffers (hidden states, search state,
-trie nodes, step scalars), the captured `expand` replays, and its packed outputs are cloned out
-(the next replay overwrites them). Requests beyond the cohort's size are padding: every request
-of a batch is computed independently, so their stale buffers never reach a real one. Eager mode
-(`use_graphs=False`) runs the same padded shapes without capture, so both modes give
-bit-identical steps.
+A cohort's inputs are copied into the bucket's static buffers (hidden states, search state, trie
+nodes, each request's step scalars), the captured `expand` replays, and its packed outputs are
+cloned out (the next replay overwrites them). Requests beyond the cohort's size are padding:
+every request of a batch is computed independently, so their stale buffers never reach a real
+one. Eager mode (`use_graphs=False`) runs the same padded shapes without capture, so both modes
+give bit-identical steps.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class _Entry(NamedTuple):
     hidden: torch.Tensor  # [cap * rows_each, hidden] model dtype
     inputs: StepOutputs  # [cap, ·, k]; its state rows are the step's input search state
     nodes: torch.Tensor | None  # [cap * rows_each] int64
-    scalars: torch.Tensor  # [len(Scalar)] fp32
+    scalars: torch.Tensor  # [cap, len(Scalar)] fp32
     eos_ids: torch.Tensor  # [n_eos] int64
     graph: torch.cuda.CUDAGraph | None
     outputs: StepOutputs | None  # the graph's static outputs
@@ -90,7 +90,7 @@ class ExpansionGraphs(Expander):
         host = torch.tensor(batch.scalars, dtype=torch.float32)
         if self.device.type == "cuda":
             host = host.pin_memory()  # a queued copy: the host does not wait
-        entry.scalars.copy_(host, non_blocking=True)
+        entry.scalars[:count].copy_(host, non_blocking=True)
         if entry.graph is None:
             outputs = self._expand(spec, entry)
         else:
@@ -116,7 +116,7 @@ class ExpansionGraphs(Expander):
             hidden,
             StepOutputs.empty(cap, spec.num_beams, device),
             nodes,
-            torch.ones(len(Scalar), dtype=torch.float32, device=device),
+            torch.ones((cap, len(Scalar)), dtype=torch.float32, device=device),
             eos_ids.clone(),
             None,
             None,

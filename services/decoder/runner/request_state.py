@@ -89,24 +89,47 @@ class RequestState:
 
 
 def apply_selection(
-    states: list[RequestState],  # B requests at the same step with the same k
+    states: list[RequestState],  # B requests with the same k, at any steps
     parents: torch.Tensor,  # [B, k] int64 the row each new row extends
     tokens: torch.Tensor,  # [B, k] int64 the token each new row appends
     nodes: torch.Tensor | None,  # [B, k] int64 each new row's trie node (read if constrained)
 ) -> None:
     """Re-parent the rows' slot tables (gathering integers, never KV), append this step's
-    private slots, take the pending tokens and the new trie nodes. Only queues device work."""
-    k, step = states[0].num_rows, states[0].search.step - 1
-    tables = _stacked([s.suffix_table for s in states])  # [B, k, step]
-    new_slots = _stacked([s.private_slots[step * k : (step + 1) * k] for s in states])  # [B, k]
-    gathered = tables.gather(1, parents[:, :, None].expand(-1, -1, tables.shape[2]))
-    tables = torch.cat((gathered, new_slots[:, :, None]), dim=2)  # [B, k, step + 1]
+    private slots, take the pending tokens and the new trie nodes. Requests at the same step
+    share one gather. Only queues device work; nothing changes if it fails."""
+    by_step: dict[int, list[int]] = {}
+    for b, state in enumerate(states):
+        by_step.setdefault(state.suffix_table.shape[1], []).append(b)  # steps taken so far
+    tables: dict[int, torch.Tensor] = {}  # b -> [k, step + 1]
+    for step, members in by_step.items():
+        new = _reparented([states[b] for b in members], _rows(parents, members), step)
+        tables.update(zip(members, new, strict=True))
     for b, state in enumerate(states):
         state.suffix_table = tables[b]
         state.pending_tokens = tokens[b]
         if state.constraint is not None:
             assert nodes is not None
             state.nodes = nodes[b]
+
+
+def _reparented(
+    states: list[RequestState],  # requests that have taken `step` steps
+    parents: torch.Tensor,  # [B, k] int64
+    step: int,
+) -> torch.Tensor:  # [B, k, step + 1] int64
+    k = states[0].num_rows
+    tables = _stacked([s.suffix_table for s in states])  # [B, k, step]
+    new_slots = _stacked([s.private_slots[step * k : (step + 1) * k] for s in states])  # [B, k]
+    gathered = tables.gather(1, parents[:, :, None].expand(-1, -1, step))
+    return torch.cat((gathered, new_slots[:, :, None]), dim=2)
+
+
+def _rows(batch: torch.Tensor, members: list[int]) -> torch.Tensor:  # [len(members), ...]
+    """Rows `members` of `batch`: a view when they are consecutive (as a whole cohort is)."""
+    first, last = members[0], members[-1]
+    if members == list(range(first, last + 1)):
+        return batch[first : last + 1]
+    return batch[torch.tensor(members, device=batch.device)]
 
 
 def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -3,8 +3,8 @@
 LM head, trie mask, candidate ranking, transformers' beam step and the trie advance run at
 shapes fixed by an `ExpansionSpec` and the batch size, without a single read from the device:
 the same function runs eagerly (the CPU reference path) and inside a captured CUDA graph
-(`runner/expansion_graphs.py`). What changes from step to step (the step number and the length
-penalty's divisors) comes in as a tensor.
+(`runner/expansion_graphs.py`). What differs between requests and steps (the step number, the
+last step, the length penalty's divisors) comes in as a tensor, one row per request.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class CohortBatch(NamedTuple):
     state: BeamState  # [B, k]
     shared: StepOutputs | None  # the previous step's outputs when `state` is exactly theirs
     nodes: list[torch.Tensor] | None  # each request's [rows_each] int64 trie nodes
-    scalars: list[float]  # `step_scalars`
+    scalars: list[list[float]]  # each request's `step_scalars`
     eos_ids: torch.Tensor  # [n_eos] int64
 
 
@@ -65,7 +65,7 @@ class ExpansionInputs(NamedTuple):
     hidden: torch.Tensor  # [B * rows_each, hidden] model dtype
     state: BeamState  # [B, k]
     nodes: torch.Tensor | None  # [B * rows_each] int64 trie nodes (constrained only)
-    scalars: torch.Tensor  # [len(Scalar)] fp32 `step_scalars`
+    scalars: torch.Tensor  # [B, len(Scalar)] fp32 each request's `step_scalars`
     eos_ids: torch.Tensor  # [n_eos] int64 (the spec's, on the device)
 
 

@@ -13,7 +13,7 @@ order) so that sequences, their order and `sequences_scores` match:
 
 The caller turns logits into (masked) log-probs and owns the KV and trie; this class only sees
 log-prob rows and returns, per step, which parent row each new row extends and with what token.
-Streamed requests that move in lockstep take the same step together (`advance_cohort`: hidden
+Streamed requests that move in lockstep take the same step together (`expand_cohort`: hidden
 states in, the cohort's packed [B, k] outputs out).
 """
 
@@ -143,7 +143,7 @@ class BeamSearch:
             tokens,
             logprobs,
             self.params(),
-            scalars_on(self.scalars(), self.device),
+            scalars_on([self.scalars()], self.device),
         )
         outputs = StepOutputs.pack(result, None)
         (host,) = stage_on_host(outputs)
@@ -218,29 +218,32 @@ class BeamSearch:
         return FinishedBeams(_ragged_rows(tokens, last), token_lps, scores, cums, paths)
 
 
-def advance_cohort(
-    searches: list[BeamSearch],  # B lockstep searches: same width, step and parameters
+def expand_cohort(
+    searches: list[BeamSearch],  # B lockstep searches: same width and expansion spec
     hiddens: list[torch.Tensor],  # each [rows_each, hidden] model dtype (1 row at the first step)
     nodes: list[torch.Tensor] | None,  # each [rows_each] int64 trie nodes (constrained only)
     spec: ExpansionSpec,  # the cohort's
     expander: Expander,
 ) -> StepOutputs:  # [B, ·, k]: row b is searches[b]'s step
     """One streamed step of every search at once (one LM-head pass, one ranking, one
-    transformers beam step over [B, k]); each search adopts its row. Never waits for the
-    device."""
+    transformers beam step over [B, k], each search with its own step scalars); the searches
+    are unchanged until they `adopt_cohort` it. Never waits for the device."""
     first = searches[0]
     batch = CohortBatch(
         hiddens,
         BeamSearch.batched_state(searches),
         BeamSearch.shared_outputs(searches),
         nodes,
-        first.scalars(),
+        [s.scalars() for s in searches],
         first.eos_ids,
     )
-    outputs = expander.run(spec, batch)
+    return expander.run(spec, batch)
+
+
+def adopt_cohort(searches: list[BeamSearch], outputs: StepOutputs) -> None:
+    """Each search takes its row of `expand_cohort`'s outputs (host copies queued first)."""
     for b, (search, host) in enumerate(zip(searches, stage_on_host(outputs), strict=True)):
         search.adopt(outputs, b, host)
-    return outputs
 
 
 def _ragged_rows(values: np.ndarray, last: np.ndarray) -> list[list]:

@@ -1,9 +1,10 @@
 """transformers' beam step, vectorised over B requests that move in lockstep.
 
 One request is B = 1 (`BeamSearch.advance_candidates`); a cohort of requests with the same
-width, step and search parameters (`runner/beam_cohorts.py`) runs the same operations once over
-[B, k] tensors instead of once per request. Every operation is transformers' (see
-`beam_search.py` for the semantics); nothing here reads from the device.
+width and expansion parameters (`runner/beam_cohorts.py`) runs the same operations once over
+[B, k] tensors instead of once per request. What differs between a cohort's requests (their
+step, length and length penalty) comes in as one row of scalars per request. Every operation
+is transformers' (see `beam_search.py` for the semantics); nothing here reads from the device.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ class BeamState:
 
 @dataclass(frozen=True)
 class StepParams:
-    """What every request of a lockstep batch shares and a captured step bakes in; what changes
-    from step to step is passed as `step_scalars` tensors instead."""
+    """What every request of a lockstep batch shares and a captured step bakes in; what differs
+    between requests or steps is passed as `step_scalars` rows instead."""
 
     num_beams: int
     eos_ids: torch.Tensor  # [n_eos] int64
@@ -87,7 +88,8 @@ class StepParams:
 
 
 class Scalar(IntEnum):
-    """Entries of a step's scalars (`step_scalars`), read by `beam_step` on the device."""
+    """Columns of a step's scalars (`step_scalars`, one row per request), read by `beam_step`
+    on the device."""
 
     STEP = 0  # the step's index (a finished slot's last token)
     FINISHED_DIVISOR = 1  # (step + 1) ** length_penalty: a candidate that finishes now
@@ -95,15 +97,18 @@ class Scalar(IntEnum):
     LAST_STEP = 3  # 1.0 at the last step (every candidate finishes), else 0.0
 
 
-def scalars_on(values: list[float], device: torch.device) -> torch.Tensor:  # [len(Scalar)] fp32
-    """`step_scalars` as the tensor `beam_step` takes (a queued copy on CUDA)."""
-    return to_device_async(torch.tensor(values, dtype=torch.float32), device)
+def scalars_on(
+    rows: list[list[float]],  # one `step_scalars` per request
+    device: torch.device,
+) -> torch.Tensor:  # [B, len(Scalar)] fp32
+    """Requests' `step_scalars` as the tensor `beam_step` takes (a queued copy on CUDA)."""
+    return to_device_async(torch.tensor(rows, dtype=torch.float32), device)
 
 
 def step_scalars(
     step: int, max_new_tokens: int, length_penalty: float, early_stopping: bool | str
 ) -> list[float]:
-    """`beam_step`'s `scalars`, in `Scalar` order."""
+    """One request's row of `beam_step`'s `scalars`, in `Scalar` order."""
     never = early_stopping == "never" and length_penalty > 0.0
     best_len = max_new_tokens if never else step + 1
     values = {
@@ -130,13 +135,14 @@ def beam_step(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
-    scalars: torch.Tensor,  # [len(Scalar)] fp32 `step_scalars`, on the device
+    scalars: torch.Tensor,  # [B, len(Scalar)] fp32 `step_scalars` rows, on the device
 ) -> StepResult:
     k = p.num_beams
+    last_step = scalars[:, Scalar.LAST_STEP, None] > 0  # [B, 1] bool
     if p.eos_ids.numel():
-        hits = torch.isin(cand_tokens, p.eos_ids) | (scalars[Scalar.LAST_STEP] > 0)
+        hits = torch.isin(cand_tokens, p.eos_ids) | last_step
     else:
-        hits = torch.zeros_like(cand_tokens, dtype=torch.bool) | (scalars[Scalar.LAST_STEP] > 0)
+        hits = torch.zeros_like(cand_tokens, dtype=torch.bool) | last_step
     running_all = scores + hits.to(torch.float32) * NEG_INF_SCORE
     next_idx = torch.topk(running_all, k=k, dim=1)[1]  # [B, k]
     parents = cand_rows.gather(1, next_idx)
@@ -166,12 +172,13 @@ def _update_finished(
     cand_tokens: torch.Tensor,  # [B, keep] int64
     cand_logprobs: torch.Tensor,  # [B, keep] fp32
     p: StepParams,
-    scalars: torch.Tensor,  # [len(Scalar)] fp32
+    scalars: torch.Tensor,  # [B, len(Scalar)] fp32
 ) -> BeamState:
     k = p.num_beams
     just_finished = hits.clone()
     just_finished[:, k:] = False
-    penalised = scores / scalars[Scalar.FINISHED_DIVISOR]
+    penalised = scores / scalars[:, Scalar.FINISHED_DIVISOR, None]
+    step = scalars[:, Scalar.STEP, None].to(torch.int64)  # [B, 1]
     full = _beams_full(state.fin_done, p).to(torch.float32)[:, None]  # [B, 1]
     penalised = penalised + full * NEG_INF_SCORE
     closed = (~state.heuristic_open).to(torch.float32)[:, None]  # [B, 1]
@@ -191,7 +198,7 @@ def _update_finished(
         fin_scores=merged_scores.gather(1, keep_idx),
         fin_done=merge(state.fin_done, just_finished),
         fin_ghost=merge(state.fin_ghost, state.running_ghost.gather(1, cand_rows)),
-        fin_step=merge(state.fin_step, scalars[Scalar.STEP].to(torch.int64).expand_as(cand_rows)),
+        fin_step=merge(state.fin_step, step.expand_as(cand_rows)),
         fin_parent=merge(state.fin_parent, cand_rows),
         fin_token=merge(state.fin_token, cand_tokens),
         fin_cum=merge(state.fin_cum, scores),
@@ -204,7 +211,8 @@ def _stop_state(
     state: BeamState, hits: torch.Tensor, p: StepParams, scalars: torch.Tensor
 ) -> torch.Tensor:  # [B] bool
     """Update the early-stopping heuristic in `state`; return which requests are done."""
-    best_running = state.running_scores[:, :1] / scalars[Scalar.RUNNING_DIVISOR]  # [B, 1]
+    best_divisor = scalars[:, Scalar.RUNNING_DIVISOR, None]  # [B, 1]
+    best_running = state.running_scores[:, :1] / best_divisor  # [B, 1]
     # transformers compares with -1e9 for unfinished slots; -inf gives the same decision for
     # every real score above -1e9 and never stops a search whose scores fall below it.
     worst = state.fin_scores.min(dim=1, keepdim=True).values

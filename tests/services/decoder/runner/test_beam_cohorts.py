@@ -52,7 +52,7 @@ def _requests(begin: int, seed: int) -> list[GenerationRequest]:
                     min_new_tokens=2,
                 )
             )
-        else:  # same width but different lengths: cohorts split as they drift apart
+        else:  # same width but different lengths: one cohort, each with its own scalars
             reqs.append(
                 GenerationRequest(
                     f"mix{i}",
@@ -98,6 +98,34 @@ def test_cohorts_form_only_for_lockstep_streamed_requests(sid_model: SidModel) -
     engine.step()  # admitted and prefilled: every search has taken its first step
     keys = {s.request_id: cohort_key(s, engine.step_policy) for s in engine.scheduler.running}
     assert keys["a"] == keys["b"]  # n only matters for the results
-    assert keys["c"] != keys["a"]  # another length
+    assert keys["c"] == keys["a"]  # another length: a per-request scalar
     assert keys["d"] != keys["a"]  # constrained by a catalog
     assert keys["g"] is None  # greedy
+
+
+def test_requests_a_step_apart_share_a_cohort(sid_model: SidModel) -> None:
+    """A request that arrives while another of its width runs joins that one's cohort after its
+    own first step (one hidden row per request, so a cohort of its own) and returns what it
+    returns alone."""
+    begin = sid_model.engine().sid_layout.begin_token_id
+    first = GenerationRequest(
+        "first", (4, 5, begin), beam_width=6, n=4, max_new_tokens=4, constrained=True
+    )
+    second = GenerationRequest(
+        "second", (7, begin), beam_width=6, n=4, max_new_tokens=5, constrained=True,
+        length_penalty=-0.5,
+    )  # fmt: skip
+    engine = _engine(sid_model, True)
+    engine.submit(first)
+    outputs = engine.step()  # first: prefilled (its first token), then its second
+    engine.submit(second)
+    before = engine.step_counts.beam_expansions
+    engine.step()  # second's first step alone; first's third and second's second: one cohort
+    assert engine.step_counts.beam_expansions - before == 2
+    while engine.has_unfinished():
+        outputs += engine.step()
+    got = {out.request_id: out for out in outputs}
+    alone = _engine(sid_model, True)
+    for request in (first, second):
+        [out] = alone.generate([request])
+        _same(got[request.request_id], out)

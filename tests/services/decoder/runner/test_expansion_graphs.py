@@ -50,9 +50,8 @@ def test_graph_equals_padded_eager(batch: int, wide: bool) -> None:
         previous = None
         for step, parts in enumerate(hiddens):
             state = BeamState.initial(batch, K, device) if previous is None else previous.state
-            cohort = CohortBatch(
-                parts, state, previous, None, step_scalars(step, 8, 1.0, False), eos
-            )
+            scalars = [step_scalars(step, 8 - b % 3, 1.0 - b % 2, False) for b in range(batch)]
+            cohort = CohortBatch(parts, state, previous, None, scalars, eos)
             previous = expander.run(_spec(parts[0].shape[0], wide), cohort)
             got[name].append(previous)
     assert runs["graph"].captures == 2  # the first step, then the k-row steps
@@ -89,7 +88,8 @@ def test_padded_static_steps_equal_plain_steps_on_cpu(batch: int, wide: bool) ->
             # The second step loads a stacked state (as after a cohort changed), the third the
             # previous outputs whole.
             shared = previous if step != 1 else None
-            scalars = step_scalars(step, 3, 1.0, False)
+            # each request with its own length and penalty (the first ends at the third step)
+            scalars = [step_scalars(step, 3 + b % 3, 1.0 - b % 2, False) for b in range(batch)]
             cohort = CohortBatch(parts, state, shared, None, scalars, eos)
             previous = expander.run(_spec(parts[0].shape[0], wide), cohort)
             got[name].append(previous)

@@ -45,9 +45,15 @@ def _state(batch: int, seed: int) -> BeamState:
     return state
 
 
-def _inputs(hidden: torch.Tensor, state: BeamState, step: int) -> ExpansionInputs:
-    scalars = torch.tensor(step_scalars(step, 10, 1.0, False))
-    return ExpansionInputs(hidden, state, None, scalars, torch.tensor([7]))
+def _inputs(
+    hidden: torch.Tensor,
+    state: BeamState,
+    step: int,
+    rows: list[list[float]] | None = None,  # each request's scalars (default: all at `step`)
+) -> ExpansionInputs:
+    if rows is None:
+        rows = [step_scalars(step, 10, 1.0, False)] * state.batch_size
+    return ExpansionInputs(hidden, state, None, torch.tensor(rows), torch.tensor([7]))
 
 
 def test_cohort_equals_each_request_alone_and_wide_equals_rows() -> None:
@@ -63,6 +69,40 @@ def test_cohort_equals_each_request_alone_and_wide_equals_rows() -> None:
             assert torch.equal(alone.flags[0], together.flags[b])
             assert torch.equal(alone.request_flags[0], together.request_flags[b])
             torch.testing.assert_close(alone.floats[0], together.floats[b])
+
+
+def test_requests_at_different_steps_lengths_and_penalties_share_a_cohort() -> None:
+    """Each request's step scalars are its own: a cohort of requests at different steps, with
+    different lengths and length penalties (one at its last step, where every candidate
+    finishes), expands each as it would alone."""
+    batch, plain = 3, _head(6)
+
+    def head(h: torch.Tensor) -> torch.Tensor:  # EOS (7) among the candidates: finishes
+        logits = plain(h)
+        logits[:, 7] += 4.0
+        return logits
+
+    hidden = torch.randn(batch * K, HIDDEN, generator=torch.Generator().manual_seed(7))
+    state = _state(batch, 8)
+    state.fin_scores[:, :2] = -3.0  # some finished hypotheses to compete with
+    state.fin_done[:, :2] = True
+    rows = [
+        step_scalars(2, 10, 1.0, False),
+        step_scalars(4, 5, -0.5, False),  # its last step
+        step_scalars(3, 6, 2.0, False),
+    ]
+    spec = _spec(K, False, step=2)
+    together = expand(spec, _inputs(hidden, state, 0, rows), head, VOCAB)
+    assert bool(together.state.fin_done.any())
+    for b in range(batch):
+        part = hidden[b * K : (b + 1) * K]
+        alone = expand(spec, _inputs(part, state.row(b), 0, rows[b : b + 1]), head, VOCAB)
+        assert torch.equal(alone.ints[0], together.ints[b])
+        assert torch.equal(alone.flags[0], together.flags[b])
+        assert torch.equal(alone.request_flags[0], together.request_flags[b])
+        torch.testing.assert_close(alone.floats[0], together.floats[b], rtol=0, atol=0)
+    same = expand(spec, _inputs(hidden, state, 0, [rows[0]] * batch), head, VOCAB)
+    assert not torch.equal(same.floats, together.floats)  # the rows did differ
 
 
 def test_first_step_rows_share_the_prompt_state() -> None:
