@@ -220,10 +220,11 @@ class Engine:
 
         With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
         packed attention metadata, copies) while the device still runs the previous step's beam
-        selection, and only then reads the previous step's stop flags. Admission and the decode
-        set are decided after those flags in both modes (a batch prepared for requests that
-        turned out done, or before an admission, is prepared again), so both modes run the same
-        batches and compute exactly the same thing."""
+        selection, and only then reads the previous step's stop flags; after an admission it
+        prepares the batch with the new requests while the device prefills them, before their
+        first flags are read. Admission and the decode set are decided after those flags in both
+        modes (a batch prepared for requests that turned out done is prepared again), so both
+        modes run the same batches and compute exactly the same thing."""
         done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
@@ -235,6 +236,9 @@ class Engine:
         self.last_step_rows = sum(s.num_rows for s in admitted)
         if admitted:
             done += self._prefill(admitted)
+            if self.config.overlap_scheduling:  # the host prepares while the device prefills
+                candidates = self._decode_candidates()
+                prepared = self._prepare_decode(candidates) if candidates else None
             done += self._resolve()  # a new request's first decision: needed for this batch
         active = self._decode_candidates()
         self.last_step_rows += sum(s.num_rows for s in active)
