@@ -162,8 +162,9 @@ class EngineConfig:
         default=(),
         metadata=_help(
             "with capture_at_start: beam widths (n = beam, as Recommend asks) whose beam steps "
-            "are captured for every lockstep batch bucket of up to 32 such requests (Recommend's "
-            "shape and the chat routes'), besides the widths of the row buckets "
+            "are captured for every lockstep batch bucket of up to 32 such requests (a larger "
+            "cohort runs as batches of 32; Recommend's shape and the chat routes'), besides the "
+            "widths of the row buckets "
             "(comma-separated; e.g. 50,512,1000)"
         ),
     )

@@ -8,7 +8,8 @@ step's host work and launches do not grow with the number of requests, and reque
 arrive a step apart (answers reach clients at different times) still share a launch. A first
 step (one hidden row per request) and a later one (k rows) differ in spec, so arrivals form
 their own cohort for that step. Wide requests (whose blocks are ranked,
-`search/beam_candidates.py`) and, without `batch`, every request form a cohort of one. The
+`search/beam_candidates.py`) and, without `batch`, every request form a cohort of one; a
+cohort of more than `MAX_COHORT` requests runs as several batches. The
 expansion runs through the policy's expander: eagerly, or replayed from a CUDA graph
 (`expansion_graphs.py`).
 """
@@ -21,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from widebeam.services.decoder.requests.spec import Normalization
+from widebeam.services.decoder.runner.expansion_graphs import MAX_COHORT
 from widebeam.services.decoder.runner.request_state import RequestState, apply_selection
 from widebeam.services.decoder.runner.request_step import StepPolicy
 from widebeam.services.decoder.search.beam_expansion import ExpansionSpec
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 class Advanced(NamedTuple):
     advanced: set[int]  # chunk indices of the requests advanced here
     failures: dict[int, Exception]  # requests whose step failed (nothing of theirs changed)
-    cohorts: int = 0  # lockstep cohorts (streamed beam steps launched, retries aside)
+    cohorts: int = 0  # cohort batches (streamed beam steps launched, retries aside)
 
 
 def advance_cohorts(
@@ -50,8 +52,13 @@ def advance_cohorts(
             spec = key[0]
             assert isinstance(spec, ExpansionSpec)
             groups.setdefault(key, (spec, []))[1].append(i)
+    batches = [
+        (spec, members[start : start + MAX_COHORT])
+        for spec, members in groups.values()
+        for start in range(0, len(members), MAX_COHORT)
+    ]
     done = Advanced(set(), {})
-    for spec, members in groups.values():
+    for spec, members in batches:
         try:
             _advance_members(chunks, members, spec, policy, done)
         except Exception:  # nothing was adopted yet: each request retries on its own
@@ -64,7 +71,7 @@ def advance_cohorts(
                 except Exception as exc:
                     log.exception("request %s failed in its beam step", chunks[i][0].request_id)
                     done.failures[i] = exc
-    return done._replace(cohorts=len(groups))
+    return done._replace(cohorts=len(batches))
 
 
 def _advance_members(

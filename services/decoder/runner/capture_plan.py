@@ -20,11 +20,10 @@ from widebeam.services.decoder.config import EngineConfig, is_cuda_device
 from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
-from widebeam.services.decoder.runner.expansion_graphs import BATCH_STEP, EXACT_BATCH
+from widebeam.services.decoder.runner.expansion_graphs import BATCH_STEP, EXACT_BATCH, MAX_COHORT
 from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS, TOKEN_STEP
 
 WIDENED_LOCKSTEP = 2  # widened Recommend calls stepping together that get start-up graphs
-LISTED_LOCKSTEP = 32  # the largest lockstep cohort of a declared width listed at start-up
 
 
 class CaptureBucket(NamedTuple):
@@ -81,16 +80,16 @@ def expansion_batches(config: EngineConfig) -> list[CaptureBucket]:
 
 
 def lockstep_counts(width: int, max_rows: int) -> list[int]:
-    """One request count per expansion batch bucket a cohort of `width`-beams can fall in, up
-    to `LISTED_LOCKSTEP` requests: every count up to `EXACT_BATCH` (each its own graph), then
-    each `BATCH_STEP` bucket (a busy server's cohorts: more than 16 n = 50 requests step
-    together at twice a W3 server's capacity); larger cohorts are captured when first met."""
+    """One request count per expansion batch bucket a cohort of `width`-beams can fall in:
+    every count up to `EXACT_BATCH` (each its own graph), then each `BATCH_STEP` bucket up to
+    `MAX_COHORT` (a busy server's cohorts: more than 16 n = 50 requests step together at twice
+    a W3 server's capacity); larger cohorts run as batches of `MAX_COHORT`."""
     most = max_rows // width
     exact = list(range(1, min(EXACT_BATCH, most) + 1))
     first_rounded = EXACT_BATCH + BATCH_STEP
     rounded = [
         min(bucket, most)  # falls in `bucket`: more than bucket - BATCH_STEP requests
-        for bucket in range(first_rounded, LISTED_LOCKSTEP + 1, BATCH_STEP)
+        for bucket in range(first_rounded, MAX_COHORT + 1, BATCH_STEP)
         if bucket - BATCH_STEP < most
     ]
     return exact + rounded

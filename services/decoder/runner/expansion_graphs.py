@@ -32,6 +32,10 @@ from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 # two: 3 -> 4, 12 -> 16) can cost more than the graph saves.
 EXACT_BATCH = 16
 BATCH_STEP = 8
+# A cohort runs as batches of at most this many requests (`runner/beam_cohorts.py`), so a busy
+# server's cohorts stay within the buckets captured at start-up (`capture_plan.py`); a batch of
+# 32 requests already shares its launches over 32 * k rows.
+MAX_COHORT = 32
 
 
 def batch_bucket(batch: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.runner.expansion_graphs import MAX_COHORT
 from widebeam.services.decoder.runner.step_counts import StepCounts
 
 STEPS = 3
@@ -42,3 +43,22 @@ def test_requests_run_apart_take_a_forward_each(sid_model: SidModel) -> None:
         prefill_forwards=4, prefilled_requests=4, decode_forwards=4 * (STEPS - 1),
         beam_expansions=4 * STEPS,
     )  # fmt: skip
+
+
+def test_a_cohort_beyond_max_cohort_runs_as_batches_of_it(sid_model: SidModel) -> None:
+    """More lockstep requests than `MAX_COHORT` expand in batches of at most that many (the
+    largest batch captured at start-up), and each returns what it returns alone."""
+    engine = sid_model.engine(dense_expansion_limit=0, max_rows=4 * MAX_COHORT)
+    requests = [
+        GenerationRequest(
+            f"many-{i}", (5, 6 + i % 7, 7 + i), beam_width=2, n=2, max_new_tokens=STEPS,
+            eos_token_id=(),
+        )
+        for i in range(MAX_COHORT + 3)
+    ]  # fmt: skip
+    outputs = engine.generate(requests)
+    assert engine.step_counts.beam_expansions == STEPS * 2  # MAX_COHORT, then 3, every step
+    alone = sid_model.engine(dense_expansion_limit=0)
+    for request, out in zip(requests[-4:], outputs[-4:], strict=True):
+        [expected] = alone.generate([request])
+        assert [b.output_ids for b in out.beams] == [b.output_ids for b in expected.beams]
