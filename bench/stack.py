@@ -112,14 +112,29 @@ class Phase:
         }
 
 
-def batching(before: StepCounts, after: StepCounts, answered: int) -> dict[str, float]:
-    prefills = after.prefill_forwards - before.prefill_forwards
+def batching(
+    before: StepCounts, after: StepCounts, answered: int, wall_s: float
+) -> dict[str, float]:
+    """How the phase's requests shared the engine's forwards, and how busy it was."""
+    prefills = max(after.prefill_forwards - before.prefill_forwards, 1)
+    decodes = after.decode_forwards - before.decode_forwards
+    answered = max(answered, 1)
     return {
-        "requests_per_prefill": (after.prefilled_requests - before.prefilled_requests)
-        / max(prefills, 1),
-        "expansions_per_request": (after.beam_expansions - before.beam_expansions)
-        / max(answered, 1),
+        "requests_per_prefill": (after.prefilled_requests - before.prefilled_requests) / prefills,
+        "rows_per_decode": (after.decode_rows - before.decode_rows) / max(decodes, 1),
+        "decodes_per_request": decodes / answered,
+        "expansions_per_request": (after.beam_expansions - before.beam_expansions) / answered,
+        "busy": (after.step_seconds - before.step_seconds) / max(wall_s, 1e-9),
     }
+
+
+BATCHING_COLUMNS = {  # `batching`'s keys, as the table names them
+    "requests_per_prefill": "prefill batch",
+    "rows_per_decode": "rows/decode",
+    "decodes_per_request": "decodes/req",
+    "expansions_per_request": "expansions/req",
+    "busy": "engine busy",
+}
 
 
 def build_workload(args: argparse.Namespace) -> Workload:
@@ -185,7 +200,7 @@ def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase]
         n = len(stats.latencies_ms)
         phase = Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s)
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
-        phase.batching = batching(steps_before, engine.step_counts, n)
+        phase.batching = batching(steps_before, engine.step_counts, n, stats.wall_s)
         phases.append(phase)
     captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
     del engine
@@ -325,7 +340,9 @@ async def service_phases(
                     name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
                     for name, server in servers.items()
                 }
-                phase.batching = batching(steps_before, step_counts(metrics_url), answered)
+                phase.batching = batching(
+                    steps_before, step_counts(metrics_url), answered, phase.wall_s
+                )
                 phase.captures = sum(serving_captures(metrics_url).values()) - before
                 phases.append(phase)
                 print(phase.row(), flush=True)
@@ -436,15 +453,21 @@ def step_counts(metrics_url: str) -> StepCounts:
     """The decoder's forward counters (`widebeam_decoder_forwards_total` and its kin)."""
     text = httpx.get(metrics_url, timeout=10).text
 
-    def sample(name: str) -> int:
-        match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
-        return int(float(match.group(1))) if match else 0
+    def sample(name: str) -> float:
+        match = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+        return float(match.group(1)) if match else 0.0
+
+    def count(name: str) -> int:
+        return int(sample(name))
 
     return StepCounts(
-        prefill_forwards=sample('widebeam_decoder_forwards_total{kind="prefill"}'),
-        prefilled_requests=sample("widebeam_decoder_prefilled_requests_total"),
-        decode_forwards=sample('widebeam_decoder_forwards_total{kind="decode"}'),
-        beam_expansions=sample("widebeam_decoder_beam_expansions_total"),
+        prefill_forwards=count('widebeam_decoder_forwards_total{kind="prefill"}'),
+        prefilled_requests=count("widebeam_decoder_prefilled_requests_total"),
+        prefill_tokens=count('widebeam_decoder_forward_rows_total{kind="prefill"}'),
+        decode_forwards=count('widebeam_decoder_forwards_total{kind="decode"}'),
+        decode_rows=count('widebeam_decoder_forward_rows_total{kind="decode"}'),
+        beam_expansions=count("widebeam_decoder_beam_expansions_total"),
+        step_seconds=sample("widebeam_decoder_step_seconds_total"),
     )
 
 
@@ -581,14 +604,13 @@ def report(
     write_result("stack", result)
     print(markdown_table(
         ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
-         "captures", *(f"{k} CPU ms/req" for k in CPU_COLUMNS), "prefill batch",
-         "expansions/req"],
+         "captures", *(f"{k} CPU ms/req" for k in CPU_COLUMNS), *BATCHING_COLUMNS.values()],
         [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
           r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"],
           *(f"{r['cpu_ms_per_request'][k]:.1f}" if k in r["cpu_ms_per_request"] else "-"
             for k in CPU_COLUMNS),
-          *(f"{r['batching'][k]:.2f}" if r["batching"] else "-"
-            for k in ("requests_per_prefill", "expansions_per_request"))] for r in rows],
+          *(f"{r['batching'][k]:.2f}" if k in r["batching"] else "-"
+            for k in BATCHING_COLUMNS)] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
         ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],

@@ -216,6 +216,15 @@ class Engine:
         self.runner.capture_counts.mark_ready()
 
     def step(self) -> list[RequestOutput]:
+        """Prefill the admitted requests, then one decode step over every running row (see
+        `_step`); its time counts as the engine's busy time."""
+        started = time.perf_counter()
+        try:
+            return self._step()
+        finally:
+            self.step_counts.step_seconds += time.perf_counter() - started
+
+    def _step(self) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row.
 
         With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
@@ -247,6 +256,7 @@ class Engine:
                 prepared = self._prepare_decode(active)
             hidden = self.runner.launch_decode(prepared)
             self.step_counts.decode_forwards += 1
+            self.step_counts.decode_rows += prepared.inputs.tokens.shape[0]
             chunks, row = [], 0
             for state in active:
                 chunks.append((state, hidden[row : row + state.num_rows]))
@@ -289,6 +299,8 @@ class Engine:
         )
         self.step_counts.prefill_forwards += 1
         self.step_counts.prefilled_requests += len(states)
+        computed = sum(s.prompt_len - s.cached_prompt_tokens for s in states)
+        self.step_counts.prefill_tokens += computed
         return self._select([(s, hidden[i : i + 1]) for i, s in enumerate(states)])
 
     def _prepare_decode(self, states: list[RequestState]) -> PreparedStep:

@@ -25,6 +25,10 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         assert answered == sum(row["statuses"].values()) == 4, row
         assert row["answered_rps"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
         assert row["captures"] == 0  # per phase (CPU: no graphs at all)
+        batching = row["batching"]  # the engine's counters over the phase
+        assert batching["requests_per_prefill"] >= 1 and batching["rows_per_decode"] >= 4, row
+        assert batching["decodes_per_request"] > 0 and batching["expansions_per_request"] >= 0
+        assert 0 < batching["busy"] <= 1.05, row  # a share of the phase's wall time
         if row["path"] != "engine":  # each server process's host time per request (its
             # size depends on the machine, and /proc counts in 10 ms ticks: only that it is read)
             assert set(row["cpu_ms_per_request"]) == {"decoder", "decoder API", "gateway"}, row

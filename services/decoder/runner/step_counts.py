@@ -1,9 +1,10 @@
-"""How many forwards the engine ran and how many requests shared them: how well arrivals batch.
+"""How many forwards the engine ran, how full they were, and how much of its time it worked.
 
 A closed loop of clients whose answers reach them at different times sends its next requests
-apart, so the engine prefills them in separate forwards and steps them in separate cohorts;
-requests per prefill forward and per beam expansion show it (the stack bench reports both per
-path, next to the in-process engine's).
+apart, so the engine prefills them in separate forwards, steps them in fuller or emptier decode
+batches, and may wait for work between steps; requests per prefill forward, rows per decode
+forward, beam expansions per request and the share of wall time spent in steps show it (the
+stack bench reports them per path, next to the in-process engine's).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from dataclasses import dataclass
 
 @dataclass
 class StepCounts:
-    """Written by the engine thread only; plain ints, so any thread may read them."""
+    """Written by the engine thread only; plain numbers, so any thread may read them."""
 
     prefill_forwards: int = 0
     prefilled_requests: int = 0
+    prefill_tokens: int = 0  # prompt tokens computed (cached prefixes not counted)
     decode_forwards: int = 0
-    beam_expansions: int = 0  # streamed beam steps launched: one per lockstep cohort
+    decode_rows: int = 0  # rows over all decode forwards (before padding to a graph bucket)
+    beam_expansions: int = 0  # streamed beam steps launched: one per cohort batch
+    step_seconds: float = 0.0  # wall time inside `Engine.step` (host and device work, waits)

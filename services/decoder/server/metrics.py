@@ -12,9 +12,12 @@ The prompt-prefix cache (`kv/prefix_cache.py`), read from its stats at scrape ti
 `unheld`, which eviction may give back) and `_evicted_pages_total`. All 0 with the cache off.
 
 How well arrivals batch (`runner/step_counts.py`): `widebeam_decoder_forwards_total{kind}`
-(prefill / decode forwards run), `widebeam_decoder_prefilled_requests_total` (requests those
-prefills held: per prefill forward, the batch) and `widebeam_decoder_beam_expansions_total`
-(streamed beam steps launched, one per lockstep cohort).
+(prefill / decode forwards run), `widebeam_decoder_forward_rows_total{kind}` (prompt tokens
+computed by prefills, rows of decode forwards: per forward, how full),
+`widebeam_decoder_prefilled_requests_total` (requests those prefills held: per prefill forward,
+the batch), `widebeam_decoder_beam_expansions_total` (streamed beam steps launched, one per
+cohort batch) and `widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall
+time, how busy the engine is).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ PREFIX_CACHE = "widebeam_decoder_prefix_cache"  # the prefix-cache metrics' comm
 FORWARDS = "widebeam_decoder_forwards"
 PREFILLED_REQUESTS = "widebeam_decoder_prefilled_requests"
 BEAM_EXPANSIONS = "widebeam_decoder_beam_expansions"
+FORWARD_ROWS = "widebeam_decoder_forward_rows"
+STEP_SECONDS = "widebeam_decoder_step_seconds"
 
 
 class _CaptureCollector(Collector):
@@ -89,13 +94,23 @@ class _StepCollector(Collector):
         forwards.add_metric(["prefill"], counts.prefill_forwards)
         forwards.add_metric(["decode"], counts.decode_forwards)
         yield forwards
+        rows = CounterMetricFamily(
+            FORWARD_ROWS, "prompt tokens computed (prefill), rows run (decode)", labels=["kind"]
+        )
+        rows.add_metric(["prefill"], counts.prefill_tokens)
+        rows.add_metric(["decode"], counts.decode_rows)
+        yield rows
         yield CounterMetricFamily(
             PREFILLED_REQUESTS, "requests prefilled (over prefill forwards: the batch)",
             value=counts.prefilled_requests,
         )  # fmt: skip
         yield CounterMetricFamily(
-            BEAM_EXPANSIONS, "streamed beam steps launched, one per lockstep cohort",
+            BEAM_EXPANSIONS, "streamed beam steps launched, one per cohort batch",
             value=counts.beam_expansions,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            STEP_SECONDS, "wall time in engine steps (over wall time: how busy the engine is)",
+            value=counts.step_seconds,
         )  # fmt: skip
 
 

@@ -1,8 +1,11 @@
 """The engine counts its forwards and how many requests shared them: requests run together
 share one prefill forward and one beam expansion per step; the same requests run one after
-another take one of each per request."""
+another take one of each per request; decode forwards count their rows, prefills the prompt
+tokens they computed."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.requests.spec import GenerationRequest
@@ -22,16 +25,21 @@ def _requests(tag: str, count: int) -> list[GenerationRequest]:
     ]  # fmt: skip
 
 
+def _untimed(counts: StepCounts) -> StepCounts:
+    return dataclasses.replace(counts, step_seconds=0.0)
+
+
 def test_requests_run_together_share_their_forwards(sid_model: SidModel) -> None:
     engine = sid_model.engine(dense_expansion_limit=0)  # every beam request streams
     outputs = engine.generate(_requests("together", 4))
     assert all(out.error is None for out in outputs)
     # one prefill of all four (it picks the first token), then STEPS - 1 decode forwards, and
     # every step's expansion is one cohort of four lockstep requests
-    assert engine.step_counts == StepCounts(
-        prefill_forwards=1, prefilled_requests=4, decode_forwards=STEPS - 1,
-        beam_expansions=STEPS,
+    assert _untimed(engine.step_counts) == StepCounts(
+        prefill_forwards=1, prefilled_requests=4, prefill_tokens=4 * 3,
+        decode_forwards=STEPS - 1, decode_rows=(STEPS - 1) * 4 * 8, beam_expansions=STEPS,
     )  # fmt: skip
+    assert engine.step_counts.step_seconds > 0
 
 
 def test_requests_run_apart_take_a_forward_each(sid_model: SidModel) -> None:
@@ -39,8 +47,9 @@ def test_requests_run_apart_take_a_forward_each(sid_model: SidModel) -> None:
     for request in _requests("apart", 4):
         [out] = engine.generate([request])
         assert out.error is None
-    assert engine.step_counts == StepCounts(
-        prefill_forwards=4, prefilled_requests=4, decode_forwards=4 * (STEPS - 1),
+    assert _untimed(engine.step_counts) == StepCounts(
+        prefill_forwards=4, prefilled_requests=4, prefill_tokens=4 * 3,
+        decode_forwards=4 * (STEPS - 1), decode_rows=4 * (STEPS - 1) * 8,
         beam_expansions=4 * STEPS,
     )  # fmt: skip
 

@@ -94,6 +94,9 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
             'widebeam_decoder_forwards_total{kind="decode"}',
             "widebeam_decoder_prefilled_requests_total",
             "widebeam_decoder_beam_expansions_total",
+            'widebeam_decoder_forward_rows_total{kind="prefill"}',
+            'widebeam_decoder_forward_rows_total{kind="decode"}',
+            "widebeam_decoder_step_seconds_total",
         )
         with grpc.insecure_channel(srv.address) as channel:
             stub = pb_grpc.DecoderStub(channel)
@@ -106,3 +109,6 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
     assert delta[0] == 3 and delta[2] == 3
     assert delta[1] == 3 * 2  # the prefill picks the first of 3 tokens
     assert delta[3] == 0  # a beam of 4 over the tiny vocabulary ranks densely: not streamed
+    assert delta[4] == 3 * 3  # three prompts of 3 tokens, nothing cached
+    assert delta[5] == 3 * 2 * 4  # each decode forward runs one request's 4 rows
+    assert delta[6] > 0
