@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -215,16 +215,18 @@ class Engine:
         """Serving starts: captures from now on count as captures while serving."""
         self.runner.capture_counts.mark_ready()
 
-    def step(self) -> list[RequestOutput]:
+    def step(self, intake: Callable[[], None] | None = None) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row (see
-        `_step`); its time counts as the engine's busy time."""
+        `_step`); its time counts as the engine's busy time. `intake` runs on this thread right
+        before admission, after the step has waited for the device: a server submits there
+        what arrived meanwhile, so it joins this step instead of the next."""
         started = time.perf_counter()
         try:
-            return self._step()
+            return self._step(intake)
         finally:
             self.step_counts.step_seconds += time.perf_counter() - started
 
-    def _step(self) -> list[RequestOutput]:
+    def _step(self, intake: Callable[[], None] | None) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row.
 
         With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
@@ -241,6 +243,8 @@ class Engine:
             candidates = self._decode_candidates()
             prepared = self._prepare_decode(candidates) if candidates else None
             done += self._resolve()
+        if intake is not None:
+            intake()
         admitted = self.scheduler.admit()
         self.last_step_rows = sum(s.num_rows for s in admitted)
         if admitted:

@@ -245,6 +245,20 @@ class AsyncEngine:
                 continue
             self._jobs[job.rid] = job
 
+    def _intake(self) -> None:
+        """Called by the engine mid-step, right before it admits (after it waited for the
+        device): what arrived meanwhile is submitted now and joins this step. Drained only
+        between steps, a closed loop's next request, sent as its answer left, missed the step
+        that followed and waited one more. Aborts and swaps wait for the loop's next turn."""
+        with self._cond:
+            if not self._inbox:
+                return
+            jobs, self._inbox = self._inbox, []
+            self._in_transit += len(jobs)
+            self._in_transit_work += self._inbox_work
+            self._inbox_work = 0
+        self._submit(jobs)
+
     def _leave_transit(self, job: _Job) -> None:
         """A refused job's work leaves the queue before its caller hears of it: the caller's
         next request must not be predicted to wait behind work that will never run (a bad
@@ -260,7 +274,7 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             self.meter.step_started()
-            outputs = self.engine.step()
+            outputs = self.engine.step(self._intake)
             self.meter.step_finished(self.engine.last_step_rows)
         except Exception as exc:
             self.step_failures += 1
