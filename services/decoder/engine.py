@@ -215,29 +215,18 @@ class Engine:
         """Serving starts: captures from now on count as captures while serving."""
         self.runner.capture_counts.mark_ready()
 
-    def step(
-        self,
-        intake: Callable[[], None] | None = None,
-        emit: Callable[[RequestOutput], None] | None = None,
-    ) -> list[RequestOutput]:
+    def step(self, intake: Callable[[], None] | None = None) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row (see
-        `_step`); returns the requests that finished. Its time counts as the engine's busy
-        time. For a server, on this thread: `intake` runs right before admission, after the
-        step has waited for the device (what arrived meanwhile joins this step instead of the
-        next); `emit` takes each finished request as soon as its answer is built, mid-step,
-        instead of the returned list (its client's next request can then reach this step's
-        successor before that one admits)."""
+        `_step`); its time counts as the engine's busy time. `intake` runs on this thread right
+        before admission, after the step has waited for the device: a server submits there
+        what arrived meanwhile, so it joins this step instead of the next."""
         started = time.perf_counter()
-        finished: list[RequestOutput] = []
         try:
-            self._step(intake, finished.append if emit is None else emit)
+            return self._step(intake)
         finally:
             self.step_counts.step_seconds += time.perf_counter() - started
-        return finished
 
-    def _step(
-        self, intake: Callable[[], None] | None, emit: Callable[[RequestOutput], None]
-    ) -> None:
+    def _step(self, intake: Callable[[], None] | None) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row.
 
         With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
@@ -247,27 +236,23 @@ class Engine:
         first flags are read. Admission and the decode set are decided after those flags in both
         modes (a batch prepared for requests that turned out done is prepared again), so both
         modes run the same batches and compute exactly the same thing."""
-
-        def done(outputs: list[RequestOutput]) -> None:
-            for out in outputs:
-                emit(out)
-
+        done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
         if self.config.overlap_scheduling:
             candidates = self._decode_candidates()
             prepared = self._prepare_decode(candidates) if candidates else None
-            done(self._resolve())
+            done += self._resolve()
         if intake is not None:
             intake()
         admitted = self.scheduler.admit()
         self.last_step_rows = sum(s.num_rows for s in admitted)
         if admitted:
-            done(self._prefill(admitted))
+            done += self._prefill(admitted)
             if self.config.overlap_scheduling:  # the host prepares while the device prefills
                 candidates = self._decode_candidates()
                 prepared = self._prepare_decode(candidates) if candidates else None
-            done(self._resolve())  # a new request's first decision: needed for this batch
+            done += self._resolve()  # a new request's first decision: needed for this batch
         active = self._decode_candidates()
         self.last_step_rows += sum(s.num_rows for s in active)
         if active:
@@ -280,9 +265,10 @@ class Engine:
             for state in active:
                 chunks.append((state, hidden[row : row + state.num_rows]))
                 row += state.num_rows
-            done(self._select(chunks))
+            done += self._select(chunks)
         if not self.config.overlap_scheduling:
-            done(self._resolve())
+            done += self._resolve()
+        return done
 
     def _decode_candidates(self) -> list[RequestState]:
         # A request at its last token is done whatever its flag says: never prepared.

@@ -3,10 +3,7 @@
 `Engine.step()` is blocking tensor work, so it never runs on the event loop. Everything that
 touches the engine — submissions, aborts, catalog swaps, steps — happens on one thread, so the
 engine needs no locks: callers hand work over through queues guarded by one condition variable,
-and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. Inside a
-step the engine calls back on this thread twice: it hands over each answer as soon as it is
-built, and, right before it admits, it takes what arrived while it waited for the device; so a
-closed loop's next request joins the step after its answer, as it would in-process. The thread
+and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. The thread
 sleeps on the condition when it has nothing to do.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
@@ -277,18 +274,17 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             self.meter.step_started()
-            self.engine.step(self._intake, self._emit)
+            outputs = self.engine.step(self._intake)
             self.meter.step_finished(self.engine.last_step_rows)
         except Exception as exc:
             self.step_failures += 1
             log.exception("engine step failed; failing the requests it was running")
             self._fail_running(EngineFailure(f"engine step failed: {type(exc).__name__}: {exc}"))
-
-    def _emit(self, out: RequestOutput) -> None:
-        """A finished request's answer, handed to its caller mid-step as soon as it is built."""
-        job = self._jobs.pop(str(out.request_id), None)
-        if job is not None:
-            _settle(job, result=out)
+            return
+        for out in outputs:
+            job = self._jobs.pop(str(out.request_id), None)
+            if job is not None:
+                _settle(job, result=out)
 
     def _fail_running(self, error: Exception) -> None:
         """Abort (freeing rows and KV) every request past admission; waiting ones stay queued."""
