@@ -4,7 +4,9 @@
 touches the engine — submissions, aborts, catalog swaps, steps — happens on one thread, so the
 engine needs no locks: callers hand work over through queues guarded by one condition variable,
 and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. The thread
-sleeps on the condition when it has nothing to do.
+sleeps on the condition when it has nothing to do. What arrives while a step runs joins that
+same step: `Engine.step` calls back (`_intake`) right before admission, after the device wait, and
+the thread submits the inbox there instead of at the next step's start.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
