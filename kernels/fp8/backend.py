@@ -1,5 +1,9 @@
 """Which FP8 GEMM a device runs, decided here once: `torch._scaled_mm` on CUDA, the plain-torch
-reference elsewhere. The model's FP8 linears hold the chosen object; nothing else names a path."""
+reference elsewhere. The model's FP8 linears hold the chosen object; nothing else names a path.
+
+A path is its activation quantizer and its GEMM on already-quantized rows: the model hands an
+FP8 linear rows its previous kernel quantized (`kernels/layers/dispatch.py`'s `*_fp8` layers)
+and the linear skips its own quantization."""
 
 from __future__ import annotations
 
@@ -8,26 +12,38 @@ from dataclasses import dataclass
 
 import torch
 
-from widebeam.kernels.fp8.quantize import Fp8Weight
-from widebeam.kernels.fp8.scaled_mm import fp8_linear_scaled_mm
-from widebeam.kernels.fp8.torch_ref import fp8_linear_ref
+from widebeam.kernels.fp8.quantize import Fp8Rows, Fp8Weight, quantize_rows
+from widebeam.kernels.fp8.scaled_mm import quantize_activations, scaled_mm_rows
+from widebeam.kernels.fp8.torch_ref import fp8_matmul_ref
 
 # torch._scaled_mm's row-wise FP8 GEMM needs Ada (8.9) or Hopper and later.
 MIN_CUDA_CAPABILITY = (8, 9)
 
-LinearFn = Callable[[torch.Tensor, Fp8Weight, torch.Tensor | None], torch.Tensor]
+# (x [tokens, in] model dtype, padded in) -> FP8 rows
+QuantizeFn = Callable[[torch.Tensor, int], Fp8Rows]
+# (rows, weight, bias [out] | None, model dtype) -> [tokens, out] model dtype
+MatmulFn = Callable[[Fp8Rows, Fp8Weight, torch.Tensor | None, torch.dtype], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class Fp8Gemm:
-    """One FP8 GEMM path: `linear(x [tokens, in], weight, bias [out] | None) -> [tokens, out]`."""
+    """One FP8 GEMM path: its activation quantizer and its GEMM on quantized rows."""
 
     name: str
-    linear: LinearFn
+    quantize: QuantizeFn
+    matmul: MatmulFn
+
+    def linear(
+        self,
+        x: torch.Tensor,  # [tokens, in] model dtype
+        weight: Fp8Weight,
+        bias: torch.Tensor | None,  # [out] model dtype
+    ) -> torch.Tensor:  # [tokens, out] model dtype
+        return self.matmul(self.quantize(x, weight.data.shape[1]), weight, bias, x.dtype)
 
 
-TORCH_REFERENCE = Fp8Gemm("torch", fp8_linear_ref)
-SCALED_MM = Fp8Gemm("scaled_mm", fp8_linear_scaled_mm)
+TORCH_REFERENCE = Fp8Gemm("torch", quantize_rows, fp8_matmul_ref)
+SCALED_MM = Fp8Gemm("scaled_mm", quantize_activations, scaled_mm_rows)
 
 
 def fp8_gemm_for(device: torch.device, dtype: torch.dtype) -> Fp8Gemm:

@@ -29,8 +29,27 @@ def _triton_quantizer() -> Quantizer | None:
 
 
 def quantize_activations(x: torch.Tensor, cols: int) -> Fp8Rows:
+    """x [tokens, in] -> FP8 rows zero-padded to `cols`."""
     fused = _triton_quantizer() if x.is_cuda else None
     return quantize_rows(x, cols) if fused is None else fused(x, cols)
+
+
+def scaled_mm_rows(
+    rows: Fp8Rows,  # activations already quantized: [tokens, padded in]
+    weight: Fp8Weight,
+    bias: torch.Tensor | None,  # [out] bf16
+    out_dtype: torch.dtype,  # bf16
+) -> torch.Tensor:  # [tokens, out] out_dtype
+    out = torch._scaled_mm(
+        rows.data,
+        weight.data.t(),
+        scale_a=rows.scale,
+        scale_b=weight.scale,
+        out_dtype=out_dtype,
+    )  # [tokens, padded out]
+    if weight.data.shape[0] != weight.out_features:
+        out = out[:, : weight.out_features].contiguous()
+    return out if bias is None else out + bias
 
 
 def fp8_linear_scaled_mm(
@@ -38,14 +57,4 @@ def fp8_linear_scaled_mm(
     weight: Fp8Weight,
     bias: torch.Tensor | None,  # [out] bf16
 ) -> torch.Tensor:  # [tokens, out] bf16
-    rows = quantize_activations(x, weight.data.shape[1])
-    out = torch._scaled_mm(
-        rows.data,
-        weight.data.t(),
-        scale_a=rows.scale,
-        scale_b=weight.scale,
-        out_dtype=x.dtype,
-    )  # [tokens, padded out]
-    if weight.data.shape[0] != weight.out_features:
-        out = out[:, : weight.out_features].contiguous()
-    return out if bias is None else out + bias
+    return scaled_mm_rows(quantize_activations(x, weight.data.shape[1]), weight, bias, x.dtype)

@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import torch
 
-from widebeam.kernels.fp8.quantize import Fp8Weight, quantize_rows
+from widebeam.kernels.fp8.quantize import Fp8Rows, Fp8Weight, quantize_rows
+
+
+def fp8_matmul_ref(
+    rows: Fp8Rows,  # activations already quantized: [tokens, padded in]
+    weight: Fp8Weight,
+    bias: torch.Tensor | None,  # [out] model dtype
+    out_dtype: torch.dtype,  # the model dtype
+) -> torch.Tensor:  # [tokens, out] out_dtype
+    product = rows.data.float() @ weight.data.float().t()  # [tokens, padded out] fp32
+    out = (product * rows.scale * weight.scale)[:, : weight.out_features].to(out_dtype)
+    return out if bias is None else out + bias
 
 
 def fp8_linear_ref(
@@ -15,7 +26,4 @@ def fp8_linear_ref(
     weight: Fp8Weight,
     bias: torch.Tensor | None,  # [out] model dtype
 ) -> torch.Tensor:  # [tokens, out] model dtype
-    rows = quantize_rows(x, weight.data.shape[1])
-    product = rows.data.float() @ weight.data.float().t()  # [tokens, padded out] fp32
-    out = (product * rows.scale * weight.scale)[:, : weight.out_features].to(x.dtype)
-    return out if bias is None else out + bias
+    return fp8_matmul_ref(quantize_rows(x, weight.data.shape[1]), weight, bias, x.dtype)

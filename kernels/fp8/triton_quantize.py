@@ -2,7 +2,11 @@
 scale and FP8 values written once (torch's reference takes a chain of elementwise kernels, each
 a full read and write of an fp32 copy: at thousands of decode rows, per GEMM, that traffic is of
 the GEMM's own order). The arithmetic is `quantize.quantize_rows`': fp32, `scale = max(amax,
-1e-12) / 448`, `x / scale` clamped to ±448, rounded to e4m3; zero padding up to `cols`."""
+1e-12) / 448`, `x / scale` clamped to ±448, rounded to e4m3; zero padding up to `cols`.
+
+`_store_fp8_row` is that arithmetic for one row already in registers: the layer kernels that
+produce a GEMM's input (`kernels/layers/triton_fp8_layers.py`) end with it instead of storing
+the row in the model dtype for this pass to read back."""
 
 from __future__ import annotations
 
@@ -21,10 +25,17 @@ def _quantize_rows_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + row * stride_x + cols, mask=cols < width, other=0.0).to(tl.float32)
+    _store_fp8_row(x, cols, q_ptr + row * stride_q, scale_ptr + row, stride_q, min_scale, fp8_max)
+
+
+@triton.jit
+def _store_fp8_row(x, cols, q_row_ptr, scale_row_ptr, q_width, min_scale, fp8_max):
+    """x: one row, fp32 [BLOCK], lanes past the row's width 0 -> its scale at `scale_row_ptr`
+    and its FP8 values at `q_row_ptr` [q_width] (the zero lanes become the zero padding)."""
     scale = tl.maximum(tl.max(tl.abs(x), axis=0), min_scale) / fp8_max
-    tl.store(scale_ptr + row, scale)
+    tl.store(scale_row_ptr, scale)
     q = _round_to_e4m3(tl.minimum(tl.maximum(x / scale, -fp8_max), fp8_max))
-    tl.store(q_ptr + row * stride_q + cols, q.to(tl.float8e4nv), mask=cols < stride_q)
+    tl.store(q_row_ptr + cols, q.to(tl.float8e4nv), mask=cols < q_width)
 
 
 @triton.jit

@@ -1,6 +1,10 @@
 """Which implementation a layer call uses: the Triton kernels for CUDA tensors when Triton is
 importable and no gradient is wanted (they have no backward), the torch reference otherwise
-(CPU, training, and the parity tests)."""
+(CPU, training, and the parity tests).
+
+The `*_fp8` layers feed an FP8 GEMM: their output quantized per row (`kernels/fp8/quantize`).
+On CUDA one kernel computes the layer and quantizes it (`triton_fp8_layers`); the reference is
+the layer, then `quantize_rows`: the values the FP8 GEMM would have quantized itself."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from types import ModuleType
 
 import torch
 
+from widebeam.kernels.fp8.quantize import Fp8Rows, quantize_rows
 from widebeam.kernels.layers.torch_ref import (
     add_rms_norm_ref,
     qk_norm_rope_ref,
@@ -36,6 +41,10 @@ def _triton_layers() -> ModuleType | None:
     return _triton_module("triton_layers")
 
 
+def _triton_fp8_layers() -> ModuleType | None:
+    return _triton_module("triton_fp8_layers")
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     fused = _triton_layers() if _fusable(x, weight) else None
     if fused is None:
@@ -59,6 +68,33 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if fused is None:
         return silu_mul_ref(gate, up)
     return fused.silu_mul_triton(gate, up)
+
+
+def rms_norm_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float, cols: int) -> Fp8Rows:
+    """rms_norm(x) [rows, D] quantized per row, zero-padded to `cols` (>= D) FP8 columns."""
+    fused = _triton_fp8_layers() if _fusable(x, weight) else None
+    if fused is None:
+        return quantize_rows(rms_norm_ref(x, weight, eps), cols)
+    return fused.rms_norm_fp8_triton(x, weight, eps, cols)
+
+
+def add_rms_norm_fp8(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, cols: int
+) -> tuple[Fp8Rows, torch.Tensor]:
+    """(rms_norm(x + residual) in FP8 as rms_norm_fp8, x + residual in the model dtype)."""
+    fused = _triton_fp8_layers() if _fusable(x, residual, weight) else None
+    if fused is None:
+        normed, new_residual = add_rms_norm_ref(x, residual, weight, eps)
+        return quantize_rows(normed, cols), new_residual
+    return fused.add_rms_norm_fp8_triton(x, residual, weight, eps, cols)
+
+
+def silu_mul_fp8(gate: torch.Tensor, up: torch.Tensor, cols: int) -> Fp8Rows:
+    """silu(gate) * up [rows, I] quantized per row, zero-padded to `cols` (>= I)."""
+    fused = _triton_fp8_layers() if _fusable(gate, up) else None
+    if fused is None:
+        return quantize_rows(silu_mul_ref(gate, up), cols)
+    return fused.silu_mul_fp8_triton(gate, up, cols)
 
 
 def qk_norm_rope(

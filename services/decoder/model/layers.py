@@ -12,29 +12,46 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from widebeam.kernels.layers.dispatch import add_rms_norm, rms_norm, silu_mul
+from widebeam.kernels.layers.dispatch import (
+    add_rms_norm,
+    add_rms_norm_fp8,
+    rms_norm,
+    rms_norm_fp8,
+    silu_mul,
+    silu_mul_fp8,
+)
 from widebeam.services.decoder.model.config import RopeScaling
+from widebeam.services.decoder.model.fp8_linear import Activation, quantized_input_cols
 
 
 class RMSNorm(nn.Module):
     """RMSNorm computed in fp32, with the weight applied after casting back (HF's order, which
-    matters for bf16 parity)."""
+    matters for bf16 parity).
+
+    `fp8_cols` (an int): the norm feeds an FP8 GEMM that takes quantized rows of that width
+    (`fp8_linear.quantized_input_cols`); the output is then those rows (`Fp8Rows`), quantized
+    by the norm's own kernel on CUDA."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., dim]
+    def forward(self, x: torch.Tensor, fp8_cols: int | None = None) -> Activation:  # [N, dim]
+        if fp8_cols is not None:
+            return rms_norm_fp8(x, self.weight, self.eps, fp8_cols)
         return rms_norm(x, self.weight, self.eps)  # one fused kernel on CUDA
 
     def add_forward(
         self,
         x: torch.Tensor,  # [..., dim] a sublayer's output
         residual: torch.Tensor,  # [..., dim] the residual stream so far
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # (norm(x + residual), x + residual)
+        fp8_cols: int | None = None,
+    ) -> tuple[Activation, torch.Tensor]:  # (norm(x + residual), x + residual)
         """The residual add fused into this norm: the same arithmetic as ``forward(x + residual)``
         (the sum stored in the model dtype), one kernel on CUDA."""
+        if fp8_cols is not None:
+            return add_rms_norm_fp8(x, residual, self.weight, self.eps, fp8_cols)
         return add_rms_norm(x, residual, self.weight, self.eps)
 
 
@@ -131,12 +148,16 @@ class SwiGLU(nn.Module):
     def fuse_projections(self) -> None:
         self.gate_up_weight, self.gate_up_bias = fuse_rows([self.gate_proj, self.up_proj])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, hidden]
+    def forward(self, x: Activation) -> torch.Tensor:  # [N, hidden] (or its FP8 rows)
         if self.gate_up_fp8 is not None:
             gate, up = self.gate_up_fp8(x).chunk(2, dim=1)
-        elif fused_applies(self.gate_up_weight, self.gate_proj.weight):
-            gate_up = F.linear(x, self.gate_up_weight, self.gate_up_bias)  # [N, 2 I]
-            gate, up = gate_up.chunk(2, dim=1)
         else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(silu_mul(gate, up))
+            assert isinstance(x, torch.Tensor), "FP8 rows fed a model-dtype GEMM"
+            if fused_applies(self.gate_up_weight, self.gate_proj.weight):
+                gate_up = F.linear(x, self.gate_up_weight, self.gate_up_bias)  # [N, 2 I]
+                gate, up = gate_up.chunk(2, dim=1)
+            else:
+                gate, up = self.gate_proj(x), self.up_proj(x)
+        cols = quantized_input_cols(self.down_proj)
+        act = silu_mul(gate, up) if cols is None else silu_mul_fp8(gate, up, cols)
+        return self.down_proj(act)

@@ -29,20 +29,21 @@ def quantize_fp8(
     """Replace the decoder layers' linears by FP8 ones, in place; the model-dtype weights they
     held are freed."""
     given = dict(prequantized or {})
+    dtype = model.model.embed_tokens.weight.dtype
     for index, layer in enumerate(model.model.layers):
         prefix = f"model.layers.{index}"
         attn, mlp = layer.self_attn, layer.mlp
         attn.qkv_fp8 = _fused(
-            attn, ("q_proj", "k_proj", "v_proj"), f"{prefix}.self_attn", given, gemm
+            attn, ("q_proj", "k_proj", "v_proj"), f"{prefix}.self_attn", given, gemm, dtype
         )
         attn.qkv_weight, attn.qkv_bias = None, None
         attn.register_module(
-            "o_proj", _single(attn.o_proj, f"{prefix}.self_attn.o_proj", given, gemm)
+            "o_proj", _single(attn.o_proj, f"{prefix}.self_attn.o_proj", given, gemm, dtype)
         )
-        mlp.gate_up_fp8 = _fused(mlp, ("gate_proj", "up_proj"), f"{prefix}.mlp", given, gemm)
+        mlp.gate_up_fp8 = _fused(mlp, ("gate_proj", "up_proj"), f"{prefix}.mlp", given, gemm, dtype)
         mlp.gate_up_weight, mlp.gate_up_bias = None, None
         mlp.register_module(
-            "down_proj", _single(mlp.down_proj, f"{prefix}.mlp.down_proj", given, gemm)
+            "down_proj", _single(mlp.down_proj, f"{prefix}.mlp.down_proj", given, gemm, dtype)
         )
 
 
@@ -64,6 +65,7 @@ def _fused(
     prefix: str,
     given: dict[str, Fp8Weight],
     gemm: Fp8Gemm,
+    dtype: torch.dtype,
 ) -> Fp8Linear:
     """One FP8 linear over the named linears' output channels; the linears are removed (the
     quantized model runs the fused GEMM only)."""
@@ -76,8 +78,10 @@ def _fused(
         bias = torch.cat([lin.bias for lin in linears])
     for n in names:
         module.register_module(n, None)
-    return Fp8Linear(weight, bias, gemm)
+    return Fp8Linear(weight, bias, gemm, dtype)
 
 
-def _single(linear: nn.Linear, name: str, given: dict[str, Fp8Weight], gemm: Fp8Gemm) -> Fp8Linear:
-    return Fp8Linear(_weight(linear, name, given), linear.bias, gemm)
+def _single(
+    linear: nn.Linear, name: str, given: dict[str, Fp8Weight], gemm: Fp8Gemm, dtype: torch.dtype
+) -> Fp8Linear:
+    return Fp8Linear(_weight(linear, name, given), linear.bias, gemm, dtype)

@@ -19,6 +19,7 @@ from widebeam.services.decoder.config import Quantization
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
 from widebeam.services.decoder.model.fp8_checkpoint import read_fp8_layout, split_fp8_state
+from widebeam.services.decoder.model.fp8_linear import Activation, quantized_input_cols
 from widebeam.services.decoder.model.layers import (
     RMSNorm,
     RotaryEmbedding,
@@ -66,10 +67,11 @@ class SelfAttention(nn.Module):
     def fuse_projections(self) -> None:
         self.qkv_weight, self.qkv_bias = fuse_rows([self.q_proj, self.k_proj, self.v_proj])
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _project(self, x: Activation) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.qkv_fp8 is not None:
             q, k, v = self.qkv_fp8(x).split(self.qkv_sizes, dim=1)
             return q, k, v
+        assert isinstance(x, torch.Tensor), "FP8 rows fed a model-dtype GEMM"
         if fused_applies(self.qkv_weight, self.q_proj.weight):
             qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [N, q_out + 2 kv_out]
             q, k, v = qkv.split(self.qkv_sizes, dim=1)  # views: the kernels take row strides
@@ -78,12 +80,12 @@ class SelfAttention(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor,  # [N, hidden]
+        x: Activation,  # [N, hidden], or its FP8 rows when qkv_fp8 takes them
         cos: torch.Tensor,  # [N, head_dim] fp32
         sin: torch.Tensor,  # [N, head_dim] fp32
         attn: AttentionContext,
     ) -> torch.Tensor:  # [N, hidden]
-        n = x.shape[0]
+        n = cos.shape[0]
         q, k, v = self._project(x)
         q = q.view(n, self.n_heads, self.head_dim)
         k = k.view(n, self.n_kv_heads, self.head_dim)
@@ -115,13 +117,16 @@ class DecoderLayer(nn.Module):
         """HF's ``h = h + attn(norm(h)); h = h + mlp(norm(h))`` with each residual add fused
         into the norm that follows it: the MLP's add is left to the next layer's input norm (or
         the final norm), so the stream is carried as (h, residual) and the sum is h + residual.
+        With FP8 GEMMs each norm also quantizes its output for the GEMM it feeds.
         """
+        qkv_cols = quantized_input_cols(self.self_attn.qkv_fp8)
         if residual is None:
-            residual, normed = h, self.input_layernorm(h)
+            residual, normed = h, self.input_layernorm(h, qkv_cols)
         else:
-            normed, residual = self.input_layernorm.add_forward(h, residual)
+            normed, residual = self.input_layernorm.add_forward(h, residual, qkv_cols)
         out = self.self_attn(normed, cos, sin, attn)
-        normed, residual = self.post_attention_layernorm.add_forward(out, residual)
+        gate_up_cols = quantized_input_cols(self.mlp.gate_up_fp8)
+        normed, residual = self.post_attention_layernorm.add_forward(out, residual, gate_up_cols)
         return self.mlp(normed), residual
 
 
