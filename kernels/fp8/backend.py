@@ -3,10 +3,15 @@ reference elsewhere. The model's FP8 linears hold the chosen object; nothing els
 
 A path is its activation quantizer and its GEMM on already-quantized rows: the model hands an
 FP8 linear rows its previous kernel quantized (`kernels/layers/dispatch.py`'s `*_fp8` layers)
-and the linear skips its own quantization."""
+and the linear skips its own quantization.
+
+A third GEMM, `triton_gemm.py`, serves the weight shapes listed in `TRITON_FROM_ROWS` from the
+row count given there (`gemm_for_weight`, applied per linear at load); `torch._scaled_mm` serves
+the rest. The list is empty until `bench/fp8_gemm.py` shows on the serving GPU where it wins."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,8 +47,49 @@ class Fp8Gemm:
         return self.matmul(self.quantize(x, weight.data.shape[1]), weight, bias, x.dtype)
 
 
+@functools.cache
+def _triton_matmul() -> MatmulFn | None:
+    try:
+        from widebeam.kernels.fp8.triton_gemm import triton_fp8_matmul
+    except ImportError:
+        return None
+    return triton_fp8_matmul
+
+
+def _triton_rows(
+    rows: Fp8Rows, weight: Fp8Weight, bias: torch.Tensor | None, out_dtype: torch.dtype
+) -> torch.Tensor:
+    matmul = _triton_matmul()
+    if matmul is None:
+        raise RuntimeError("the Triton FP8 GEMM needs triton (pip install triton)")
+    return matmul(rows, weight, bias, out_dtype)
+
+
 TORCH_REFERENCE = Fp8Gemm("torch", quantize_rows, fp8_matmul_ref)
 SCALED_MM = Fp8Gemm("scaled_mm", quantize_activations, scaled_mm_rows)
+TRITON = Fp8Gemm("triton", quantize_activations, _triton_rows)
+
+# Weight shape (padded out, padded in) -> the row count from which its GEMM runs on the Triton
+# kernel instead of torch._scaled_mm (on CUDA; a shape not listed never does).
+TRITON_FROM_ROWS: dict[tuple[int, int], int] = {}
+
+
+def gemm_for_weight(gemm: Fp8Gemm, weight: Fp8Weight) -> Fp8Gemm:
+    """The path a linear of `weight` takes under `gemm`: SCALED_MM hands the calls of
+    TRITON_FROM_ROWS' shapes with enough rows to the Triton GEMM (a host-side choice by shape,
+    which CUDA graphs capture like any other); every other case is `gemm` itself."""
+    from_rows = TRITON_FROM_ROWS.get((weight.data.shape[0], weight.data.shape[1]))
+    if gemm is not SCALED_MM or from_rows is None or _triton_matmul() is None:
+        return gemm
+
+    def matmul(
+        rows: Fp8Rows, w: Fp8Weight, bias: torch.Tensor | None, out_dtype: torch.dtype
+    ) -> torch.Tensor:
+        if rows.data.shape[0] >= from_rows:
+            return _triton_rows(rows, w, bias, out_dtype)
+        return scaled_mm_rows(rows, w, bias, out_dtype)
+
+    return Fp8Gemm(f"scaled_mm|triton>={from_rows}", quantize_activations, matmul)
 
 
 def fp8_gemm_for(device: torch.device, dtype: torch.dtype) -> Fp8Gemm:

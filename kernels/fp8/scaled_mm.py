@@ -39,13 +39,18 @@ def scaled_mm_rows(
     weight: Fp8Weight,
     bias: torch.Tensor | None,  # [out] bf16
     out_dtype: torch.dtype,  # bf16
+    fast_accum: bool = False,
 ) -> torch.Tensor:  # [tokens, out] out_dtype
+    """`fast_accum`: let Hopper's tensor cores keep FP8 partial sums in their reduced internal
+    precision over the whole K loop instead of promoting them to fp32 as it goes (faster; the
+    serving path leaves it off until bench/fp8_gemm.py has measured both)."""
     out = torch._scaled_mm(
         rows.data,
         weight.data.t(),
         scale_a=rows.scale,
         scale_b=weight.scale,
         out_dtype=out_dtype,
+        use_fast_accum=fast_accum,
     )  # [tokens, padded out]
     if weight.data.shape[0] != weight.out_features:
         out = out[:, : weight.out_features].contiguous()

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from widebeam.kernels.fp8.backend import Fp8Gemm
+from widebeam.kernels.fp8.backend import Fp8Gemm, gemm_for_weight
 from widebeam.kernels.fp8.quantize import Fp8Weight, concat_weights, quantize_weight
 from widebeam.services.decoder.model.fp8_linear import Fp8Linear
 
@@ -78,10 +78,11 @@ def _fused(
         bias = torch.cat([lin.bias for lin in linears])
     for n in names:
         module.register_module(n, None)
-    return Fp8Linear(weight, bias, gemm, dtype)
+    return Fp8Linear(weight, bias, gemm_for_weight(gemm, weight), dtype)
 
 
 def _single(
     linear: nn.Linear, name: str, given: dict[str, Fp8Weight], gemm: Fp8Gemm, dtype: torch.dtype
 ) -> Fp8Linear:
-    return Fp8Linear(_weight(linear, name, given), linear.bias, gemm, dtype)
+    weight = _weight(linear, name, given)
+    return Fp8Linear(weight, linear.bias, gemm_for_weight(gemm, weight), dtype)
