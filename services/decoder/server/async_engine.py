@@ -47,6 +47,7 @@ from widebeam.services.decoder.server.async_types import (
     ShuttingDown,
 )
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
+from widebeam.services.decoder.server.version_reaper import VersionReaper
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class AsyncEngine:
         self._swaps_requested = self._swaps_applied = 0
         self._jobs: dict[str, _Job] = {}  # submitted to the engine; engine thread only
         self._served: dict[str, ServedCatalog] = {}  # engine thread writes, others copy
+        # replaced versions are freed there, not by whichever engine step drops them last
+        self.reaper = VersionReaper()
         self._load = EngineLoad(kv_slots_free=engine.stats().kv_slots_free)
         self._ids = itertools.count()
         self.step_failures = 0
@@ -92,6 +95,7 @@ class AsyncEngine:
 
     # ----- any thread -------------------------------------------------------------------------
     def start(self) -> AsyncEngine:
+        self.reaper.start()
         self._thread.start()
         return self
 
@@ -101,6 +105,7 @@ class AsyncEngine:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        self.reaper.stop(timeout)
 
     def swap_catalog(self, name: str, served: ServedCatalog | None) -> None:
         """Make `served` current for new admissions (None drops the catalog); applied between
@@ -222,12 +227,14 @@ class AsyncEngine:
         for name, served in swaps:
             self.engine.set_catalog(name, None if served is None else served.constraint)
             with self._cond:
-                if served is None:
-                    self._served.pop(name, None)
-                else:
+                replaced = self._served.pop(name, None)
+                if served is not None:
                     self._served[name] = served
                 self._swaps_applied += 1
                 self._cond.notify_all()
+            if replaced is not None and replaced is not served:
+                self.reaper.retire(replaced)
+            del replaced
             log.info("catalog %s -> %s", name, "dropped" if served is None else served.version)
 
     def _submit(self, jobs: list[_Job]) -> None:
