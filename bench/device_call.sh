@@ -19,6 +19,9 @@
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
 #   fp8-quality [240]      fp8_quality.py --users 3000
+#   fp8-gemm [300]         fp8_gemm.py: every FP8 GEMM / fused-quantization variant at W3's
+#                          shapes (bounded by its own --budget-s 220)
+#   fp8-gpu-tests [200]    pytest -m gpu over the FP8 kernels, fused layers and FP8 model/engine
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
 # log are printed at the end, so the call's reply carries a summary.
 set -u
@@ -54,13 +57,19 @@ step_command() {
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
         fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;
+        fp8-gemm) echo "cd bench && python3 fp8_gemm.py" ;;
+        fp8-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/fp8 \
+            tests/kernels/layers tests/services/decoder/model/test_fp8_fused_inputs.py \
+            tests/services/decoder/model/test_fused_residual.py \
+            tests/services/decoder/test_fp8_engine_gpu.py" ;;
         *) return 1 ;;
     esac
 }
 
 default_limit() {
     case "$1" in
-        gpu-tests) echo 300 ;; stack*) echo 260 ;; fp8-quality) echo 240 ;;
+        gpu-tests) echo 300 ;; stack*) echo 260 ;; fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
+        fp8-gpu-tests) echo 200 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }
