@@ -31,10 +31,14 @@ def _quantize_rows_kernel(
 @triton.jit
 def _store_fp8_row(x, cols, q_row_ptr, scale_row_ptr, q_width, min_scale, fp8_max):
     """x: one row, fp32 [BLOCK], lanes past the row's width 0 -> its scale at `scale_row_ptr`
-    and its FP8 values at `q_row_ptr` [q_width] (the zero lanes become the zero padding)."""
-    scale = tl.maximum(tl.max(tl.abs(x), axis=0), min_scale) / fp8_max
+    and its FP8 values at `q_row_ptr` [q_width] (the zero lanes become the zero padding).
+
+    Both divisions are IEEE-rounded (`div_rn`), as torch's: compiled Triton lowers `/` on fp32
+    to the approximate `div.full.f32` (up to 2 ulp off), which would move a scale's last bit
+    and, rarely, an FP8 rounding away from the torch reference's."""
+    scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(x), axis=0), min_scale), fp8_max)
     tl.store(scale_row_ptr, scale)
-    q = _round_to_e4m3(tl.minimum(tl.maximum(x / scale, -fp8_max), fp8_max))
+    q = _round_to_e4m3(tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -fp8_max), fp8_max))
     tl.store(q_row_ptr + cols, q.to(tl.float8e4nv), mask=cols < q_width)
 
 
@@ -46,8 +50,10 @@ def _round_to_e4m3(v):
     exponent = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     exponent = tl.maximum(exponent, -6)  # e4m3's smallest normal exponent; below: subnormals
     step = ((exponent - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
-    # |v / step| < 16: adding and removing 1.5 * 2^23 rounds it to an integer, ties to even
-    whole = (v / step + 12582912.0) - 12582912.0
+    inv_step = ((3 - exponent + 127) << 23).to(tl.float32, bitcast=True)  # 1 / step, exact
+    # |v / step| < 16, an exact product: adding and removing 1.5 * 2^23 rounds it to an
+    # integer, ties to even
+    whole = (v * inv_step + 12582912.0) - 12582912.0
     return whole * step
 
 
