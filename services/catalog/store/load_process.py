@@ -8,7 +8,9 @@ in shared memory (``/dev/shm``, else the temporary directory); this process maps
 read-only (``np.memmap``: no copy, no per-array work) and unlinks them at once, so the
 memory goes when the last array is dropped. The child also sends the item ids' hash index
 (``StringTable.hash_index``, what the decoder's item lookups search), so the serving process
-does not sort it. Errors come back as the store's own types.
+does not sort it, and the arrays of the caller's ``derive`` (a module-level function the child
+imports by name: the decoder's trie tensors' host arrays), so the serving process spends no CPU
+on them. Errors come back as the store's own types.
 
 Run as ``python -m widebeam.services.catalog.store.load_process`` with the request JSON on
 stdin (that is what :func:`load_in_child` does); the answer is one JSON line on stdout.
@@ -16,9 +18,11 @@ stdin (that is what :func:`load_in_child` does); the answer is one JSON line on 
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +35,7 @@ import numpy as np
 import redis
 
 from widebeam.services.catalog.store import types as store_types
-from widebeam.services.catalog.store.types import ArtifactError, LoadedCatalog
+from widebeam.services.catalog.store.types import ArtifactError, Derive, LoadedCatalog
 from widebeam.services.catalog.trie import SidTrie
 from widebeam.services.catalog.types import CatalogError
 
@@ -40,6 +44,8 @@ log = logging.getLogger(__name__)
 DEFAULT_NICENESS = 10  # how much lower the child's CPU priority is than this process'
 _SPACE_MARGIN = 1.25  # free space wanted in /dev/shm beyond the artifact's raw size
 _HASH_INDEX = "item_id_hash_index"
+_DERIVED = "derived."  # file name prefix of the `derive` function's arrays
+_DERIVED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def load_in_child(
@@ -50,16 +56,18 @@ def load_in_child(
     raw_bytes: int,
     niceness: int = DEFAULT_NICENESS,
     timeout_s: float = 600.0,
+    derive: Derive | None = None,
 ) -> LoadedCatalog:
     """``CatalogStore(...).load(name, version)``, run in a child process.
 
     ``raw_bytes``: the artifact's decoded size (manifest ``artifact.raw_bytes``), to choose
-    where the arrays go. Raises what the load raised (``ArtifactError``,
+    where the arrays go. ``derive``: run by the child on the loaded trie; its arrays come back
+    as ``LoadedCatalog.derived``. Raises what the load raised (``ArtifactError``,
     ``VersionNotFoundError``; ``redis.ConnectionError`` when the child could not reach Redis)."""
     spool = Path(tempfile.mkdtemp(prefix="widebeam-catalog-", dir=_spool_root(raw_bytes)))
     request = {"redis_url": redis_url, "namespace": namespace, "name": name,
                "version": version, "spool": str(spool), "niceness": niceness,
-               "parent": os.getpid()}  # fmt: skip
+               "parent": os.getpid(), "derive": _import_path(derive)}  # fmt: skip
     started = time.monotonic()
     try:
         done = subprocess.run(
@@ -79,12 +87,9 @@ def load_in_child(
             raise _error(answer["error"], answer["message"])
         log.info("catalog %r version %d loaded by a child process in %.1f s; mapping it",
                  name, version, time.monotonic() - started)  # fmt: skip
-        arrays = {
-            key: np.memmap(spool / key, dtype=np.dtype(spec["dtype"]), mode="r",
-                           shape=tuple(spec["shape"])) if spec["nbytes"] else
-                 np.zeros(spec["shape"], dtype=np.dtype(spec["dtype"]))
-            for key, spec in answer["arrays"].items()
-        }  # fmt: skip
+        arrays = {key: _mapped(spool / key, spec) for key, spec in answer["arrays"].items()}
+        derived = {key: _mapped(spool / f"{_DERIVED}{key}", spec)
+                   for key, spec in answer.get("derived", {}).items()}  # fmt: skip
     finally:
         shutil.rmtree(spool, ignore_errors=True)  # mapped arrays stay valid after the unlink
     manifest = answer["manifest"]
@@ -96,7 +101,34 @@ def load_in_child(
         trie.item_ids.attach_hash_index(arrays[_HASH_INDEX])
     except (CatalogError, ValueError, KeyError) as exc:
         raise ArtifactError(f"{where}: {exc}") from None
-    return LoadedCatalog(name, version, trie, manifest)
+    return LoadedCatalog(name, version, trie, manifest, derived)
+
+
+def _mapped(path: Path, spec: dict[str, Any]) -> np.ndarray:
+    dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+    if not spec["nbytes"]:  # np.memmap refuses an empty file
+        return np.zeros(shape, dtype=dtype)
+    if not shape:  # a scalar: np.memmap would give it shape (1,)
+        return np.fromfile(path, dtype=dtype, count=1).reshape(())
+    return np.memmap(path, dtype=dtype, mode="r", shape=shape)
+
+
+def _import_path(derive: Derive | None) -> str | None:
+    """``module:function`` of a module-level function, what the child imports; ValueError for
+    anything the child could not import by that name (a lambda, a method, a local function)."""
+    if derive is None:
+        return None
+    path = f"{derive.__module__}:{derive.__qualname__}"
+    if _resolve(path) is not derive:
+        raise ValueError(f"derive must be a module-level function, got {derive!r}")
+    return path
+
+
+def _resolve(path: str) -> Any:
+    module, _, qualname = path.partition(":")
+    if "." in qualname or "<" in qualname:  # nested or local: not reachable by name
+        return None
+    return getattr(importlib.import_module(module), qualname, None)
 
 
 def _spool_root(raw_bytes: int) -> str:
@@ -147,17 +179,31 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     finally:
         client.close()
     spool = Path(request["spool"])
-    specs = {}
     # the item ids' hash index too (the decoder's item lookups): its sort is work this
     # process can spare the serving one
     arrays = loaded.trie.to_arrays() | {_HASH_INDEX: loaded.trie.item_ids.hash_index}
+    answer = {"manifest": loaded.manifest, "arrays": _spooled(arrays, spool, "")}
+    if request.get("derive"):
+        derived = _resolve(request["derive"])(loaded.trie)
+        bad = [key for key in derived if not _DERIVED_NAME.fullmatch(key)]
+        if bad:
+            raise ValueError(f"derived array names must be identifiers, got {bad[:3]}")
+        answer["derived"] = _spooled(derived, spool, _DERIVED)
+    return answer
+
+
+def _spooled(arrays: dict[str, np.ndarray], spool: Path, prefix: str) -> dict[str, Any]:
+    """Writes each array to ``spool/prefix+name``; returns their dtypes and shapes."""
+    specs = {}
     for key, array in arrays.items():
-        contiguous = np.ascontiguousarray(array)
+        contiguous = np.asarray(array)  # (np.ascontiguousarray would make a scalar 1-d)
+        if not contiguous.flags.c_contiguous:
+            contiguous = contiguous.copy(order="C")
         if contiguous.nbytes:
-            contiguous.tofile(spool / key)
+            contiguous.tofile(spool / f"{prefix}{key}")
         specs[key] = {"dtype": contiguous.dtype.str, "shape": list(contiguous.shape),
                       "nbytes": int(contiguous.nbytes)}  # fmt: skip
-    return {"manifest": loaded.manifest, "arrays": specs}
+    return specs
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ one kept. New versions are swapped in atomically: :meth:`get` returns the latest
 :class:`LoadedCatalog`, and readers holding an older object keep it, unchanged, for as long as
 they hold it (pinning by reference; the subscriber never mutates a published object).
 With ``load_in_child`` each version is loaded by a child process and mapped in
-(``load_process.py``), so a large load does not hold this process' GIL for seconds.
+(``load_process.py``), so a large load does not hold this process' GIL for seconds; ``derive``
+(what the consumer computes from each trie) then runs in the child too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,7 +27,7 @@ from redis.retry import Retry
 from widebeam.services.catalog.store.keys import validate_name
 from widebeam.services.catalog.store.load_process import load_in_child
 from widebeam.services.catalog.store.store import CatalogStore
-from widebeam.services.catalog.store.types import CatalogStoreError, LoadedCatalog
+from widebeam.services.catalog.store.types import CatalogStoreError, Derive, LoadedCatalog
 from widebeam.services.started_in_with import StartedInWith
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class CatalogSubscriber(StartedInWith):
         poll_block_ms: int = 1000,
         resync_interval_s: float = 30.0,
         load_in_child: bool = False,
+        derive: Derive | None = None,
     ) -> None:
         self.redis_url = redis_url
         self.names = None if names is None else list(names)
@@ -57,6 +60,7 @@ class CatalogSubscriber(StartedInWith):
         # Load each version in a child process (load_process.py): for a process that serves
         # while a large version loads, whose threads the load would otherwise starve.
         self.load_in_child = load_in_child
+        self.derive = derive  # its arrays reach on_update as LoadedCatalog.derived
         self.resyncs = 0  # completed full re-reads (for tests and metrics)
         self.last_error: str | None = None
         self._catalogs: dict[str, LoadedCatalog] = {}
@@ -235,6 +239,11 @@ class CatalogSubscriber(StartedInWith):
 
     def _load(self, store: CatalogStore, name: str, version: int) -> LoadedCatalog:
         if not self.load_in_child:
-            return store.load(name, version)
+            loaded = store.load(name, version)
+            if self.derive is None:
+                return loaded
+            return dataclasses.replace(loaded, derived=self.derive(loaded.trie))
         raw_bytes = int(store.manifest(name, version)["artifact"]["raw_bytes"])
-        return load_in_child(self.redis_url, self.namespace, name, version, raw_bytes)
+        return load_in_child(
+            self.redis_url, self.namespace, name, version, raw_bytes, derive=self.derive
+        )

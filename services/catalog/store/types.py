@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from widebeam.services.catalog.trie import SidTrie
+
+# What a consumer derives from each loaded trie (named arrays), run where the version loads: in
+# the load child when there is one, so the consumer's own process spends no CPU on it. A
+# module-level function: the child imports it by name.
+Derive = Callable[[SidTrie], dict[str, np.ndarray]]
 
 
 class CatalogStoreError(Exception):
@@ -57,6 +65,7 @@ class LoadedCatalog:
     version: int
     trie: SidTrie
     manifest: dict[str, Any]
+    derived: Mapping[str, np.ndarray] = field(default_factory=dict)  # the subscriber's `derive`
 
     @property
     def artifact_id(self) -> str:

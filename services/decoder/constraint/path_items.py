@@ -9,19 +9,22 @@ from collections.abc import Sequence
 import numpy as np
 
 from widebeam.services.catalog.trie import SidTrie
-from widebeam.services.catalog.trie_build import csr_rows
+from widebeam.services.decoder.constraint.trie_arrays import constraint_arrays
 
 
 class PathItems:
-    def __init__(self, trie: SidTrie) -> None:
+    def __init__(
+        self,
+        trie: SidTrie,
+        edge_keys: np.ndarray | None = None,  # [edges] int64, as `constraint_arrays` derives
+        key_base: int | None = None,
+    ) -> None:
         self.trie = trie
-        tokens = trie.child_tokens.astype(np.int64)
-        self.key_base = int(tokens.max()) + 1 if tokens.size else 1
-        keys = csr_rows(trie.child_offsets)  # [edges] the node each edge leaves
-        # node * key_base + token: ascending, as the CSR is node-major and token-sorted
-        keys *= self.key_base
-        keys += tokens
-        self.edge_keys = keys  # [edges] int64
+        if edge_keys is None or key_base is None:
+            derived = constraint_arrays(trie)
+            edge_keys, key_base = derived["edge_keys"], int(derived["key_base"])
+        self.key_base = key_base
+        self.edge_keys = edge_keys  # [edges] int64: node * key_base + token, ascending
         self.edge_child = trie.child_nodes  # [edges] int32 (the trie's own array, not a copy)
 
     def children(

@@ -10,13 +10,14 @@ never spend themselves on the same item with different EOS tokens. The transform
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from widebeam.services.catalog.trie import SidTrie
 from widebeam.services.decoder.constraint.path_items import PathItems
+from widebeam.services.decoder.constraint.trie_arrays import checked, constraint_arrays
 
 OFF_TRIE = -1
 
@@ -36,21 +37,29 @@ def _device_copy(array: np.ndarray, device: torch.device) -> torch.Tensor:  # in
 
 
 class TrieConstraint:
-    def __init__(self, trie: SidTrie, version: str, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        trie: SidTrie,
+        version: str,
+        device: torch.device | str,
+        derived: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        """`derived`: `constraint_arrays(trie)`, when another process computed them (a load
+        child); derived here otherwise."""
         self.trie = trie
         self.version = version
         self.device = torch.device(device)
+        arrays = constraint_arrays(trie) if derived is None else checked(trie, derived)
         self.child_offsets = _device_copy(trie.child_offsets, self.device)  # [nodes+1] int64
-        self.child_tokens = _device_copy(trie.child_tokens, self.device)  # [edges] int64
-        self.child_nodes = _device_copy(trie.child_nodes, self.device)  # [edges] int64
-        # Edge keys node * key_base + token, derived once on the host (finished beams' items
-        # are looked up there) and copied: the device's searchsorted table.
-        self.path_items = PathItems(trie)
-        self.key_base = self.path_items.key_base
-        self.edge_keys = torch.from_numpy(self.path_items.edge_keys).to(device)  # [edges] int64
+        self.child_tokens = _device_copy(arrays["child_tokens"], self.device)  # [edges] int64
+        self.child_nodes = _device_copy(arrays["child_nodes"], self.device)  # [edges] int64
+        # Edge keys node * key_base + token: finished beams' items are looked up on the host,
+        # the device's searchsorted table is the same array.
+        self.key_base = int(arrays["key_base"])
+        self.path_items = PathItems(trie, arrays["edge_keys"], self.key_base)
+        self.edge_keys = _device_copy(arrays["edge_keys"], self.device)  # [edges] int64
         # Widest node: the candidate width of the sparse path (+1 for the EOS of a leaf).
-        fanout = self.child_offsets.diff()
-        self.max_fanout = int(fanout.max().item()) if fanout.numel() else 0
+        self.max_fanout = int(arrays["max_fanout"])
         self._sid_columns: dict[int | None, torch.Tensor] = {}
         self._sid_masks: dict[tuple[int | None, int], torch.Tensor] = {}
 

@@ -13,6 +13,7 @@ import torch
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.store import CatalogSubscriber, LoadedCatalog
+from widebeam.services.decoder.constraint.trie_arrays import constraint_arrays
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.served_catalog import ServedCatalog, check_layout
 
@@ -34,10 +35,12 @@ class CatalogSync:
         self.device = device
         self.rejected: dict[str, str] = {}  # name -> why its latest version was not served
         # Versions load in a child process: a large one would starve the serving threads of
-        # the GIL for seconds (issue 21: 10M items under traffic).
+        # the GIL for seconds (issue 21: 10M items under traffic). The child also derives the
+        # trie tensors' host arrays, seconds of CPU this process would spend beside serving.
         self.subscriber = CatalogSubscriber(
-            redis_url, names, on_update=self._on_update, namespace=namespace, load_in_child=True
-        )
+            redis_url, names, on_update=self._on_update, namespace=namespace,
+            load_in_child=True, derive=constraint_arrays,
+        )  # fmt: skip
 
     def start(self) -> CatalogSync:
         self.subscriber.start()
@@ -55,7 +58,14 @@ class CatalogSync:
             log.error("%s not served: %s", where, exc)
             self.rejected[loaded.name] = f"version {loaded.version}: {exc}"
             return
-        served = ServedCatalog.build(loaded.name, loaded.trie, str(loaded.version), self.device)
+        try:
+            served = ServedCatalog.build(
+                loaded.name, loaded.trie, str(loaded.version), self.device, loaded.derived or None
+            )
+        except ValueError as exc:  # derived arrays that do not fit the trie
+            log.error("%s not served: %s", where, exc)
+            self.rejected[loaded.name] = f"version {loaded.version}: {exc}"
+            return
         self.rejected.pop(loaded.name, None)
         self.engine.swap_catalog(loaded.name, served)
         log.info("%s ready (%d items); swapping in", where, loaded.trie.num_items)

@@ -3,8 +3,10 @@ Recommend needs. Built off the request path; immutable once built."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from widebeam.services.catalog.sid_layout import SidLayout
@@ -33,9 +35,15 @@ class ServedCatalog:
 
     @classmethod
     def build(
-        cls, name: str, trie: SidTrie, version: str, device: torch.device | str
+        cls,
+        name: str,
+        trie: SidTrie,
+        version: str,
+        device: torch.device | str,
+        derived: Mapping[str, np.ndarray] | None = None,  # `constraint_arrays(trie)`, if known
     ) -> ServedCatalog:
-        return cls.from_constraint(name, TrieConstraint(trie, version=version, device=device))
+        constraint = TrieConstraint(trie, version=version, device=device, derived=derived)
+        return cls.from_constraint(name, constraint)
 
 
 def check_layout(trie: SidTrie, model_layout: SidLayout | None, vocab_size: int) -> None:

@@ -11,6 +11,8 @@ from tests.services.catalog.store.conftest import MakeTrie
 from tests.support.redis_server import free_port
 from widebeam.services.catalog.store import ArtifactError, CatalogStore, VersionNotFoundError
 from widebeam.services.catalog.store.load_process import load_in_child
+from widebeam.services.catalog.trie import SidTrie
+from widebeam.services.decoder.constraint.trie_arrays import constraint_arrays
 
 
 def child_load(store: CatalogStore, url: str, name: str, version: int):
@@ -71,3 +73,34 @@ def test_a_password_protected_redis(
             load_in_child(with_password("wrong"), store.namespace, "locked", 1, raw_bytes)
     finally:
         store.client.config_set("requirepass", "")
+
+
+def test_the_child_derives_what_the_caller_asks(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie
+) -> None:
+    """The decoder's trie arrays come back mapped, equal to what this process derives (its
+    scalars as 0-d arrays)."""
+    store.publish("books", make_trie(300, seed=3))
+    raw_bytes = int(store.manifest("books", 1)["artifact"]["raw_bytes"])
+    there = load_in_child(
+        redis_url, store.namespace, "books", 1, raw_bytes, derive=constraint_arrays
+    )
+    want = constraint_arrays(there.trie)
+    assert there.derived.keys() == want.keys()
+    for key, array in want.items():
+        assert (there.derived[key].dtype, there.derived[key].shape) == (array.dtype, array.shape)
+        np.testing.assert_array_equal(there.derived[key], array)
+    assert store.load("books", 1).derived == {}  # in process: nothing derived unasked
+
+
+def test_derive_must_be_importable_by_name(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie
+) -> None:
+    store.publish("books", make_trie(30))
+
+    def local(trie: SidTrie) -> dict[str, np.ndarray]:
+        return {}
+
+    for derive in (local, lambda trie: {}):
+        with pytest.raises(ValueError, match="module-level function"):
+            load_in_child(redis_url, store.namespace, "books", 1, 10_000, derive=derive)
