@@ -21,7 +21,8 @@
 #   fp8-quality [240]      fp8_quality.py --users 3000
 #   fp8-gemm [300]         fp8_gemm.py: every FP8 GEMM / fused-quantization variant at W3's
 #                          shapes (bounded by its own --budget-s 220)
-#   fp8-gpu-tests [200]    pytest -m gpu over the FP8 kernels, fused layers and FP8 model/engine
+#   fp8-gpu-tests [200]    pytest over the FP8 kernels, fused layers and FP8 model/engine, all
+#                          tests (not only -m gpu: the Triton kernel tests run compiled on CUDA)
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
 # log are printed at the end, so the call's reply carries a summary.
 set -u
@@ -58,8 +59,9 @@ step_command() {
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
         fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;
         fp8-gemm) echo "cd bench && python3 fp8_gemm.py" ;;
-        fp8-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/fp8 \
-            tests/kernels/layers tests/services/decoder/model/test_fp8_fused_inputs.py \
+        fp8-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider tests/kernels/fp8 \
+            tests/kernels/layers/test_triton_fp8_layers.py \
+            tests/services/decoder/model/test_fp8_fused_inputs.py \
             tests/services/decoder/model/test_fused_residual.py \
             tests/services/decoder/test_fp8_engine_gpu.py" ;;
         *) return 1 ;;
