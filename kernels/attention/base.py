@@ -14,6 +14,12 @@ replay (`prepare_*_replay`). The kernels of a captured step read only those stat
 `prefill` / `decode` must accept them and must not read the device from the host. Eager padded
 steps (graphs switched off) run the same path without the capture.
 
+FP8 KV (`kernels/kv/fp8_kv.py`): `prefill` and `decode` then take K and V in float8_e4m3fn
+with the layer's `KvScales`, and attend over the stored values times their head's scale,
+accumulating in fp32 as ever (a prefill's fresh K and V arrive as the cache holds them, so a
+prompt's tokens see the same keys whether prefilled now or read from cached pages). A backend
+that cannot read FP8 KV refuses it with a ValueError.
+
 The runner never branches on a backend's `name`; the factory and logs use it.
 """
 
@@ -25,6 +31,7 @@ from collections.abc import Hashable
 import torch
 
 from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch, PrefillBatch
+from widebeam.kernels.kv.fp8_kv import KvScales
 
 
 class AttentionBackend(ABC):
@@ -38,6 +45,7 @@ class AttentionBackend(ABC):
         v: torch.Tensor,  # [N, kv_heads, head_dim]
         metadata: object,  # a PrefillBatch, what prepare_prefill returned, or static buffers
         scale: float,
+        kv_scales: KvScales | None = None,  # k, v in FP8 with these scales
     ) -> torch.Tensor:  # [N, q_heads, head_dim], dtype of q
         """Causal attention within each prompt segment."""
 
@@ -49,6 +57,7 @@ class AttentionBackend(ABC):
         v_cache: torch.Tensor,  # [slots, kv_heads, head_dim] one layer
         metadata: object,  # a DecodeBatch, what prepare_decode returned, or static buffers
         scale: float,
+        kv_scales: KvScales | None = None,  # an FP8 cache's scales
     ) -> torch.Tensor:  # [R, q_heads, head_dim], dtype of q
         """Each row attends to its request's prompt KV and its own suffix slots."""
 

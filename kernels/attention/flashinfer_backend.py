@@ -17,6 +17,9 @@ Padding: empty requests up to the capacity, then one request holding the padding
 padding request and padding row attends to one slot (slot 0), so every KV length is >= 1;
 their outputs are dropped by the runner.
 
+FP8 KV is refused (`kv_scales`): FlashInfer's kernels take one K and one V scale per layer,
+where the engine's FP8 cache has one per KV head (`EngineConfig` refuses the pair at start-up).
+
 Optional: `flashinfer` is not a dependency (the device image lacks it; `../shared/device` has
 a bundle).
 """
@@ -34,6 +37,7 @@ from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.buckets import decode_capacity
 from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch, PrefillBatch
 from widebeam.kernels.attention.triton_backend import TritonAttention
+from widebeam.kernels.kv.fp8_kv import KvScales
 
 WORKSPACE_BYTES = 256 << 20
 PADDING_SLOT = 0  # what padding requests and rows attend to (any valid slot; outputs dropped)
@@ -149,6 +153,14 @@ def cascade_plan(
     )
 
 
+def _refuse_fp8(kv_scales: KvScales | None) -> None:
+    if kv_scales is not None:
+        raise ValueError(
+            "the flashinfer attention backend does not read an FP8 KV cache (its kernels take "
+            "one scale per layer, the cache has one per KV head): use triton"
+        )
+
+
 class FlashInferAttention(AttentionBackend):
     name = "flashinfer"
 
@@ -177,7 +189,9 @@ class FlashInferAttention(AttentionBackend):
         v: torch.Tensor,  # [N, Hkv, D]
         metadata: object,  # the Triton backend's prefill metadata
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
+        _refuse_fp8(kv_scales)
         return self._prefill.prefill(q, k, v, metadata, scale)
 
     def prepare_prefill(
@@ -202,7 +216,9 @@ class FlashInferAttention(AttentionBackend):
         v_cache: torch.Tensor,  # [slots, Hkv, D]
         metadata: object,  # a DecodeBatch, a CascadePlan of R rows, or a CascadeGraph
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
+        _refuse_fp8(kv_scales)
         if isinstance(metadata, CascadeGraph):  # planned by init / prepare_decode_replay
             wrapper = metadata.wrapper
         else:

@@ -1,7 +1,9 @@
 """Plain-torch reference attention: the oracle for every GPU kernel and the CPU path.
 
-Computes in fp32. Decode is two-level ("cascade"): attention of a request's rows over its
-shared prompt KV, attention of each row over its private suffix, merged by log-sum-exp.
+Computes in fp32. An FP8 cache (`kernels/kv/fp8_kv.py`) is read as its stored values times
+its layer's per-head scales, in fp32, before anything else. Decode is two-level ("cascade"):
+attention of a request's rows over its shared prompt KV, attention of each row over its private
+suffix, merged by log-sum-exp.
 
 Requests (decode groups, prefill segments) are batched: those of similar length run as one
 padded batch (padded keys masked out), so a step costs a few tensor ops rather than a few per
@@ -18,6 +20,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup, PrefillBatch
+from widebeam.kernels.kv.fp8_kv import KvScales, take_rows
 
 # Requests batched together differ in length by at most max(shortest, this) tokens.
 PAD_SLACK = 16
@@ -94,13 +97,25 @@ def padded_index(
     return table, torch.arange(table.shape[1], device=table.device) < lengths[:, None]
 
 
+def _read(
+    x: torch.Tensor,  # [..., H, D] K or V as stored
+    scale: torch.Tensor | None,  # [H] fp32, the layer's K or V scales of an FP8 cache
+) -> torch.Tensor:  # [..., H, D] fp32
+    return x.float() if scale is None else x.float() * scale[:, None]
+
+
 def _gather(
     x: torch.Tensor,  # [slots, H, D]
     index: torch.Tensor,  # [...] int64
     valid: torch.Tensor,  # [...] bool
+    scale: torch.Tensor | None = None,  # [H] fp32 (an FP8 x)
 ) -> torch.Tensor:  # [..., H, D] fp32
     """Padding entries read as 0 (the slot they point at may hold anything, even NaN)."""
-    return x[index].float().masked_fill(~valid[..., None, None], 0.0)
+    return _read(take_rows(x, index), scale).masked_fill(~valid[..., None, None], 0.0)
+
+
+def _scales(kv_scales: KvScales | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    return (None, None) if kv_scales is None else (kv_scales.k, kv_scales.v)
 
 
 def causal_prefill(
@@ -109,8 +124,10 @@ def causal_prefill(
     v: torch.Tensor,  # [N, Hkv, D]
     cu_seqlens: tuple[int, ...],
     scale: float,
+    kv_scales: KvScales | None = None,  # k, v in FP8 with these scales
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     out = torch.empty_like(q)
+    k_scale, v_scale = _scales(kv_scales)
     spans = [(a, b) for a, b in itertools.pairwise(cu_seqlens) if b > a]
     lengths = [b - a for a, b in spans]
     for batch in similar_lengths(lengths, [None] * len(spans)):
@@ -121,7 +138,11 @@ def causal_prefill(
         causal = torch.ones(width, width, dtype=torch.bool, device=q.device).tril()
         visible = causal & real[:, None, :]  # [B, L, L]
         seg, _ = attention_with_lse(
-            q[tokens].float(), _gather(k, tokens, real), _gather(v, tokens, real), scale, visible
+            q[tokens].float(),
+            _gather(k, tokens, real, k_scale),
+            _gather(v, tokens, real, v_scale),
+            scale,
+            visible,
         )  # [B, L, Hq, D]
         out[tokens[real]] = seg[real].to(q.dtype)
     return out
@@ -133,10 +154,12 @@ def cascade_decode(
     v_cache: torch.Tensor,  # [slots, Hkv, D]
     batch: DecodeBatch,
     scale: float,
+    kv_scales: KvScales | None = None,  # an FP8 cache's scales
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     """Groups with the same row count and suffix length (and similar prompt lengths) run as one
     batch; each group's prompt KV is read once for all its rows."""
     out = torch.empty_like(q)
+    k_scale, v_scale = _scales(kv_scales)
     groups = batch.groups
     keys = [(g.num_rows, g.suffix_slots.shape[1]) for g in groups]
     for members in similar_lengths([len(g.prompt_slots) for g in groups], keys):
@@ -146,14 +169,17 @@ def cascade_decode(
         prompt, real = padded_index([g.prompt_slots for g in chosen])  # [B, P] each
         out_p, lse_p = attention_with_lse(
             qb,
-            _gather(k_cache, prompt, real),  # [B, P, Hkv, D], shared by the group's rows
-            _gather(v_cache, prompt, real),
+            _gather(k_cache, prompt, real, k_scale),  # [B, P, Hkv, D], shared by the rows
+            _gather(v_cache, prompt, real, v_scale),
             scale,
             real[:, None, :],
         )
         suffix = torch.stack([g.suffix_slots for g in chosen])  # [B, n, S]
         out_s, lse_s = attention_with_lse(
-            qb, k_cache[suffix].float(), v_cache[suffix].float(), scale
+            qb,
+            _read(take_rows(k_cache, suffix), k_scale),
+            _read(take_rows(v_cache, suffix), v_scale),
+            scale,
         )
         merged, _ = merge_attention_states(out_p, lse_p, out_s, lse_s)
         out[rows.reshape(-1)] = merged.flatten(0, 1).to(q.dtype)
@@ -179,10 +205,11 @@ class TorchAttention(AttentionBackend):
         v: torch.Tensor,  # [N, Hkv, D]
         metadata: object,  # a PrefillBatch
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         if not isinstance(metadata, PrefillBatch):
             raise TypeError(f"the torch backend takes a PrefillBatch, got {type(metadata)}")
-        return causal_prefill(q, k, v, metadata.cu_seqlens, scale)
+        return causal_prefill(q, k, v, metadata.cu_seqlens, scale, kv_scales)
 
     def decode(
         self,
@@ -191,7 +218,8 @@ class TorchAttention(AttentionBackend):
         v_cache: torch.Tensor,  # [slots, Hkv, D]
         metadata: object,  # a DecodeBatch
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
         if not isinstance(metadata, DecodeBatch):
             raise TypeError(f"the torch backend takes a DecodeBatch, got {type(metadata)}")
-        return cascade_decode(q, k_cache, v_cache, metadata, scale)
+        return cascade_decode(q, k_cache, v_cache, metadata, scale, kv_scales)

@@ -42,6 +42,7 @@ from widebeam.kernels.attention.triton_prefill import (
     prefill_work,
     ragged_causal_prefill,
 )
+from widebeam.kernels.kv.fp8_kv import KvScales
 
 
 class TritonDecodeBucket(NamedTuple):
@@ -115,11 +116,14 @@ class TritonAttention(AttentionBackend):
         v: torch.Tensor,  # [N, Hkv, D]
         metadata: object,  # a PrefillBatch, or a PackedPrefill on q's device
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         block_q = prefill_block_q(q.shape[1], k.shape[1])
         if isinstance(metadata, PackedPrefill):  # a CUDA-graph bucket's static work list
             whole = (0, q.shape[0])
-            return ragged_causal_prefill(q, k, v, whole, scale, work=metadata.work, block_q=block_q)
+            return ragged_causal_prefill(
+                q, k, v, whole, scale, kv_scales, work=metadata.work, block_q=block_q
+            )
         if not isinstance(metadata, PrefillBatch):
             raise TypeError(
                 f"the triton backend takes a PrefillBatch or a PackedPrefill, got {type(metadata)}"
@@ -130,8 +134,9 @@ class TritonAttention(AttentionBackend):
             self._prefill_work = prefill_work(metadata.cu_seqlens, block_q, q.device)
         assert self._prefill_work is not None
         return ragged_causal_prefill(
-            q, k, v, metadata.cu_seqlens, scale, work=self._prefill_work, block_q=block_q
-        )
+            q, k, v, metadata.cu_seqlens, scale, kv_scales, work=self._prefill_work,
+            block_q=block_q,
+        )  # fmt: skip
 
     def decode(
         self,
@@ -140,6 +145,7 @@ class TritonAttention(AttentionBackend):
         v_cache: torch.Tensor,  # [slots, Hkv, D]
         metadata: object,  # a DecodeBatch, or a PackedDecode of R rows
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
         if isinstance(metadata, DecodeBatch):
             metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1])
@@ -147,7 +153,7 @@ class TritonAttention(AttentionBackend):
             raise TypeError(
                 f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
             )
-        return cascade_decode_packed(q, k_cache, v_cache, metadata, scale)
+        return cascade_decode_packed(q, k_cache, v_cache, metadata, scale, kv_scales)
 
     # ----- metadata ---------------------------------------------------------------------------
     def prepare_prefill(

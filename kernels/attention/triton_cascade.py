@@ -13,7 +13,9 @@ two dependent memory round trips (ids, then K/V) instead of one per step. BLOCK_
 one-row-per-program kernel.
 
 LSEs inside this module are in log2 units (exp2 is the cheap instruction); nothing outside sees
-them. Accumulation is fp32 for every input dtype.
+them. Accumulation is fp32 for every input dtype. An FP8 cache (`kv_scales`) is read as
+`triton_prefix` reads it: K and V widened to q's dtype, the head's K scale in the scores' scale,
+its V scale on each suffix tile's product (the prompt partials come scaled).
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ from widebeam.kernels.attention.triton_common import (
     interpreting,
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
 @triton.jit
 def _suffix_tile(
     q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
-    qk_scale, kv_ok, same_row,
-    D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    qk_scale, v_scale, kv_ok, same_row,
+    D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
+    Q_DTYPE: tl.constexpr,  # the queries' dtype as stored (q itself may be upcast)
 ):  # fmt: skip
     """One tile of N = BLOCK_R × BLOCK_S (row, slot) pairs against all M = BLOCK_R × GQA_P
     queries of the block: dense dots on tensor cores, the block-diagonal (query row = key row)
@@ -53,6 +57,9 @@ def _suffix_tile(
         mask=kv_ok[:, None],
         other=0.0,
     )
+    if KV_FP8:
+        k_t = k_t.to(Q_DTYPE)
+        v = v.to(Q_DTYPE)
     if UPCAST:
         k_t = k_t.to(tl.float32)
     s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
@@ -66,13 +73,17 @@ def _suffix_tile(
     if UPCAST:
         p_v = p_v.to(tl.float32)
         v = v.to(tl.float32)
-    acc = acc * alpha[:, None] + tl.dot(p_v, v, input_precision=DOT_PRECISION)
+    pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
+    if KV_FP8:
+        pv = pv * v_scale
+    acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
 
 
 @triton.jit
 def _suffix_merge_kernel(
-    q_ptr, k_ptr, v_ptr,  # [R, HQ, D]; [slots, HKV, D] x2
+    q_ptr, k_ptr, v_ptr,  # [R, HQ, D]; [slots, HKV, D] x2 (q's dtype, or FP8 with KV_FP8)
+    k_scale_ptr, v_scale_ptr,  # [HKV] fp32 each, the layer's scales (KV_FP8 only)
     o_part_ptr, lse_part_ptr,  # [num_splits, R, HQ, D], [num_splits, R, HQ] fp32 (log2 units)
     out_ptr,  # [R, HQ, D] dtype of q, contiguous
     row_group_ptr, row_suffix_len_ptr, suffix_ptr,  # [R] (-1 = padding row), [R], [R, S_cap] i32
@@ -86,8 +97,13 @@ def _suffix_merge_kernel(
     ONE_TILE: tl.constexpr,  # S_cap <= BLOCK_S: the first tile is the only one
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs
+    KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
 ):  # fmt: skip
     kv_head = tl.program_id(1)
+    v_scale = 1.0
+    if KV_FP8:
+        qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        v_scale = tl.load(v_scale_ptr + kv_head)
     row0 = tl.program_id(0).to(tl.int64) * BLOCK_R
     # M: the block's queries (row, q head); N: its (row, suffix slot) pairs.
     m_idx = tl.arange(0, BLOCK_R * GQA_P)
@@ -139,7 +155,8 @@ def _suffix_merge_kernel(
         m_i = m_new
     m_i, l_i, acc = _suffix_tile(
         q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
-        stride_vh, qk_scale, n_s < n_len, same_row, D, UPCAST, DOT_PRECISION,
+        stride_vh, qk_scale, v_scale, n_s < n_len, same_row, D, UPCAST, DOT_PRECISION, KV_FP8,
+        q_ptr.dtype.element_ty,
     )  # fmt: skip
     if not ONE_TILE:
         for s0 in range(BLOCK_S, tl.max(n_len, 0), BLOCK_S):
@@ -147,7 +164,8 @@ def _suffix_merge_kernel(
             slot = tl.load(suffix_row + s_idx, mask=n_ok & (s_idx < suffix_cap), other=0)
             m_i, l_i, acc = _suffix_tile(
                 q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
-                stride_vh, qk_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION,
+                stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION,
+                KV_FP8, q_ptr.dtype.element_ty,
             )  # fmt: skip
     has = l_i > 0.0  # padding rows and rows with no KV at all get zeros, not NaN
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
@@ -194,6 +212,7 @@ def cascade_decode_packed(
     v_cache: torch.Tensor,  # [slots, Hkv, D]
     packed: PackedDecode,
     scale: float,
+    kv_scales: KvScales | None = None,  # an FP8 cache's scales (the layer's)
     *,
     out: torch.Tensor | None = None,  # [R, Hq, D] contiguous, dtype of q (static buffer)
     block_n: int = 64,
@@ -212,8 +231,12 @@ def cascade_decode_packed(
     gqa_p = gqa_padded(q_heads, kv_heads)
     if packed.block_rows * gqa_p < 16 or packed.block_rows & (packed.block_rows - 1):
         raise ValueError("block_rows must be a power of two with block_rows * gqa >= 16")
-    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-        raise ValueError(f"q is {q.dtype} but the cache is {k_cache.dtype}/{v_cache.dtype}")
+    kv_dtype = q.dtype if kv_scales is None else KV_FP8_DTYPE
+    if k_cache.dtype != kv_dtype or v_cache.dtype != kv_dtype:
+        raise ValueError(
+            f"q is {q.dtype}, kv_scales {'given' if kv_scales else 'none'}, but the cache is "
+            f"{k_cache.dtype}/{v_cache.dtype}"
+        )
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:  # never copy a cache layer silently
         raise ValueError("the KV cache's head_dim must be contiguous")
     q = q if q.stride(-1) == 1 else q.contiguous()
@@ -228,17 +251,20 @@ def cascade_decode_packed(
     lse_part = torch.empty((splits, rows, q_heads), dtype=torch.float32, device=q.device)
     qk_scale = scale * LOG2E
     common = dict(HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim)
+    fp8 = kv_scales is not None
+    k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
     items = packed.work_group.shape[0]
     if items:
         prefix_kernel[(items, kv_heads, splits)](
-            q, k_cache, v_cache, o_part, lse_part,
+            q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
             packed.work_group, packed.work_row_start, packed.group_row_start,
             packed.group_num_rows, packed.group_prompt_len, packed.group_table_start,
             packed.group_prompt_table, packed.live_splits,
             rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1), qk_scale,
             BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
-            UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), **common,
+            UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
+            **common,
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
     block_r, block_s = suffix_tiles(
@@ -248,12 +274,12 @@ def cascade_decode_packed(
     if num_stages is not None:
         launch["num_stages"] = num_stages
     _suffix_merge_kernel[(triton.cdiv(rows, block_r), kv_heads)](
-        q, k_cache, v_cache, o_part, lse_part, out,
+        q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part, out,
         packed.row_group, packed.row_suffix_len, packed.row_suffix_slots, packed.live_splits,
         rows, suffix_cap, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0),
         qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=suffix_cap <= block_s,
         UPCAST=interpreting(_suffix_merge_kernel), DOT_PRECISION=dot_precision(q.dtype),
-        **common, **launch,
+        KV_FP8=fp8, **common, **launch,
     )  # fmt: skip
     return out

@@ -4,6 +4,9 @@ Segments are packed back to back (`cu_seqlens`); each program takes one block of
 tokens of one segment × one KV head, with the GQA group's query heads stacked into the M
 dimension (as in the decode prefix kernel), and streams that segment's keys up to the block's
 last token. K and V come from this batch's fresh k, v (the engine writes the cache separately).
+With FP8 KV (`kv_scales`) they come as the cache holds them, in float8_e4m3fn, and are read as
+`triton_prefix` reads the cache: widened to q's dtype, the head's K scale in the scores' scale,
+its V scale on the output.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from widebeam.kernels.attention.triton_common import (
     gqa_padded,
     interpreting,
 )
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
 @triton.jit
 def _prefill_kernel(
     q_ptr,  # [N, HQ, D] last dim contiguous
-    k_ptr,  # [N, HKV, D]
+    k_ptr,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8)
     v_ptr,  # [N, HKV, D]
+    k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
+    v_scale_ptr,  # [HKV] fp32, its V scales (KV_FP8 only)
     out_ptr,  # [N, HQ, D] contiguous, dtype of q
     work_seg_start_ptr,  # [B] int32, first token of the item's segment
     work_seg_end_ptr,  # [B] int32, one past its last token
@@ -46,9 +52,12 @@ def _prefill_kernel(
     BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
+    KV_FP8: tl.constexpr,  # K and V in FP8 with per-head scales
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
+    if KV_FP8:
+        qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
     seg_start = tl.load(work_seg_start_ptr + item)
     seg_end = tl.load(work_seg_end_ptr + item)
     q_start = tl.load(work_q_start_ptr + item)
@@ -82,6 +91,9 @@ def _prefill_kernel(
             mask=n_ok[:, None],
             other=0.0,
         )
+        if KV_FP8:  # exact: every e4m3 value is a value of q's dtype
+            k_t = k_t.to(q_ptr.dtype.element_ty)
+            v = v.to(q_ptr.dtype.element_ty)
         if UPCAST:
             k_t = k_t.to(tl.float32)
         s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
@@ -101,6 +113,8 @@ def _prefill_kernel(
         m_i = m_new
     has = l_i > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    if KV_FP8:
+        out = out * tl.load(v_scale_ptr + kv_head)
     tl.store(
         out_ptr + (tok.to(tl.int64) * HQ + head)[:, None] * D + d[None, :],
         out.to(out_ptr.dtype.element_ty),
@@ -133,6 +147,7 @@ def ragged_causal_prefill(
     v: torch.Tensor,  # [N, Hkv, D]
     cu_seqlens: tuple[int, ...],
     scale: float,
+    kv_scales: KvScales | None = None,  # k, v in FP8 with these scales (the layer's)
     *,
     work: torch.Tensor | None = None,  # prefill_work(cu_seqlens, block_q, q.device), reusable
     out: torch.Tensor | None = None,  # [N, Hq, D] contiguous, dtype of q
@@ -145,6 +160,11 @@ def ragged_causal_prefill(
         raise ValueError(f"head_dim must be a power of two, got {dim}")
     gqa_p = gqa_padded(q_heads, kv_heads)
     block_q = block_q or prefill_block_q(q_heads, kv_heads)
+    if any((x.dtype == KV_FP8_DTYPE) != (kv_scales is not None) for x in (k, v)):
+        raise ValueError(
+            f"q is {q.dtype}, kv_scales {'given' if kv_scales else 'none'}, but k, v are "
+            f"{k.dtype}/{v.dtype}"
+        )
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     if out is None:
         out = torch.empty((tokens, q_heads, dim), dtype=q.dtype, device=q.device)
@@ -156,11 +176,13 @@ def ragged_causal_prefill(
         work = prefill_work(cu_seqlens, block_q, q.device)
     if work.shape[1] == 0:
         return out
+    fp8 = kv_scales is not None
+    k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
     _prefill_kernel[(work.shape[1], kv_heads)](
-        q, k, v, out, work[0], work[1], work[2],
+        q, k, v, k_scale, v_scale, out, work[0], work[1], work[2],
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
         BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
-        DOT_PRECISION=dot_precision(q.dtype),
+        DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
     )  # fmt: skip
     return out

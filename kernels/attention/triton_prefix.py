@@ -10,6 +10,10 @@ GPU; each split writes a normalised partial output and its log2-unit log-sum-exp
 A CUDA graph fixes the grid, so it is launched at a bucket's capacities (work items, splits);
 the programs of padding items and of splits beyond the batch's `live_splits` return before they
 load anything, which keeps the padding nearly free.
+
+An FP8 cache (KV_FP8) is read as stored and widened to q's dtype (exact: every e4m3 value is a
+bf16, fp16 and fp32 value); the head's K scale multiplies the scores and its V scale the
+output, the same as dequantizing every key and value, in fewer multiplies.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import triton.language as tl
 @triton.jit
 def prefix_kernel(
     q_ptr,  # [R, HQ, D] fp16/bf16/fp32, last dim contiguous
-    k_ptr,  # [slots, HKV, D] same dtype, last dim contiguous
+    k_ptr,  # [slots, HKV, D] q's dtype or float8_e4m3fn (KV_FP8), last dim contiguous
     v_ptr,  # [slots, HKV, D]
+    k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
+    v_scale_ptr,  # [HKV] fp32, its V scales (KV_FP8 only)
     o_part_ptr,  # [num_splits, R, HQ, D] fp32, contiguous
     lse_part_ptr,  # [num_splits, R, HQ] fp32 (log2 units), contiguous
     work_group_ptr,  # [B] int32, -1 = padding item
@@ -50,6 +56,7 @@ def prefix_kernel(
     PAGE: tl.constexpr,
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
+    KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -80,6 +87,8 @@ def prefix_kernel(
         mask=m_ok[:, None],
         other=0.0,
     )
+    if KV_FP8:
+        qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
@@ -100,6 +109,9 @@ def prefix_kernel(
             mask=n_ok[:, None],
             other=0.0,
         )
+        if KV_FP8:
+            k_t = k_t.to(q_ptr.dtype.element_ty)
+            v = v.to(q_ptr.dtype.element_ty)
         if UPCAST:
             k_t = k_t.to(tl.float32)
         s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
@@ -118,6 +130,8 @@ def prefix_kernel(
         m_i = m_new
     has = l_i > 0.0  # false for an empty chunk: zeros and -inf, never 0/0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    if KV_FP8:
+        out = out * tl.load(v_scale_ptr + kv_head)
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     part = (split * num_rows + row.to(tl.int64)) * HQ + head
     tl.store(o_part_ptr + part[:, None] * D + d[None, :], out, mask=m_ok[:, None])

@@ -1,6 +1,7 @@
 """A batch's K and V rows written to their cache slots: one Triton launch for both on CUDA
 (at 5000 decode rows, two `index_copy_` calls per layer cost about three times as long), the
-torch reference otherwise."""
+torch reference otherwise. An FP8 cache (`fp8_kv.py`) takes its rows quantized by its layer's
+scales, in the same launch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ from types import ModuleType
 
 import torch
 
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales, quantize_kv
+
+
+def check_scales(cache: torch.Tensor, scales: KvScales | None) -> None:
+    """An FP8 cache needs its layer's scales; a cache in a model dtype takes none."""
+    if (cache.dtype == KV_FP8_DTYPE) != (scales is not None):
+        raise ValueError(
+            f"a {cache.dtype} KV cache "
+            + ("needs its layer's KvScales" if scales is None else "takes no KvScales")
+        )
+
 
 def write_kv_ref(
     k_cache: torch.Tensor,  # [slots, kv_heads, head_dim] one layer's cache
@@ -16,9 +28,26 @@ def write_kv_ref(
     slots: torch.Tensor,  # [N] int64 target slot of each row
     k: torch.Tensor,  # [N, kv_heads, head_dim] any strides
     v: torch.Tensor,  # [N, kv_heads, head_dim] any strides
+    scales: KvScales | None = None,  # the layer's, for an FP8 cache
+    rows_out: tuple[torch.Tensor, torch.Tensor] | None = None,  # [N, kv_heads, head_dim] x2
 ) -> None:
-    k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
-    v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
+    """`rows_out`: also receives the rows as stored (a prefill attends over exactly those)."""
+    check_scales(k_cache, scales)
+    if scales is None:
+        k_rows, v_rows = k.to(k_cache.dtype), v.to(v_cache.dtype)
+    else:
+        k_rows, v_rows = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    _index_copy(k_cache, slots, k_rows)
+    _index_copy(v_cache, slots, v_rows)
+    if rows_out is not None:
+        rows_out[0].copy_(k_rows)
+        rows_out[1].copy_(v_rows)
+
+
+def _index_copy(cache: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
+    if cache.dtype == KV_FP8_DTYPE:  # index_copy_ has no FP8 kernel on the CPU: copy the bytes
+        cache, rows = cache.view(torch.uint8), rows.view(torch.uint8)
+    cache.index_copy_(0, slots, rows)
 
 
 @functools.cache
@@ -36,10 +65,12 @@ def write_kv(
     slots: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    scales: KvScales | None = None,
+    rows_out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """`write_kv_ref`'s effect (rows sharing a slot: one of them wins, as with index_copy_)."""
     fused = _triton() if k.is_cuda else None
-    if fused is None or not fused.supports(k_cache, k, v):
-        write_kv_ref(k_cache, v_cache, slots, k, v)
+    if fused is None or not fused.supports(k_cache, k, v, rows_out):
+        write_kv_ref(k_cache, v_cache, slots, k, v, scales, rows_out)
         return
-    fused.write_kv_triton(k_cache, v_cache, slots, k, v)
+    fused.write_kv_triton(k_cache, v_cache, slots, k, v, scales, rows_out)

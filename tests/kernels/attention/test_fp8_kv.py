@@ -1,0 +1,164 @@
+"""Attention over an FP8 KV cache (`kernels/kv/fp8_kv.py`).
+
+The torch reference reads FP8 K and V as their dequantized values: it equals the same attention
+over fp32 caches holding `stored × scale` (bit for bit: the same fp32 operations). Against the
+unquantized K and V it stays within FP8_REL_ERROR: e4m3 keeps 3 mantissa bits, so each stored
+value is off by up to 2^-4 of itself (2^-4 / √3 ≈ 3.6% RMS); attention averages those errors
+and lands at ~3.3% relative (Frobenius) on random inputs; the bound is about twice that. The
+Triton kernels (interpreter on the CPU, compiled on CUDA) match the reference within the
+kernels' usual tolerance, and a key far beyond ±448 × its scale saturates: the output stays
+finite.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tests.kernels.attention.cases import DecodeCase, decode_case, tolerance
+from widebeam.kernels.attention.packed import pack_decode
+from widebeam.kernels.attention.torch_ref import cascade_decode, causal_prefill
+from widebeam.kernels.kv.fp8_kv import KvScales, dequantize_kv, quantize_kv
+
+FP8_REL_ERROR = 0.06  # relative Frobenius error of FP8 KV attention against exact KV
+GROUPS = [(3, 40, 2), (6, 70, 3), (1, 0, 2), (2, 17, 1)]  # (rows, prompt_len, suffix_len)
+
+
+def _amax(x: torch.Tensor) -> torch.Tensor:  # [..., H, D] -> [H] fp32, NaN (poison) ignored
+    return x.float().nan_to_num(0.0).abs().amax(dim=(0, 2))
+
+
+def fp8_scales(k: torch.Tensor, v: torch.Tensor, headroom: float = 1.0) -> KvScales:
+    """Per-head scales that fit each head's largest value (× headroom) at ±448."""
+    return KvScales.of(_amax(k) * headroom / 448, _amax(v) * headroom / 448)
+
+
+def quantized(case: DecodeCase, scales: KvScales) -> tuple[torch.Tensor, torch.Tensor]:
+    """The case's caches in FP8 (poisoned slots stay NaN)."""
+    return quantize_kv(case.k_cache, scales.k_inv), quantize_kv(case.v_cache, scales.v_inv)
+
+
+def _rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).norm() / want.float().norm())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_reads_fp8_as_dequantized_values(dtype: torch.dtype) -> None:
+    case = decode_case(
+        GROUPS, q_heads=4, kv_heads=2, dim=32, dtype=dtype, device=torch.device("cpu"),
+        seed=1, pad_rows=1,
+    )  # fmt: skip
+    scales = fp8_scales(case.k_cache, case.v_cache, headroom=1.5)
+    k8, v8 = quantized(case, scales)
+    real = case.real_rows
+    got = cascade_decode(case.q, k8, v8, case.batch, 0.2, scales)
+    k_deq, v_deq = dequantize_kv(k8, scales.k), dequantize_kv(v8, scales.v)
+    want = cascade_decode(case.q, k_deq, v_deq, case.batch, 0.2)
+    assert torch.equal(got[real], want[real])
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(38, h, 32, generator=gen).to(dtype) for h in (4, 2, 2))
+    k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    cu = (0, 5, 5, 38)
+    got = causal_prefill(q, k8, v8, cu, 0.2, scales)
+    want = causal_prefill(q, dequantize_kv(k8, scales.k), dequantize_kv(v8, scales.v), cu, 0.2)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_is_within_its_tolerance_of_exact_kv(dtype: torch.dtype) -> None:
+    case = decode_case(
+        GROUPS, q_heads=4, kv_heads=2, dim=64, dtype=dtype, device=torch.device("cpu"),
+        seed=2, pad_rows=1,
+    )  # fmt: skip
+    scales = fp8_scales(case.k_cache, case.v_cache)
+    k8, v8 = quantized(case, scales)
+    real = case.real_rows
+    exact = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 64**-0.5)
+    got = cascade_decode(case.q, k8, v8, case.batch, 64**-0.5, scales)
+    assert 0 < _rel_error(got[real], exact[real]) <= FP8_REL_ERROR
+    # The scale barely matters while values stay within e4m3's range: 1/16 of it does as well.
+    small = fp8_scales(case.k_cache, case.v_cache, headroom=16.0)
+    k8, v8 = quantized(case, small)
+    got = cascade_decode(case.q, k8, v8, case.batch, 64**-0.5, small)
+    assert _rel_error(got[real], exact[real]) <= FP8_REL_ERROR
+
+
+def _saturating_case(device: torch.device) -> tuple[DecodeCase, KvScales]:
+    case = decode_case(
+        [(4, 20, 2)], q_heads=4, kv_heads=2, dim=32, dtype=torch.bfloat16, device=device,
+        seed=5,
+    )  # fmt: skip
+    scales = fp8_scales(case.k_cache, case.v_cache)
+    group = case.batch.groups[0]
+    for slot in (group.prompt_slots[3], group.suffix_slots[1, 0]):
+        case.k_cache[slot] = 1e30  # ~1e32 times 448 x its head's scale
+        case.v_cache[slot] = -1e30
+    return case, scales
+
+
+def test_keys_far_beyond_range_saturate_to_a_finite_output() -> None:
+    case, scales = _saturating_case(torch.device("cpu"))
+    k8, v8 = quantized(case, scales)
+    assert k8.float().nan_to_num(0.0).abs().max() == 448.0
+    out = cascade_decode(case.q, k8, v8, case.batch, 0.2, scales)
+    assert out.isfinite().all()
+
+
+def test_triton_cascade_reads_fp8_as_the_reference(kernel_device: torch.device) -> None:
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    for seed, (q_heads, dtype, splits, page) in enumerate(
+        [(4, torch.bfloat16, 2, 4), (6, torch.float32, 1, 1)]
+    ):
+        case = decode_case(
+            GROUPS, q_heads=q_heads, kv_heads=2, dim=32, dtype=dtype, device=kernel_device,
+            seed=10 + seed, pad_rows=1, page_size=page,
+        )  # fmt: skip
+        scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
+        k8, v8 = quantized(case, scales)
+        rows = case.q.shape[0]
+        block_rows = 16 // (4 if q_heads == 6 else 2)
+        packed = pack_decode(
+            case.batch, rows, block_rows=block_rows, num_splits=splits, page_size=page
+        )
+        out = torch.full_like(case.q, float("nan"))
+        cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out)
+        expected = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales)
+        real = case.real_rows
+        torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))
+        assert (out[~real] == 0).all()
+        with pytest.raises(ValueError, match="kv_scales none"):
+            cascade_decode_packed(case.q, k8, v8, packed, 0.17)
+
+
+def test_triton_prefill_reads_fp8_as_the_reference(kernel_device: torch.device) -> None:
+    from widebeam.kernels.attention.triton_prefill import ragged_causal_prefill
+
+    cu = (0, *itertools.accumulate((9, 1, 70)))
+    gen = torch.Generator().manual_seed(4)
+
+    def rand(heads: int) -> torch.Tensor:
+        return torch.randn(cu[-1], heads, 32, generator=gen).to(torch.bfloat16).to(kernel_device)
+
+    q, k, v = rand(4), rand(2) * 30, rand(2) / 30
+    scales = fp8_scales(k, v, headroom=0.5)  # the largest values saturate
+    k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    out = torch.full_like(q, float("nan"))
+    ragged_causal_prefill(q, k8, v8, cu, 0.21, scales, out=out)
+    expected = causal_prefill(q, k8, v8, cu, 0.21, scales)
+    assert expected.isfinite().all()
+    torch.testing.assert_close(out.float(), expected.float(), **tolerance(torch.bfloat16))
+
+
+def test_triton_backend_saturated_keys_stay_finite(kernel_device: torch.device) -> None:
+    from widebeam.kernels.attention.factory import make_attention_backend
+
+    case, scales = _saturating_case(kernel_device)
+    k8, v8 = quantized(case, scales)
+    backend = make_attention_backend("triton", page_size=1)
+    out = backend.decode(case.q, k8, v8, case.batch, 0.2, scales)
+    expected = cascade_decode(case.q, k8, v8, case.batch, 0.2, scales)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out.float(), expected.float(), **tolerance(torch.bfloat16))
