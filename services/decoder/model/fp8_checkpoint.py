@@ -13,8 +13,10 @@ Per-channel and per-tensor scales load as they are (a tensor scale is every chan
 Block scales are dequantized to fp32 and quantized again per channel: the serving GEMMs scale by
 row, not by block. Every weight also comes back dequantized in the model dtype, for the modules
 served in it (the LM head, ``quantization="none"``). Activation scales are computed per token at
-run time, so checkpoints with static activation scales, zero points or an FP8 KV cache scheme are
-refused, naming what is unsupported.
+run time, so checkpoints with static activation scales or zero points are refused, naming what
+is unsupported. A compressed-tensors ``kv_cache_scheme`` (static 8-bit float, per tensor or per
+attention head; with or without quantized weights) is accepted: its ``k_scale`` / ``v_scale``
+tensors are the FP8 KV cache's (`kv_scales.py`), used with ``kv_dtype="fp8"``.
 """
 
 from __future__ import annotations
@@ -101,11 +103,14 @@ def _compressed_tensors_layout(config: dict[str, Any]) -> Fp8Layout:
         raise _unsupported(
             f"compressed-tensors format {config.get('format')!r} (only 'float-quantized')"
         )
-    if config.get("kv_cache_scheme") is not None:
-        raise _unsupported("kv_cache_scheme (an FP8 KV cache is not built yet)")
+    kv_scheme = config.get("kv_cache_scheme")
+    if kv_scheme is not None:
+        _check_kv_cache_scheme(kv_scheme)
     groups = config.get("config_groups") or {}
-    if not isinstance(groups, dict) or not groups:
+    if not isinstance(groups, dict) or (not groups and kv_scheme is None):
         raise _unsupported("compressed-tensors config without config_groups")
+    if not groups:  # the KV cache's scales only: no FP8 weight to find
+        return Fp8Layout(COMPRESSED_TENSORS, "weight_scale", None, per_channel=False)
     schemes = set()
     for name, group in groups.items():
         weights = group.get("weights") or {}
@@ -136,6 +141,21 @@ def _compressed_tensors_layout(config: dict[str, Any]) -> Fp8Layout:
         )
     strategy, block = schemes.pop()
     return Fp8Layout(COMPRESSED_TENSORS, "weight_scale", block, per_channel=strategy == "channel")
+
+
+def _check_kv_cache_scheme(scheme: Any) -> None:
+    """What the FP8 KV cache can serve: static e4m3 scales per tensor or per KV head."""
+    if not isinstance(scheme, dict):
+        raise _unsupported("kv_cache_scheme must be an object")
+    if scheme.get("type") != "float" or scheme.get("num_bits") != 8:
+        raise _unsupported("kv_cache_scheme: only 8-bit float (the FP8 KV cache is e4m3)")
+    if not scheme.get("symmetric", True) or scheme.get("dynamic", False):
+        raise _unsupported("kv_cache_scheme: only symmetric, static scales")
+    strategy = scheme.get("strategy", "tensor")
+    if strategy not in ("tensor", "attn_head"):
+        raise _unsupported(
+            f"kv_cache_scheme.strategy {strategy!r} (one scale per tensor or per attention head)"
+        )
 
 
 def split_fp8_state(

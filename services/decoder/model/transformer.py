@@ -14,12 +14,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from widebeam.kernels.fp8.backend import fp8_gemm_for
+from widebeam.kernels.kv.fp8_kv import KvScales
 from widebeam.kernels.layers.dispatch import qk_norm_rope
 from widebeam.services.decoder.config import Quantization
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
 from widebeam.services.decoder.model.fp8_checkpoint import read_fp8_layout, split_fp8_state
 from widebeam.services.decoder.model.fp8_linear import Activation, quantized_input_cols
+from widebeam.services.decoder.model.kv_scales import kv_scales_for, pop_kv_scales
 from widebeam.services.decoder.model.layers import (
     RMSNorm,
     RotaryEmbedding,
@@ -153,6 +155,8 @@ class CausalLM(nn.Module):
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("padded_head", None, persistent=False)  # [rows, hidden], align_head
         self.quantization = Quantization.NONE  # how from_pretrained served the linear layers
+        # the FP8 KV cache's scales, [layers, kv_heads] tables (kv_scales.py); from_pretrained sets
+        self.kv_scales: KvScales | None = None
 
     @property
     def lm_head_weight(self) -> torch.Tensor:  # [vocab, hidden]
@@ -247,6 +251,7 @@ class CausalLM(nn.Module):
             model = cls(config)
         # FP8 scales must not be rounded to `dtype`: a quantized checkpoint is cast below.
         state = load_state_dict(path, dtype=None if layout else dtype, device=device)
+        state, checkpoint_kv_scales = pop_kv_scales(state, config)
         prequantized = {}
         if layout is not None:
             state, prequantized = split_fp8_state(state, layout, dtype, gemm is not None)
@@ -264,6 +269,8 @@ class CausalLM(nn.Module):
         for layer in model.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
+        # From the model-dtype weights, which FP8 linears would replace.
+        model.kv_scales = kv_scales_for(model, checkpoint_kv_scales)
         if gemm is not None:
             quantize_fp8(model, gemm, prequantized)
             model.quantization = quantization
