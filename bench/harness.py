@@ -21,7 +21,13 @@ from pathlib import Path
 
 import torch
 
-from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig, Quantization
+from widebeam.services.decoder.config import (
+    BeamExpansion,
+    DType,
+    EngineConfig,
+    KVDType,
+    Quantization,
+)
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
@@ -84,6 +90,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         choices=[q.value for q in Quantization],
         help="fp8: the decoder layers' linears in W8A8 FP8 (torch._scaled_mm)",
     )
+    parser.add_argument(
+        "--kv-dtype",
+        default=KVDType.AUTO,
+        choices=[k.value for k in KVDType],
+        help="fp8: the KV cache in float8_e4m3fn with per-head scales",
+    )
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
     parser.add_argument(
@@ -123,6 +135,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
     return {
         "attention_backend": args.attention,
         "quantization": args.quantization,
+        "kv_dtype": args.kv_dtype,
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,

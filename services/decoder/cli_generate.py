@@ -7,7 +7,13 @@ import json
 import sys
 from typing import IO, Any
 
-from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, DType, EngineConfig, Quantization
+from widebeam.services.decoder.config import (
+    DEFAULT_KV_SLOTS,
+    DType,
+    EngineConfig,
+    KVDType,
+    Quantization,
+)
 from widebeam.services.decoder.requests.parsing import request_from_dict
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
@@ -27,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Quantization.NONE,
         choices=[q.value for q in Quantization],
         help="fp8: the decoder layers' linears in W8A8 FP8 (CUDA: with --dtype bfloat16)",
+    )
+    parser.add_argument(
+        "--kv-dtype",
+        default=KVDType.AUTO,
+        choices=[k.value for k in KVDType],
+        help="fp8: the KV cache in float8_e4m3fn with per-head scales (auto: in --dtype)",
     )
     parser.add_argument("--input", default="-", help="JSONL file of requests, or - for stdin")
     parser.add_argument("--output", default="-", help="JSONL output file, or - for stdout")
@@ -82,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         quantization=args.quantization,
+        kv_dtype=args.kv_dtype,
         catalog_path=args.catalog,
         sid_layout=args.sid_layout,
         max_rows=args.max_rows,

@@ -40,6 +40,15 @@ class Quantization(StrEnum):
     FP8 = "fp8"
 
 
+class KVDType(StrEnum):
+    """How the KV cache stores K and V."""
+
+    # in the model dtype
+    AUTO = "auto"
+    # float8_e4m3fn with static fp32 scales per layer and KV head (kernels/kv/fp8_kv.py)
+    FP8 = "fp8"
+
+
 # The KV cache size when neither max_kv_slots nor kv_memory_fraction is given.
 DEFAULT_KV_SLOTS = 1 << 18
 
@@ -73,6 +82,16 @@ class EngineConfig:
             "none | fp8 (W8A8: the decoder layers' linear weights in float8_e4m3fn per output "
             "channel, activations quantized per token; the LM head and norms stay in dtype; "
             "CUDA needs bfloat16 and compute capability 8.9+)"
+        ),
+    )
+    kv_dtype: KVDType = field(
+        default=KVDType.AUTO,
+        metadata=_help(
+            "auto | fp8 (K and V stored in float8_e4m3fn with static fp32 scales per layer and KV "
+            "head: the checkpoint's k_scale / v_scale, else bounds derived from the weights; "
+            "half the bytes of bfloat16, so kv_memory_fraction holds twice the slots; attention "
+            "dequantizes and accumulates in fp32; CUDA needs compute capability 8.9+; not with "
+            "attention_backend flashinfer)"
         ),
     )
     max_rows: int = field(
@@ -200,6 +219,7 @@ class EngineConfig:
             ("dtype", DType),
             ("beam_expansion", BeamExpansion),
             ("quantization", Quantization),
+            ("kv_dtype", KVDType),
         )
         for name, enum in enums:
             value = getattr(self, name)
@@ -215,6 +235,11 @@ class EngineConfig:
             raise ValueError(
                 f"quantization fp8 on CUDA needs dtype bfloat16 (torch._scaled_mm's row-wise "
                 f"scaling writes bf16), got {self.dtype}"
+            )
+        if self.kv_dtype == KVDType.FP8 and self.attention_backend == "flashinfer":
+            raise ValueError(
+                "kv_dtype fp8 needs attention_backend auto, triton or torch: FlashInfer's kernels "
+                "take one K and one V scale per layer, the FP8 cache has one per KV head"
             )
         widths = self.capture_beam_widths
         if isinstance(widths, str):

@@ -23,10 +23,11 @@ from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
 from widebeam.services.decoder.config import BeamExpansion, EngineConfig
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
-from widebeam.services.decoder.kv.kv_cache import KVCache
+from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype
 from widebeam.services.decoder.kv.kv_capacity import kv_capacity_slots, kv_slot_bytes
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
 from widebeam.services.decoder.model.config import GenerationDefaults
+from widebeam.services.decoder.model.kv_scales import kv_scales_for
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
@@ -87,7 +88,16 @@ class Engine:
         mc = self.model.config
         self.vocab_size = mc.vocab_size
         defaults = GenerationDefaults.from_pretrained(config.model_dir)
-        slot_bytes = kv_slot_bytes(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, dtype)
+        kv_dtype = kv_storage_dtype(config.kv_dtype, dtype, self.device)
+        kv_scales = None
+        if kv_dtype != dtype:  # FP8: from_pretrained's scales (a model built otherwise: ours)
+            kv_scales = self.model.kv_scales
+            if kv_scales is None:
+                kv_scales = kv_scales_for(self.model)
+            log.info("KV cache in %s with static per-head scales", kv_dtype)
+        slot_bytes = kv_slot_bytes(
+            mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, kv_dtype
+        )
         kv_slots = kv_capacity_slots(config, slot_bytes, self.device)
         pages = PageAllocator(kv_slots // config.page_size, config.page_size)
         self.limits = EngineLimits(
@@ -103,8 +113,9 @@ class Engine:
             pages.capacity_slots + config.page_size,
             mc.num_key_value_heads,
             mc.head_dim,
-            dtype,
+            kv_dtype,
             self.device,
+            kv_scales,
         )
         backend_name = resolve_backend_name(config.attention_backend, self.device.type)
         self.runner = ModelRunner(

@@ -1,4 +1,8 @@
-"""Attention contexts the model calls per layer: write this batch's KV, then attend."""
+"""Attention contexts the model calls per layer: write this batch's KV, then attend.
+
+With an FP8 cache every attention reads K and V as the cache holds them, with the layer's
+scales: decode and cached prefixes from the cache, a prefill's fresh rows as the write stored
+them (`KVCache.write_rows`), so a cached prefix and a fresh prefill of it give the same keys."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.kv.fp8_kv import take_rows
 from widebeam.services.decoder.kv.kv_cache import KVCache
 
 
@@ -20,25 +25,22 @@ class _WritingContext(ABC):
     backend: AttentionBackend
     scale: float
 
+    @abstractmethod
     def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:  # q [N, Hq, D]; k, v [N, Hkv, D] -> [N, Hq, D]
-        self.cache.write(layer_idx, self.write_slots, k, v)
-        return self._attend(layer_idx, q, k, v)
-
-    @abstractmethod
-    def _attend(
-        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor: ...
+        """Write k and v to their slots, then attend."""
 
 
 class PrefillContext(_WritingContext):
     """Packed prompt tokens: each attends causally within its prompt (the batch's own K, V)."""
 
-    def _attend(
+    def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        return self.backend.prefill(q, k, v, self.metadata, self.scale)
+        k, v = self.cache.write_rows(layer_idx, self.write_slots, k, v)
+        scales = self.cache.layer_scales[layer_idx]
+        return self.backend.prefill(q, k, v, self.metadata, self.scale, scales)
 
 
 @dataclass(frozen=True)
@@ -50,22 +52,26 @@ class PrefixPrefillContext(_WritingContext):
     full_slots: torch.Tensor  # [F] int64, every prompt's slots in order
     query_index: torch.Tensor  # [N] int64, each new token's row among the F
 
-    def _attend(
+    def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        k_full = self.cache.k[layer_idx].index_select(0, self.full_slots)  # [F, Hkv, D]
-        v_full = self.cache.v[layer_idx].index_select(0, self.full_slots)
+        self.cache.write(layer_idx, self.write_slots, k, v)
+        k_full = take_rows(self.cache.k[layer_idx], self.full_slots)  # [F, Hkv, D]
+        v_full = take_rows(self.cache.v[layer_idx], self.full_slots)
         q_full = q.new_zeros((self.full_slots.shape[0], *q.shape[1:]))  # [F, Hq, D]
         q_full.index_copy_(0, self.query_index, q)
-        out = self.backend.prefill(q_full, k_full, v_full, self.metadata, self.scale)
+        scales = self.cache.layer_scales[layer_idx]
+        out = self.backend.prefill(q_full, k_full, v_full, self.metadata, self.scale, scales)
         return out.index_select(0, self.query_index)
 
 
 class DecodeContext(_WritingContext):
     """One new token per row: each attends over its prompt and suffix slots in the cache."""
 
-    def _attend(
+    def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
+        self.cache.write(layer_idx, self.write_slots, k, v)
         k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
-        return self.backend.decode(q, k_cache, v_cache, self.metadata, self.scale)
+        scales = self.cache.layer_scales[layer_idx]
+        return self.backend.decode(q, k_cache, v_cache, self.metadata, self.scale, scales)

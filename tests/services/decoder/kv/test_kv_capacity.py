@@ -1,4 +1,5 @@
-"""KV capacity: the configured slot count, the default, or a fraction of free CUDA memory."""
+"""KV capacity: the configured slot count, the default, or a fraction of free CUDA memory; an
+FP8 cache counts its own bytes, so a budget holds twice bfloat16's slots."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from tests.services.decoder.conftest import SidModel
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.kv.kv_cache import KVCache
@@ -21,6 +23,22 @@ def test_slot_bytes_are_the_cache_bytes_per_slot(dtype: torch.dtype) -> None:
     cache = KVCache(3, 64, 2, 8, dtype, "cpu")
     per_slot = (cache.k.nbytes + cache.v.nbytes) // cache.num_slots
     assert kv_slot_bytes(3, 2, 8, dtype) == per_slot
+
+
+def test_fp8_slot_bytes_are_the_cache_bytes_per_slot() -> None:
+    scales = KvScales.of(torch.ones(3, 2), torch.ones(3, 2))
+    cache = KVCache(3, 64, 2, 8, KV_FP8_DTYPE, "cpu", scales)
+    per_slot = (cache.k.nbytes + cache.v.nbytes) // cache.num_slots
+    assert kv_slot_bytes(3, 2, 8, KV_FP8_DTYPE) == per_slot
+    assert 2 * per_slot == kv_slot_bytes(3, 2, 8, torch.bfloat16)
+
+
+def test_a_budget_holds_twice_the_slots_in_fp8() -> None:
+    page = 16
+    budget = 3 << 30  # at Qwen3-1.7B's shape: 28 layers, 8 KV heads of 128
+    bf16 = slots_in_budget(budget, kv_slot_bytes(28, 8, 128, torch.bfloat16), page)
+    fp8 = slots_in_budget(budget, kv_slot_bytes(28, 8, 128, KV_FP8_DTYPE), page)
+    assert bf16 > 0 and 2 * bf16 <= fp8 <= 2 * bf16 + 2 * page  # the trash page counts once
 
 
 def test_budget_holds_whole_pages_beside_the_trash_page() -> None:

@@ -2,7 +2,8 @@
 path on the CPU: its metadata are bucket-sized tensors (what a captured graph would read), its
 kernels masked attention over them with no host reads, and it counts the hook calls. It is
 not one of the engine's backends and the runner does not know it: what the runner does with
-it, it does through the `AttentionBackend` hooks only."""
+it, it does through the `AttentionBackend` hooks only. It reads an FP8 cache as the reference
+does (stored values times the layer's scales)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.buckets import DecodeCapacity, decode_capacity
 from widebeam.kernels.attention.metadata import AttentionLayout, DecodeBatch, PrefillBatch
 from widebeam.kernels.attention.torch_ref import attention_with_lse
+from widebeam.kernels.kv.fp8_kv import KvScales, dequantize_kv
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,13 @@ def _masked_attention(
     v: torch.Tensor,  # like k
     scale: float,
     visible: torch.Tensor,  # [N, M] bool
+    kv_scales: KvScales | None = None,  # k, v in FP8 with these scales
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
-    out, _ = attention_with_lse(q.float(), k.float(), v.float(), scale, visible)
+    if kv_scales is None:
+        k, v = k.float(), v.float()
+    else:
+        k, v = dequantize_kv(k, kv_scales.k), dequantize_kv(v, kv_scales.v)
+    out, _ = attention_with_lse(q.float(), k, v, scale, visible)
     return out.to(q.dtype)
 
 
@@ -103,6 +110,7 @@ class StaticTorchAttention(AttentionBackend):
         v_cache: torch.Tensor,  # [slots, Hkv, D]
         metadata: object,  # a StaticDecode of R rows
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
         assert isinstance(metadata, StaticDecode)
         group = metadata.row_group.clamp(min=0)
@@ -111,7 +119,7 @@ class StaticTorchAttention(AttentionBackend):
         in_prompt = torch.arange(prompt_cap, device=q.device) < metadata.prompt_len[group, None]
         in_suffix = torch.arange(suffix_cap, device=q.device) < metadata.suffix_len[:, None]
         visible = torch.cat((in_prompt, in_suffix), dim=1) & (metadata.row_group >= 0)[:, None]
-        return _masked_attention(q, k_cache[keys], v_cache[keys], scale, visible)
+        return _masked_attention(q, k_cache[keys], v_cache[keys], scale, visible, kv_scales)
 
     def init_decode_capture(self, metadata: object, layout: AttentionLayout) -> object:
         return self._capture_buffers("init_decode_capture", metadata, StaticDecode)
@@ -139,13 +147,14 @@ class StaticTorchAttention(AttentionBackend):
         v: torch.Tensor,  # [N, Hkv, D]
         metadata: object,  # a StaticPrefill of N tokens
         scale: float,
+        kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         assert isinstance(metadata, StaticPrefill)
         seg = metadata.segment
         visible = (seg[:, None] == seg[None, :]) & torch.ones(
             len(seg), len(seg), dtype=torch.bool, device=q.device
         ).tril()
-        return _masked_attention(q, k, v, scale, visible)
+        return _masked_attention(q, k, v, scale, visible, kv_scales)
 
     def init_prefill_capture(self, metadata: object, layout: AttentionLayout) -> object:
         return self._capture_buffers("init_prefill_capture", metadata, StaticPrefill)

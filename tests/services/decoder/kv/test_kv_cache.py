@@ -1,0 +1,58 @@
+"""The KV cache's storage dtype: the model's, or FP8 with per-(layer, KV head) scales that writes
+quantize with and `write_rows` hands back as stored."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales, dequantize_kv
+from widebeam.services.decoder.config import KVDType
+from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype
+
+LAYERS, SLOTS, HEADS, DIM = 2, 32, 2, 8
+
+
+def _scales() -> KvScales:
+    k = torch.tensor([[0.01, 0.02], [0.03, 0.04]])
+    return KvScales.of(k, 2 * k)
+
+
+def test_storage_dtype() -> None:
+    cpu = torch.device("cpu")
+    assert kv_storage_dtype(KVDType.AUTO, torch.bfloat16, cpu) is torch.bfloat16
+    assert kv_storage_dtype(KVDType.FP8, torch.float32, cpu) is KV_FP8_DTYPE
+
+
+def test_fp8_writes_quantize_with_the_layers_scales() -> None:
+    scales = _scales()
+    cache = KVCache(LAYERS, SLOTS, HEADS, DIM, KV_FP8_DTYPE, "cpu", scales)
+    gen = torch.Generator().manual_seed(0)
+    k, v = torch.randn(2, 5, HEADS, DIM, generator=gen)
+    slots = torch.tensor([3, 9, 4, 20, 31])
+    k_rows, v_rows = cache.write_rows(1, slots, k, v)
+    assert k_rows.dtype == v_rows.dtype == KV_FP8_DTYPE
+    assert torch.equal(cache.k[1, slots].float(), k_rows.float())
+    assert torch.equal(cache.v[1, slots].float(), v_rows.float())
+    assert not cache.k[0].float().any()  # layer 0 untouched
+    back = dequantize_kv(cache.k[1, slots], scales.k[1])
+    torch.testing.assert_close(back, k, rtol=2**-4, atol=2**-6 * 0.04)
+    cache.write(0, slots[:2], 2 * k[:2], v[:2])
+    assert not torch.equal(cache.k[0, slots[:2]].float(), k_rows[:2].float())
+
+
+def test_model_dtype_write_rows_are_the_inputs() -> None:
+    cache = KVCache(LAYERS, SLOTS, HEADS, DIM, torch.float32, "cpu")
+    assert cache.layer_scales == (None, None)
+    k = torch.randn(3, HEADS, DIM)
+    rows = cache.write_rows(0, torch.tensor([1, 2, 3]), k, -k)
+    assert rows[0] is k and torch.equal(cache.v[0, 1:4], -k)
+
+
+def test_scales_and_dtype_must_match() -> None:
+    with pytest.raises(ValueError, match="FP8 KV cache needs its scales"):
+        KVCache(LAYERS, SLOTS, HEADS, DIM, KV_FP8_DTYPE, "cpu")
+    with pytest.raises(ValueError, match="FP8 KV cache needs its scales"):
+        KVCache(LAYERS, SLOTS, HEADS, DIM, torch.float32, "cpu", _scales())
+    with pytest.raises(ValueError, match=r"KV scales of shape \(2, 2\) / \(2, 2\) for 3 layers"):
+        KVCache(3, SLOTS, HEADS, DIM, KV_FP8_DTYPE, "cpu", _scales())
