@@ -6,8 +6,9 @@ serve; any single call that holds the GIL for long stalls them all. A probe thre
 millisecond beside each phase and records the longest gap between its wake-ups (the longest
 hold). Phases, on a trie of `--items` random SIDs built in this process: `SidTrie.from_arrays`
 (the parent's rebuild of a version its load child sent), `ServedCatalog.build` (trie tensors,
-edge keys), dropping a served version (its last reference, as the engine drops it) and a
-collector's pass after it, and `PathItems.items` for `--beams` finished beams.
+edge keys) all in one process and from arrays a load child derived (`constraint_arrays`, timed
+apart: the child's part), dropping a served version (its last reference, as the engine drops
+it) and a collector's pass after it, and `PathItems.items` for `--beams` finished beams.
 
     .venv/bin/python bench/catalog_gil.py [--items 10000000] [--beams 1000]  # $OUT/*.json
     .venv/bin/python bench/catalog_gil.py --smoke   # tests/bench/test_catalog_gil_smoke.py
@@ -34,6 +35,7 @@ from widebeam.services.catalog.sid_layout import SidLayout  # noqa: E402
 from widebeam.services.catalog.trie import SidTrie  # noqa: E402
 from widebeam.services.catalog.trie_build import build_arrays  # noqa: E402
 from widebeam.services.decoder.constraint.path_items import PathItems  # noqa: E402
+from widebeam.services.decoder.constraint.trie_arrays import constraint_arrays  # noqa: E402
 from widebeam.services.decoder.server.served_catalog import ServedCatalog  # noqa: E402
 
 CODEBOOK = 8192
@@ -94,7 +96,14 @@ def main() -> None:
         loaded = phase("SidTrie.from_arrays", lambda: SidTrie.from_arrays(
             arrays, dense_cell_budget=trie.dense_cell_budget, copy=False), rows)  # fmt: skip
         build = lambda t=loaded: ServedCatalog.build("bench", t, "1", "cpu")  # noqa: E731
-        served = phase("ServedCatalog.build", build, rows)
+        served = phase("ServedCatalog.build (all in this process)", build, rows)
+        served = None
+        # The decoder's path: its load child derives the arrays, this process only wraps them.
+        derived = phase("constraint_arrays (the load child's part)",
+                        lambda t=loaded: constraint_arrays(t), rows)  # fmt: skip
+        wrap = lambda t=loaded, d=derived: ServedCatalog.build("bench", t, "1", "cpu", d)  # noqa: E731
+        served = phase("ServedCatalog.build from derived arrays", wrap, rows)
+        del derived
 
         def drop() -> None:  # what the engine does: its last reference goes
             nonlocal served

@@ -5,14 +5,16 @@ of this project's production shape fit it) follows catalog ``default`` in a redi
 here; one gateway in front. Two versions of ``--items`` items are published up front (the second
 complete but not current). The loadgen's drivers (widebeam/loadgen) measure capacity with a
 closed loop, then send `/v1/recommend` open loop at ``--load`` x capacity; ``--swap-at`` seconds
-in, version 2 is made current, and the decoder fetches, verifies and builds it while it serves.
-Requests are put in windows by when they were due: before the swap, during it (until the
-decoder's GetInfo names version 2) and after. Reported: errors (any non-200 or wrong answer),
-p50/p99 per window, p99 during ÷ before (issue 21's target: 0 errors, ≤ 1.5), and the decoder's
-RSS before, at its peak and after.
+in, version 2 is made current, and the decoder fetches, verifies and builds it while it serves;
+``--gap`` seconds after it serves it, version 1 is made current again, and so on, ``--swaps``
+times. Requests are put in windows by when they were due: during a swap (from the activation
+until the decoder's GetInfo names the new version) or quiet (before, between and after the
+swaps: a single before/after pair on a shared 2-core machine is as noisy as the effect).
+Reported: errors (any non-200 or wrong answer), p50/p99 per window and per swap, p99 during ÷
+quiet (issue 21's target: 0 errors, ≤ 1.5), and the decoder's RSS before, at its peak and after.
 
-    .venv/bin/python bench/catalog_swap.py [--items 10000000] [--duration 60] [--swap-at 15]
-        [--load 0.5] [--json PATH]
+    .venv/bin/python bench/catalog_swap.py [--items 10000000] [--duration 150] [--swap-at 15]
+        [--swaps 3] [--gap 15] [--load 0.5] [--json PATH]
 """
 
 from __future__ import annotations
@@ -106,11 +108,12 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
 
 
 class SwapWatch:
-    """Polls the decoder (GetInfo, every 50 ms) for the served version, and its RSS."""
+    """Polls the decoder (GetInfo, every 50 ms) for the version it serves, and its RSS."""
 
     def __init__(self, address: str, pid: int) -> None:
         self.address, self.pid = address, pid
-        self.ready_at: float | None = None  # monotonic time GetInfo first named version 2
+        self.served: str | None = None  # the version GetInfo named last
+        self.changed = threading.Event()  # set whenever `served` changes
         self.peak_rss_mib = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -128,10 +131,23 @@ class SwapWatch:
             stub = decoder_pb2_grpc.DecoderStub(channel)
             while not self._stop.wait(0.05):
                 self.peak_rss_mib = max(self.peak_rss_mib, rss_mib(self.pid))
-                if self.ready_at is None:
-                    info = stub.GetInfo(empty_pb2.Empty(), timeout=30)
-                    if any(c.name == CATALOG and c.version == "2" for c in info.catalogs):
-                        self.ready_at = time.monotonic()
+                info = stub.GetInfo(empty_pb2.Empty(), timeout=30)
+                served = next((c.version for c in info.catalogs if c.name == CATALOG), None)
+                if served != self.served:
+                    self.served = served
+                    self.changed.set()
+
+    def wait_for(self, version: str, timeout_s: float) -> bool:
+        """Blocks until the decoder serves `version` (True) or `timeout_s` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while self.served != version:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.changed.clear()
+            if self.served != version:
+                self.changed.wait(min(left, 0.05))
+        return True
 
 
 async def drive(args: argparse.Namespace, gateway_url: str, url: str, decoder: Any) -> dict:
@@ -150,61 +166,92 @@ async def drive(args: argparse.Namespace, gateway_url: str, url: str, decoder: A
         rss_before = rss_mib(decoder.proc.pid)
         sender = Sender(client, ids, 60)
         origin, origin_wall = time.monotonic(), time.time()
-        swap: dict[str, float] = {}
+        swaps: list[dict[str, float | None]] = []
 
-        async def activate_later() -> None:
-            await asyncio.sleep(args.swap_at)
-            swap["at"] = time.monotonic() - origin
-            await asyncio.to_thread(store.activate, CATALOG, 2)
+        async def swap_repeatedly(watch: SwapWatch) -> None:
+            """Version 2, back to 1, to 2 ...: each swap `--gap` s after the last one ended,
+            while its end still leaves a quiet `--gap` before the open loop ends."""
+            due = args.swap_at
+            for i in range(args.swaps):
+                await asyncio.sleep(max(0.0, due - (time.monotonic() - origin)))
+                version = 2 if i % 2 == 0 else 1
+                at = time.monotonic() - origin
+                swap: dict[str, float | None] = {"version": version, "at": at, "ready": None}
+                swaps.append(swap)
+                await asyncio.to_thread(store.activate, CATALOG, version)
+                if await asyncio.to_thread(watch.wait_for, str(version), args.duration):
+                    swap["ready"] = time.monotonic() - origin
+                else:
+                    return
+                due = swap["ready"] + args.gap  # type: ignore[operator]
+                if due + args.gap > args.duration:
+                    return
 
         with SwapWatch(decoder.address, decoder.proc.pid) as watch:
-            activation = asyncio.create_task(activate_later())
+            swapping = asyncio.create_task(swap_repeatedly(watch))
             await open_loop(sender, calls, rate, args.duration)
-            await activation
-            ready = None if watch.ready_at is None else watch.ready_at - origin
+            await swapping
             peak = watch.peak_rss_mib
     finally:
         await client.close()
     return {"capacity_rps": len(capacity.outcomes) / elapsed, "rate_rps": rate,
-            "outcomes": sender.outcomes, "swap_at_s": swap["at"], "ready_at_s": ready,
+            "outcomes": sender.outcomes, "swaps": swaps,
             "origin_unix_s": origin_wall,  # to line the timeline up with the services' logs
             "rss_before_mib": rss_before, "rss_peak_mib": peak,
             "rss_after_mib": rss_mib(decoder.proc.pid)}  # fmt: skip
 
 
 def windows(run: dict) -> dict[str, Any]:
+    """Requests by when they were due: during a swap (from its activation until the decoder
+    serves the new version) or quiet (every other moment of the open loop, before, between and
+    after the swaps, so drifts of the machine's own speed fall on both sides alike)."""
     outcomes: list[Outcome] = run["outcomes"]
-    start, end = run["swap_at_s"], run["ready_at_s"]
-    if end is None:
-        raise RuntimeError("the decoder never served version 2 during the run")
-    parts = {
-        "before": [o for o in outcomes if o.sent < start],
-        "during": [o for o in outcomes if start <= o.sent <= end],
-        "after": [o for o in outcomes if o.sent > end],
-    }
-    out: dict[str, Any] = {}
-    for name, part in parts.items():
-        errors = [o for o in part if o.status != 200 or o.problem is not None]
-        answered = [o.latency for o in part if o.status == 200]
-        out[name] = {"requests": len(part), "errors": len(errors),
-                     "problems": sorted({o.problem or str(o.status) for o in errors})[:5],
-                     "latency": Latency.of(answered)}  # fmt: skip
-    before, during = out["before"]["latency"].p99_ms, out["during"]["latency"].p99_ms
-    out["p99_during_over_before"] = during / before if before else None
-    out["swap_s"] = end - start
+    swaps = run["swaps"]
+    if not swaps or any(s["ready"] is None for s in swaps):
+        raise RuntimeError(f"a swap never completed during the run: {swaps}")
+    spans = [(s["at"], s["ready"]) for s in swaps]
+
+    def span_of(o: Outcome) -> int | None:
+        return next((i for i, (a, b) in enumerate(spans) if a <= o.sent <= b), None)
+
+    parts: dict[str, list[Outcome]] = {"quiet": [], "during": []}
+    per_swap: list[list[Outcome]] = [[] for _ in spans]
+    for o in outcomes:
+        i = span_of(o)
+        parts["quiet" if i is None else "during"].append(o)
+        if i is not None:
+            per_swap[i].append(o)
+    out: dict[str, Any] = {name: _window(part) for name, part in parts.items()}
+    quiet, during = out["quiet"]["latency"].p99_ms, out["during"]["latency"].p99_ms
+    out["p99_during_over_quiet"] = during / quiet if quiet else None
+    out["swaps"] = [
+        _window(part) | {"version": s["version"], "at_s": s["at"], "swap_s": s["ready"] - s["at"]}
+        for s, part in zip(swaps, per_swap, strict=True)
+    ]
     return out
 
 
+def _window(part: list[Outcome]) -> dict[str, Any]:
+    errors = [o for o in part if o.status != 200 or o.problem is not None]
+    answered = [o.latency for o in part if o.status == 200]
+    return {"requests": len(part), "errors": len(errors),
+            "problems": sorted({o.problem or str(o.status) for o in errors})[:5],
+            "latency": Latency.of(answered)}  # fmt: skip
+
+
 def report(args: argparse.Namespace, run: dict, win: dict, setup: dict) -> str:
-    rows = []
-    for name in ("before", "during", "after"):
-        w = win[name]
+    def row(name: str, w: dict[str, Any]) -> str:
         lat = w["latency"]
-        rows.append(f"| {name} | {w['requests']} | {w['errors']} | {lat.p50_ms:.0f} | "
-                    f"{lat.p99_ms:.0f} | {lat.max_ms:.0f} |")  # fmt: skip
-    errors = sum(win[n]["errors"] for n in ("before", "during", "after"))
-    ratio = win["p99_during_over_before"]
+        return (f"| {name} | {w['requests']} | {w['errors']} | {lat.p50_ms:.0f} | "
+                f"{lat.p99_ms:.0f} | {lat.max_ms:.0f} |")  # fmt: skip
+
+    rows = [row("quiet", win["quiet"]), row("during the swaps", win["during"])]
+    rows += [row(f"swap {i + 1} (to v{s['version']} at {s['at_s']:.0f} s, {s['swap_s']:.1f} s)", s)
+             for i, s in enumerate(win["swaps"])]  # fmt: skip
+    errors = win["quiet"]["errors"] + win["during"]["errors"]
+    ratio = win["p99_during_over_quiet"]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    swap_s = [s["swap_s"] for s in win["swaps"]]
     return "\n".join([
         f"- date: {time.strftime('%Y-%m-%d')}; machine: {machine()} (load average {load} at the "
         f"end); commit: {commit()}",
@@ -214,12 +261,11 @@ def report(args: argparse.Namespace, run: dict, win: dict, setup: dict) -> str:
         f"{setup['v1_build_publish_s']:.0f} s + {setup['v2_build_publish_s']:.0f} s",
         f"- capacity (closed loop, {args.concurrency} clients) {run['capacity_rps']:.1f} req/s; "
         f"open loop at {run['rate_rps']:.1f} req/s ({args.load:.0%}) for {args.duration:.0f} s; "
-        f"version 2 made current at {run['swap_at_s']:.1f} s, served from "
-        f"{run['ready_at_s']:.1f} s (swap {win['swap_s']:.1f} s: fetch, verify, trie, index, "
-        "tensors)",
+        f"{len(swap_s)} swaps (v1 -> v2 -> v1 ...), each {min(swap_s):.1f}-{max(swap_s):.1f} s "
+        "(fetch, verify, trie, index, tensors)",
         f"- decoder RSS: {run['rss_before_mib']:.0f} MiB before, peak {run['rss_peak_mib']:.0f} "
-        f"MiB during the swap (both versions held), {run['rss_after_mib']:.0f} MiB after",
-        f"- **errors {errors}; p99 during the swap ÷ before = "
+        f"MiB during the swaps (both versions held), {run['rss_after_mib']:.0f} MiB after",
+        f"- **errors {errors}; p99 during the swaps ÷ quiet = "
         f"{'n/a' if ratio is None else f'{ratio:.2f}'}** (targets: 0; ≤ 1.5)",
         "",
         "| window | requests | errors | p50 ms | p99 ms | max ms |",
@@ -231,8 +277,10 @@ def report(args: argparse.Namespace, run: dict, win: dict, setup: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--items", type=int, default=10_000_000)
-    p.add_argument("--duration", type=float, default=60.0, help="open-loop seconds")
-    p.add_argument("--swap-at", type=float, default=15.0, help="seconds into the open loop")
+    p.add_argument("--duration", type=float, default=150.0, help="open-loop seconds")
+    p.add_argument("--swap-at", type=float, default=15.0, help="first swap, s into the loop")
+    p.add_argument("--swaps", type=int, default=3, help="swaps: v2, back to v1, v2, ...")
+    p.add_argument("--gap", type=float, default=15.0, help="quiet seconds between swaps")
     p.add_argument("--load", type=float, default=0.5, help="open-loop rate ÷ capacity")
     p.add_argument("--capacity-s", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, default=4)
