@@ -23,6 +23,11 @@
 #                          shapes (bounded by its own --budget-s 220)
 #   fp8-gpu-tests [200]    pytest over the FP8 kernels, fused layers and FP8 model/engine, all
 #                          tests (not only -m gpu: the Triton kernel tests run compiled on CUDA)
+#   fp8-kv-gpu-tests [240] pytest over the FP8 KV cache's kernels, cache and engine, all tests
+#                          (the unmarked Triton ones run compiled on CUDA)
+#   w4-fp8-kv [300]        recif_throughput.py --quick --variants distinct, bf16 KV then
+#                          --kv-dtype fp8 (tag _fp8kv)
+#   fp8-kv-quality [240]   fp8_quality.py --users 3000 --quantization none --kv-dtype fp8
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
 # log are printed at the end, so the call's reply carries a summary.
 set -u
@@ -64,6 +69,15 @@ step_command() {
             tests/services/decoder/model/test_fp8_fused_inputs.py \
             tests/services/decoder/model/test_fused_residual.py \
             tests/services/decoder/test_fp8_engine_gpu.py" ;;
+        fp8-kv-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider tests/kernels/kv \
+            tests/kernels/attention/test_fp8_kv.py tests/kernels/attention/test_fp8_kv_gpu.py \
+            tests/kernels/attention/test_fp8_kv_engine_with_triton.py \
+            tests/services/decoder/kv tests/services/decoder/test_fp8_kv_engine_gpu.py" ;;
+        w4-fp8-kv) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
+            && python3 recif_throughput.py --quick --variants distinct --kv-dtype fp8 \
+            --tag _fp8kv" ;;
+        fp8-kv-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
+            --quantization none --kv-dtype fp8" ;;
         *) return 1 ;;
     esac
 }
@@ -71,7 +85,8 @@ step_command() {
 default_limit() {
     case "$1" in
         gpu-tests) echo 300 ;; stack*) echo 260 ;; fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
-        fp8-gpu-tests) echo 200 ;;
+        fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
+        fp8-kv-quality) echo 240 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

@@ -2,9 +2,12 @@
 enough for FP8 to matter (default hidden 1024 x 8 layers), trained on the device, then served by
 the engine in bf16 and with `quantization="fp8"` to the same held-out users: each one's
 recall@10 / NDCG@10, the relative change of recall, and how many of the top-10 / top-50
-constrained beams (SIDs) the two share, plus illegal SIDs.
+constrained beams (SIDs) the two share, plus illegal SIDs. The FP8 arm's linears and KV cache
+are options: `--kv-dtype fp8` adds the FP8 KV cache, `--quantization none --kv-dtype fp8`
+measures the FP8 KV cache alone.
 
     python bench/fp8_quality.py [--hidden 1024] [--layers 8] [--epochs 8] [--users 1000]
+        [--quantization fp8|none] [--kv-dtype auto|fp8]
     python bench/fp8_quality.py --smoke   # CPU, the demo's tiny world (a check of the script)
 
 Training mirrors `widebeam/demo/train.py` (same batches, loss positions, AdamW and schedule)
@@ -85,7 +88,7 @@ def train_on_device(
 
 def serve(
     model_dir: Path, catalog: Path, prompts: list[list[int]], steps: int, width: int,
-    quantization: str,
+    quantization: str, kv_dtype: str,
 ) -> tuple[list[RequestOutput], float]:  # fmt: skip
     """Every user's constrained beam request (n = width) through one engine; wall seconds."""
     dtype = "bfloat16" if DEVICE == "cuda" else "float32"
@@ -95,6 +98,7 @@ def serve(
         device=DEVICE,
         dtype=dtype,
         quantization=quantization,
+        kv_dtype=kv_dtype,
         max_rows=max(1024, 16 * width),
     )
     engine = Engine(config)
@@ -136,6 +140,12 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=1000, help="held-out users served")
     parser.add_argument("--width", type=int, default=max(TOP_N), help="beam width = n")
     parser.add_argument("--smoke", action="store_true", help="CPU, the demo's tiny world")
+    parser.add_argument(
+        "--quantization", default="fp8", choices=["fp8", "none"], help="the FP8 arm's linears"
+    )
+    parser.add_argument(
+        "--kv-dtype", default="auto", choices=["auto", "fp8"], help="the FP8 arm's KV cache"
+    )
     args = parser.parse_args()
     if args.smoke:
         cfg = tiny_config()
@@ -184,29 +194,30 @@ def main() -> None:
     ]
     targets = [item_id(int(i)) for i in data.held_out()[users]]
     steps = layout.path_length(include_begin=False)
-    answers, rows = {}, []
-    for quantization in ("none", "fp8"):
-        outputs, seconds = serve(model_dir, catalog, prompts, steps, width, quantization)
-        answers[quantization] = outputs
+    answers, rows = [], []
+    for quantization, kv_dtype in (("none", "auto"), (args.quantization, args.kv_dtype)):
+        outputs, seconds = serve(model_dir, catalog, prompts, steps, width, quantization, kv_dtype)
+        answers.append(outputs)
         recall, ndcg = rank_metrics([ranked_items(o) for o in outputs], targets, 10)
         illegal = sum(not b.item_ids for o in outputs for b in o.beams)
-        rows.append({"quantization": quantization, "recall@10": recall, "ndcg@10": ndcg,
-                     "illegal_sids": illegal, "serve_s": seconds})  # fmt: skip
+        rows.append({"quantization": quantization, "kv_dtype": kv_dtype, "recall@10": recall,
+                     "ndcg@10": ndcg, "illegal_sids": illegal, "serve_s": seconds})  # fmt: skip
     base, fp8 = rows
     change = (fp8["recall@10"] - base["recall@10"]) / max(base["recall@10"], 1e-9)
-    pairs = list(zip(answers["none"], answers["fp8"], strict=True))
+    pairs = list(zip(*answers, strict=True))
     overlaps = {
         f"top{n}_overlap": float(np.mean([overlap(a, b, n) for a, b in pairs])) for n in TOP_N
     }
     env = environment() | {"smoke": args.smoke, "users": len(users), "width": width}
     result = {"env": env, "config": cfg.to_dict(), "train_s": train_s, "epoch_loss": losses,
               "rows": rows, "recall_relative_change": change, **overlaps}  # fmt: skip
-    write_json("fp8_quality", result)
+    arm = (args.quantization, args.kv_dtype)
+    write_json("fp8_quality" + ("" if arm == ("fp8", "auto") else "_{}_kv_{}".format(*arm)), result)
     shape = f"hidden {cfg.model.hidden_size} x {cfg.model.num_layers} layers"
     print(f"\nFP8 quality ({shape}, {len(users)} users, width {width}, trained {train_s:.0f} s)")
     print(env)
-    headers = ["serving", "recall@10", "NDCG@10", "illegal SIDs", "serve s"]
-    keys = ["quantization", "recall@10", "ndcg@10", "illegal_sids", "serve_s"]
+    headers = ["linears", "KV cache", "recall@10", "NDCG@10", "illegal SIDs", "serve s"]
+    keys = ["quantization", "kv_dtype", "recall@10", "ndcg@10", "illegal_sids", "serve_s"]
     # metrics as 4-decimal strings: the table's own float format keeps one decimal
     cell = lambda k, v: f"{v:.4f}" if k in ("recall@10", "ndcg@10") else v  # noqa: E731
     print(markdown_table(headers, [[cell(k, r[k]) for k in keys] for r in rows]))

@@ -3,8 +3,8 @@
 The torch reference reads FP8 K and V as their dequantized values: it equals the same attention
 over fp32 caches holding `stored × scale` (bit for bit: the same fp32 operations). Against the
 unquantized K and V it stays within FP8_REL_ERROR: e4m3 keeps 3 mantissa bits, so each stored
-value is off by up to 2^-4 of itself (2^-4 / √3 ≈ 3.6% RMS); attention averages those errors
-and lands at ~3.3% relative (Frobenius) on random inputs; the bound is about twice that. The
+value is off by up to 2^-4 of itself (2^-4 / √3 ≈ 3.6% RMS), and attention averages those
+errors; the bound is about twice that RMS. The
 Triton kernels (interpreter on the CPU, compiled on CUDA) match the reference within the
 kernels' usual tolerance, and a key far beyond ±448 × its scale saturates: the output stays
 finite.
