@@ -14,6 +14,8 @@ one FP8 step (1/8 of itself) apart: rare, and worth ~1e-3 of a score when it hap
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +23,7 @@ from pydantic import ValidationError
 
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.test_batching_invariance import _mixed_requests
-from tests.services.decoder.test_fp8_engine import _constrained, _generate, _illegal_beams
+from tests.services.decoder.test_fp8_engine import _constrained, _illegal_beams
 from tests.services.decoder.test_prefix_cache import _one_by_one
 from tests.services.decoder.test_prefix_cache import _requests as _prefix_requests
 from widebeam.cli import build_parser
@@ -150,13 +152,21 @@ def test_bad_kv_dtype_values_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
         DecoderSettings()
 
 
-def test_widebeam_generate_kv_dtype_flag(sid_model: SidModel) -> None:
-    line = (
+def test_widebeam_generate_kv_dtype_flag(
+    sid_model: SidModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    requests, answers = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    requests.write_text(
         '{"id": "sid", "input_ids": [5, 6], "beam_width": 8, "n": 8, "max_new_tokens": 5, '
         '"eos_token_id": [], "constrained": true}\n'
     )
-    proc = _generate(sid_model, "--kv-dtype", "fp8", stdin=line)
-    assert proc.returncode == 0, proc.stderr
-    assert '"item_ids"' in proc.stdout
-    bad = _generate(sid_model, "--kv-dtype", "int4", stdin="")
-    assert bad.returncode == 2 and "--kv-dtype: invalid choice: 'int4'" in bad.stderr
+    model = ["--model", str(sid_model.model_dir), "--catalog", str(sid_model.catalog_path)]
+    files = ["--input", str(requests), "--output", str(answers)]
+    args = build_parser().parse_args(["generate", *model, *files, "--kv-dtype", "fp8"])
+    assert args.kv_dtype == "fp8" and args.handler(args) == 0
+    [row] = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert len(row["beams"]) == 8 and all(b["item_ids"] for b in row["beams"])
+    with pytest.raises(SystemExit) as bad:
+        build_parser().parse_args(["generate", *model, "--kv-dtype", "int4"])
+    assert bad.value.code == 2
+    assert "--kv-dtype: invalid choice: 'int4'" in capsys.readouterr().err
