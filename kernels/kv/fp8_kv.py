@@ -50,9 +50,9 @@ def take_rows(
     index: torch.Tensor,  # [...] int64
 ) -> torch.Tensor:  # [..., ...] x[index]
     """`x[index]`, FP8 gathered as bytes: not every device's indexing kernels take FP8."""
-    if x.dtype != KV_FP8_DTYPE:
-        return x[index]
-    return x.view(torch.uint8)[index].view(KV_FP8_DTYPE)
+    stored = x if x.dtype != KV_FP8_DTYPE else x.view(torch.uint8)
+    rows = stored.index_select(0, index) if index.dim() == 1 else stored[index]
+    return rows if x.dtype != KV_FP8_DTYPE else rows.view(KV_FP8_DTYPE)
 
 
 def quantize_kv(
