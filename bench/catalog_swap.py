@@ -8,13 +8,14 @@ closed loop, then send `/v1/recommend` open loop at ``--load`` x capacity; ``--s
 in, version 2 is made current, and the decoder fetches, verifies and builds it while it serves;
 ``--gap`` seconds after it serves it, version 1 is made current again, and so on, ``--swaps``
 times. Requests are put in windows by when they were due: during a swap (from the activation
-until the decoder's GetInfo names the new version) or quiet (before, between and after the
-swaps: a single before/after pair on a shared 2-core machine is as noisy as the effect).
+until ``--settle`` seconds after the decoder's GetInfo names the new version: the old version
+is freed right after) or quiet (before, between and after the swaps: a single before/after
+pair on a shared 2-core machine is as noisy as the effect).
 Reported: errors (any non-200 or wrong answer), p50/p99 per window and per swap, p99 during ÷
 quiet (issue 21's target: 0 errors, ≤ 1.5), and the decoder's RSS before, at its peak and after.
 
     .venv/bin/python bench/catalog_swap.py [--items 10000000] [--duration 150] [--swap-at 15]
-        [--swaps 3] [--gap 15] [--load 0.5] [--json PATH]
+        [--swaps 3] [--gap 15] [--settle 2] [--load 0.5] [--json PATH]
 """
 
 from __future__ import annotations
@@ -201,15 +202,16 @@ async def drive(args: argparse.Namespace, gateway_url: str, url: str, decoder: A
             "rss_after_mib": rss_mib(decoder.proc.pid)}  # fmt: skip
 
 
-def windows(run: dict) -> dict[str, Any]:
-    """Requests by when they were due: during a swap (from its activation until the decoder
-    serves the new version) or quiet (every other moment of the open loop, before, between and
-    after the swaps, so drifts of the machine's own speed fall on both sides alike)."""
+def windows(run: dict, settle_s: float) -> dict[str, Any]:
+    """Requests by when they were due: during a swap (from its activation until `settle_s`
+    after the decoder serves the new version) or quiet (every other moment of the open loop:
+    before, between and after the swaps, so drifts of the machine's own speed fall on both
+    sides alike)."""
     outcomes: list[Outcome] = run["outcomes"]
     swaps = run["swaps"]
     if not swaps or any(s["ready"] is None for s in swaps):
         raise RuntimeError(f"a swap never completed during the run: {swaps}")
-    spans = [(s["at"], s["ready"]) for s in swaps]
+    spans = [(s["at"], s["ready"] + settle_s) for s in swaps]
 
     def span_of(o: Outcome) -> int | None:
         return next((i for i, (a, b) in enumerate(spans) if a <= o.sent <= b), None)
@@ -281,6 +283,12 @@ def main() -> None:
     p.add_argument("--swap-at", type=float, default=15.0, help="first swap, s into the loop")
     p.add_argument("--swaps", type=int, default=3, help="swaps: v2, back to v1, v2, ...")
     p.add_argument("--gap", type=float, default=15.0, help="quiet seconds between swaps")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=2.0,
+        help="seconds after a swap still counted as during it (the old version goes)",
+    )
     p.add_argument("--load", type=float, default=0.5, help="open-loop rate ÷ capacity")
     p.add_argument("--capacity-s", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, default=4)
@@ -309,7 +317,7 @@ def main() -> None:
                 if proc is not None:
                     proc.stop()
             server.stop()
-    win = windows(run)
+    win = windows(run, args.settle)
     text = report(args, run, win, setup)
     if args.json:
         raw = {k: v for k, v in run.items() if k != "outcomes"} | {"setup": setup}

@@ -7,18 +7,24 @@ last reference to an old version is usually dropped by the engine thread (the sw
 replaces it, or the last request that pinned it finishing), so every request in flight would
 wait for the unmapping. Here the replaced version is handed to the reaper, which keeps it alive
 until nothing but itself refers to it (no request pins its constraint, no API call holds it),
-then drops it on its own thread.
+then drops it on its own thread, which runs at the lowest CPU priority (Linux keeps a nice
+value per thread): the kernel's page freeing is done in that thread, so it takes the cores'
+idle time instead of the serving threads'. A busy machine only delays when the memory goes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import threading
 
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
 
 log = logging.getLogger(__name__)
+
+LOWEST_PRIORITY = 19  # nice value of the reaper's thread
 
 
 def _baselines() -> tuple[int, int]:
@@ -66,6 +72,8 @@ class VersionReaper:
             return len(self._retired)
 
     def _run(self) -> None:
+        with contextlib.suppress(AttributeError, OSError):  # no per-thread nice here: as is
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._stopping or bool(self._retired))
