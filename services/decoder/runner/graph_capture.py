@@ -3,9 +3,11 @@ prefill forwards, beam expansions), and what the bucketed forwards share (`Bucke
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import InitVar, dataclass
 from typing import ClassVar, Generic, TypeVar
 
@@ -27,16 +29,40 @@ def capture(
     pool: object | None,  # torch.cuda.graph_pool_handle(), shared by a set of graphs
 ) -> tuple[torch.cuda.CUDAGraph, Out]:  # the graph and its (static) outputs
     """Warm up on a side stream (kernel compilation, cuBLAS workspaces), as capture requires,
-    then capture `run` on it. The caller's static inputs must make the warm-up harmless."""
+    then capture `run` on it. The caller's static inputs must make the warm-up harmless.
+
+    The warm-up is `run` itself on the same static buffers, so every kernel the capture
+    launches, at every specialization (Triton's constexprs, 16-divisible ints and pointers:
+    the caching allocator aligns every block to 512 bytes), is compiled and loaded before it.
+    The capture runs with the cyclic garbage collector off (`_no_collection`)."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         run()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with _no_collection(), torch.cuda.graph(graph, pool=pool):
         out = run()
     return graph, out
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """No automatic garbage collection inside: a collection during a capture can finalize
+    objects that own CUDA resources, e.g. the CUDA graphs of an engine no longer referenced
+    (its graphs and runner form a reference cycle, freed only by the collector). Destroying a
+    graph is an API call CUDA forbids while a stream captures (globally, by default): it
+    invalidates the capture, the destructor only warns ("operation not permitted when stream is
+    capturing (function reset)"), and the capture fails at its next launch ("operation failed
+    due to a previous error during capture"). Garbage found meanwhile waits for the next
+    collection, after the capture."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class GraphCache(Generic[Key, Entry]):
