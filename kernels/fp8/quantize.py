@@ -1,4 +1,5 @@
-"""Per-row FP8 (e4m3) quantization: `scale = amax / 448`, `q = x / scale` rounded to FP8.
+"""Per-row FP8 (e4m3) quantization: `scale = amax * fp32(1 / 448)`, `q = x / scale` rounded to
+FP8.
 
 Weights quantize per output channel (a row of `[out, in]`), activations per token (a row of
 `[tokens, in]`). Both are padded to multiples of `FP8_ALIGN` in the dimensions `torch._scaled_mm`
@@ -15,6 +16,12 @@ import torch.nn.functional as F
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
+# 1 / 448 rounded to fp32 (exactly representable as a Python float). A row's scale is its
+# amax times this, not amax / 448: torch's CUDA `tensor / python_scalar` multiplies by the
+# scalar's fp32 reciprocal while its CPU kernel divides, so `/ FP8_MAX` gave scales that differ
+# in the last bit between devices; an explicit product is the same IEEE fp32 multiply on the
+# CPU, on CUDA and in the Triton kernels (`triton_quantize.py`), which pass this value as fp32.
+INV_FP8_MAX = float(torch.tensor(1.0, dtype=torch.float32) / torch.tensor(FP8_MAX))
 # torch._scaled_mm needs the shared (in) dimension and the weight's out dimension divisible by 16.
 FP8_ALIGN = 16
 # An all-zero row gets this scale instead of 0 (its quantized values are zeros either way).
@@ -35,11 +42,15 @@ class Fp8Rows(NamedTuple):
 
 def quantize_rows(x: torch.Tensor, cols: int | None = None) -> Fp8Rows:
     """x [rows, k] (any float dtype) -> FP8 rows with one fp32 scale each; `cols` (>= k): the
-    width to zero-pad the FP8 data to (default: k rounded up to FP8_ALIGN)."""
+    width to zero-pad the FP8 data to (default: k rounded up to FP8_ALIGN).
+
+    Every step is one IEEE-rounded fp32 operation, the same on every device: the scale a
+    product (`INV_FP8_MAX`), `x / scale` a tensor-by-tensor division (torch divides those
+    exactly on CUDA too), the e4m3 cast round-to-nearest-even."""
     width = padded(x.shape[1]) if cols is None else cols
     xf = x.float()
     amax = xf.abs().amax(dim=1, keepdim=True)  # [rows, 1] fp32
-    scale = amax.clamp(min=MIN_SCALE) / FP8_MAX
+    scale = amax.clamp(min=MIN_SCALE) * INV_FP8_MAX
     q = (xf / scale).clamp(-FP8_MAX, FP8_MAX)
     if width != x.shape[1]:
         q = F.pad(q, (0, width - x.shape[1]))

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from widebeam.kernels.fp8.quantize import FP8_DTYPE, FP8_MAX, MIN_SCALE, Fp8Rows
+from widebeam.kernels.fp8.quantize import FP8_DTYPE, FP8_MAX, INV_FP8_MAX, MIN_SCALE, Fp8Rows
 from widebeam.kernels.fp8.triton_quantize import _store_fp8_row
 from widebeam.kernels.layers.triton_layers import _rows, _scaled_norm
 
@@ -22,7 +22,7 @@ from widebeam.kernels.layers.triton_layers import _rows, _scaled_norm
 @triton.jit
 def _rms_norm_fp8_kernel(
     x_ptr, w_ptr, q_ptr, scale_ptr, dim, q_width, stride_x, stride_q, eps, min_scale, fp8_max,
-    BLOCK: tl.constexpr,
+    inv_fp8_max, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -31,14 +31,14 @@ def _rms_norm_fp8_kernel(
     out = _scaled_norm(x, w_ptr, cols, inside, dim, eps)  # masked lanes: 0
     _store_fp8_row(
         out.to(tl.float32), cols, q_ptr + row * stride_q, scale_ptr + row, q_width, min_scale,
-        fp8_max,
+        fp8_max, inv_fp8_max,
     )  # fmt: skip
 
 
 @triton.jit
 def _add_rms_norm_fp8_kernel(
     x_ptr, res_ptr, w_ptr, res_out_ptr, q_ptr, scale_ptr, dim, q_width, stride_x, stride_res,
-    stride_res_out, stride_q, eps, min_scale, fp8_max,
+    stride_res_out, stride_q, eps, min_scale, fp8_max, inv_fp8_max,
     BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
@@ -51,14 +51,14 @@ def _add_rms_norm_fp8_kernel(
     out = _scaled_norm(total, w_ptr, cols, inside, dim, eps)
     _store_fp8_row(
         out.to(tl.float32), cols, q_ptr + row * stride_q, scale_ptr + row, q_width, min_scale,
-        fp8_max,
+        fp8_max, inv_fp8_max,
     )  # fmt: skip
 
 
 @triton.jit
 def _silu_mul_fp8_kernel(
     gate_ptr, up_ptr, q_ptr, scale_ptr, cols_in, q_width, stride_gate, stride_up, stride_q,
-    min_scale, fp8_max,
+    min_scale, fp8_max, inv_fp8_max,
     BLOCK: tl.constexpr,
 ):  # fmt: skip
     """One program per row (the whole row for its amax, unlike the unfused kernel's blocks)."""
@@ -72,7 +72,7 @@ def _silu_mul_fp8_kernel(
     out = (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype)  # so does the product
     _store_fp8_row(
         out.to(tl.float32), cols, q_ptr + row * stride_q, scale_ptr + row, q_width, min_scale,
-        fp8_max,
+        fp8_max, inv_fp8_max,
     )  # fmt: skip
 
 
@@ -102,7 +102,8 @@ def rms_norm_fp8_triton(
     if rows.shape[0]:
         _rms_norm_fp8_kernel[(rows.shape[0],)](
             rows, weight, out.data, out.scale, rows.shape[1], cols, rows.stride(0),
-            out.data.stride(0), eps, MIN_SCALE, FP8_MAX, **_launch(rows.shape[1], cols),
+            out.data.stride(0), eps, MIN_SCALE, FP8_MAX, INV_FP8_MAX,
+            **_launch(rows.shape[1], cols),
         )  # fmt: skip
     return out
 
@@ -126,7 +127,7 @@ def add_rms_norm_fp8_triton(
         _add_rms_norm_fp8_kernel[(rows.shape[0],)](
             rows, res, weight, new_res, out.data, out.scale, rows.shape[1], cols,
             rows.stride(0), res.stride(0), new_res.stride(0), out.data.stride(0), eps,
-            MIN_SCALE, FP8_MAX, **_launch(rows.shape[1], cols),
+            MIN_SCALE, FP8_MAX, INV_FP8_MAX, **_launch(rows.shape[1], cols),
         )  # fmt: skip
     return out, new_res.view(x.shape)
 
@@ -144,6 +145,6 @@ def silu_mul_fp8_triton(
         _silu_mul_fp8_kernel[(gate_rows.shape[0],)](
             gate_rows, up_rows, out.data, out.scale, gate_rows.shape[1], cols,
             gate_rows.stride(0), up_rows.stride(0), out.data.stride(0), MIN_SCALE, FP8_MAX,
-            **_launch(gate_rows.shape[1], cols),
+            INV_FP8_MAX, **_launch(gate_rows.shape[1], cols),
         )  # fmt: skip
     return out
