@@ -148,10 +148,39 @@ def phase_load(args: argparse.Namespace) -> dict[str, Any]:
     with CatalogSubscriber(args.redis_url, [args.name]) as sub:
         ok = sub.wait_ready(120) and sub.get(args.name) is not None
         t6 = time.perf_counter()
-    return {"store_load_s": t1 - t0, "subscriber_ready_s": t6 - t5, "ok": ok,
+    child = decoder_load_path(args)
+    return {"store_load_s": t1 - t0, "subscriber_ready_s": t6 - t5, "ok": ok, **child,
             "item_index_s": t2 - t1, "trie_rss_mib": trie_rss, "item_index_rss_mib": index_rss,
             "constraint_s": t3 - t2, "decoder_catalog_rss_mib": decoder_rss,
             "resolve_1000_us": resolve_us, "peak_rss_mib": peak_rss_mib()}  # fmt: skip
+
+
+def decoder_load_path(args: argparse.Namespace) -> dict[str, Any]:
+    """What a decoder that follows the catalog does per version: a load child (at its lower
+    priority, here with no traffic beside it) fetches, verifies and derives the trie tensors'
+    arrays, hands them over in shared memory, and the serving process wraps them
+    (`ServedCatalog`). Memory: the bytes of the arrays it maps (what the version holds in
+    /dev/shm, whether or not this process has touched them)."""
+    from widebeam.services.catalog.store import CatalogStore
+    from widebeam.services.catalog.store.load_process import load_in_child
+    from widebeam.services.decoder.constraint.trie_arrays import constraint_arrays
+    from widebeam.services.decoder.server.served_catalog import ServedCatalog
+
+    store = CatalogStore(redis.Redis.from_url(args.redis_url, socket_timeout=120))
+    version = store.current_version(args.name)
+    assert version is not None
+    raw_bytes = int(store.manifest(args.name, version)["artifact"]["raw_bytes"])
+    t0 = time.perf_counter()
+    loaded = load_in_child(args.redis_url, store.namespace, args.name, version, raw_bytes,
+                           derive=constraint_arrays)  # fmt: skip
+    t1 = time.perf_counter()
+    served = ServedCatalog.build(args.name, loaded.trie, str(version), "cpu", loaded.derived)
+    t2 = time.perf_counter()
+    trie = loaded.trie
+    mapped = [*trie.to_arrays().values(), trie.item_ids.hash_index, *loaded.derived.values()]
+    assert served.index.get(trie.item_ids[0]) is not None
+    return {"child_load_s": t1 - t0, "child_wrap_s": t2 - t1,
+            "child_mapped_mib": sum(a.nbytes for a in mapped) / 2**20}  # fmt: skip
 
 
 def phase_http(args: argparse.Namespace) -> dict[str, Any]:
@@ -254,7 +283,11 @@ def report(args: argparse.Namespace, res: dict[str, Any], sizes: dict[str, int])
         f"| decoder trie tensors (`TrieConstraint`, CPU) | {load['constraint_s']:.1f} s | "
         f"decoder catalog total +{load['decoder_catalog_rss_mib']:.0f} MiB RSS |",
         f"| `CatalogSubscriber` start → ready | {aim(load['subscriber_ready_s'], aims['load'])} | "
-        "(same process) |"])  # fmt: skip
+        "(same process) |",
+        f"| the decoder's path: load child (fetch, verify, derive) → version served | "
+        f"{aim(load['child_load_s'] + load['child_wrap_s'], aims['load'])} (wrap "
+        f"{load['child_wrap_s'] * 1000:.0f} ms) | {load['child_mapped_mib']:.0f} MiB mapped from "
+        "/dev/shm |"])  # fmt: skip
     if h := res.get("http"):
         lines += _table("| end to end over HTTP (Parquet) | seconds | service peak RSS |", [
             f"| `widebeam catalog upload` → 201 | {h['upload_s']:.1f} s (service: build "
