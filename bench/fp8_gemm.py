@@ -55,7 +55,7 @@ if SMOKE:  # before any kernel module is imported: triton.jit reads it at decora
 
 from harness import environment, markdown_table, write_json  # noqa: E402
 
-from widebeam.kernels.fp8.backend import SCALED_MM, Fp8Gemm  # noqa: E402
+from widebeam.kernels.fp8.backend import SCALED_MM, SCALED_MM_FAST, Fp8Gemm  # noqa: E402
 from widebeam.kernels.fp8.quantize import (  # noqa: E402
     FP8_DTYPE,
     FP8_MAX,
@@ -437,10 +437,11 @@ GEMM_LEGEND = """\
 Columns: one per row count M, each `us per call (TFLOP/s, speed-up over bf16 = bf16 us / us)`.
 Variants: bf16 = F.linear in bf16 (cuBLAS); quant = the per-token activation quantization pass
 alone (Triton: reads the bf16 row, writes e4m3 + fp32 scale; no FLOPs); rowwise =
-torch._scaled_mm with a per-token and a per-channel scale, bf16 out (what serving runs);
+torch._scaled_mm with a per-token and a per-channel scale, bf16 out (fp8_accumulation=precise);
 -fast = use_fast_accum=True (FP8 partial sums kept in the tensor cores' reduced precision, not
-promoted to fp32 as K goes); tensorwise = _scaled_mm with one scale per matrix (scales computed
-outside the timed call; to see whether the row-wise kernel itself is the slower one);
+promoted to fp32 as K goes: fp8_accumulation=fast, the serving default); tensorwise =
+_scaled_mm with one scale per matrix (scales computed outside the timed call; to see whether
+the row-wise kernel itself is the slower one);
 triton:BMxBNxBK wW sS [-p persistent] [-x promoted accumulation] = kernels/fp8/triton_gemm.py;
 today = quant + rowwise as one FP8 linear runs it unfused (o_proj keeps paying this)."""
 
@@ -665,7 +666,7 @@ def path_of(variant: str) -> Fp8Gemm:
     if variant == "rowwise":
         return SCALED_MM
     if variant == "rowwise-fast":
-        return Fp8Gemm(variant, quantize_activations, partial(scaled_mm_rows, fast_accum=True))
+        return SCALED_MM_FAST
     from widebeam.kernels.fp8.triton_gemm import CONFIGS, triton_fp8_matmul
 
     cfg = next(c for c in CONFIGS if f"triton:{c.name}" == variant)
@@ -706,7 +707,10 @@ def measure_chain(
         init_std=0.02,
     )
     bf16 = CausalLM.from_pretrained(path, dtype=BF16, device=DEVICE)
-    fp8 = CausalLM.from_pretrained(path, dtype=BF16, device=DEVICE, quantization="fp8")
+    # Precise GEMMs as loaded; the fast-accumulation mode (the serving default) swaps them.
+    fp8 = CausalLM.from_pretrained(
+        path, dtype=BF16, device=DEVICE, quantization="fp8", fp8_accumulation="precise"
+    )
     linears = layer_linears(fp8)
     original = {name: [lin.gemm for lin in lins] for name, lins in linears.items()}
     attn = IdentityAttention()
@@ -720,11 +724,11 @@ def measure_chain(
         modes: list[tuple[str, CausalLM, bool, dict[str, Fp8Gemm] | None]] = [
             ("bf16", bf16, False, None),
             ("fp8 unfused (before)", fp8, False, None),
-            ("fp8 fused (serving now)", fp8, True, None),
+            ("fp8 fused", fp8, True, None),
         ]
         if CUDA:
-            fast = path_of("rowwise-fast")
-            modes.append(("fp8 fused, fast accumulation", fp8, True, dict.fromkeys(linears, fast)))
+            fast = dict.fromkeys(linears, SCALED_MM_FAST)
+            modes.append(("fp8 fused, fast accumulation (serving default)", fp8, True, fast))
             for label, precise in (("fastest precise", True), ("fastest", False)):
                 paths = gemm_paths(shape, gemm_results, m, precise)
                 if paths is not None:
@@ -774,7 +778,8 @@ def chain_table(results: list[dict]) -> None:
         "\nTwo W3 decoder layers in one CUDA graph, attention replaced by the identity (norms, "
         "q/k norm + rope, the four GEMMs, SiLU; plus the embedding and final norm once): ms per "
         "layer, x 28 layers, and the speed-up over bf16 (before = every FP8 linear quantizes "
-        "its input; fast accumulation = use_fast_accum=True in every _scaled_mm)."
+        "its input; fp8 rows without 'fast' run precise _scaled_mm; fast accumulation = "
+        "use_fast_accum=True in every _scaled_mm, fp8_accumulation's default)."
     )
     print(markdown_table(["M", "mode", "ms / layer", "ms x 28", "vs bf16"], table))
 

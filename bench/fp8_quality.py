@@ -4,10 +4,11 @@ the engine in bf16 and with `quantization="fp8"` to the same held-out users: eac
 recall@10 / NDCG@10, the relative change of recall, and how many of the top-10 / top-50
 constrained beams (SIDs) the two share, plus illegal SIDs. The FP8 arm's linears and KV cache
 are options: `--kv-dtype fp8` adds the FP8 KV cache, `--quantization none --kv-dtype fp8`
-measures the FP8 KV cache alone.
+measures the FP8 KV cache alone, `--fp8-accumulation precise` the FP8 GEMMs without fast
+accumulation (the serving default is fast).
 
     python bench/fp8_quality.py [--hidden 1024] [--layers 8] [--epochs 8] [--users 1000]
-        [--quantization fp8|none] [--kv-dtype auto|fp8]
+        [--quantization fp8|none] [--kv-dtype auto|fp8] [--fp8-accumulation fast|precise]
     python bench/fp8_quality.py --smoke   # CPU, the demo's tiny world (a check of the script)
 
 Training mirrors `widebeam/demo/train.py` (same batches, loss positions, AdamW and schedule)
@@ -88,7 +89,7 @@ def train_on_device(
 
 def serve(
     model_dir: Path, catalog: Path, prompts: list[list[int]], steps: int, width: int,
-    quantization: str, kv_dtype: str,
+    quantization: str, kv_dtype: str, fp8_accumulation: str = "fast",
 ) -> tuple[list[RequestOutput], float]:  # fmt: skip
     """Every user's constrained beam request (n = width) through one engine; wall seconds."""
     dtype = "bfloat16" if DEVICE == "cuda" else "float32"
@@ -98,6 +99,7 @@ def serve(
         device=DEVICE,
         dtype=dtype,
         quantization=quantization,
+        fp8_accumulation=fp8_accumulation,
         kv_dtype=kv_dtype,
         max_rows=max(1024, 16 * width),
     )
@@ -146,6 +148,10 @@ def main() -> None:
     parser.add_argument(
         "--kv-dtype", default="auto", choices=["auto", "fp8"], help="the FP8 arm's KV cache"
     )
+    parser.add_argument(
+        "--fp8-accumulation", default="fast", choices=["fast", "precise"],
+        help="the FP8 arm's GEMM sums on CUDA",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.smoke:
         cfg = tiny_config()
@@ -196,7 +202,10 @@ def main() -> None:
     steps = layout.path_length(include_begin=False)
     answers, rows = [], []
     for quantization, kv_dtype in (("none", "auto"), (args.quantization, args.kv_dtype)):
-        outputs, seconds = serve(model_dir, catalog, prompts, steps, width, quantization, kv_dtype)
+        outputs, seconds = serve(
+            model_dir, catalog, prompts, steps, width, quantization, kv_dtype,
+            args.fp8_accumulation,
+        )  # fmt: skip
         answers.append(outputs)
         recall, ndcg = rank_metrics([ranked_items(o) for o in outputs], targets, 10)
         illegal = sum(not b.item_ids for o in outputs for b in o.beams)
@@ -208,11 +217,15 @@ def main() -> None:
     overlaps = {
         f"top{n}_overlap": float(np.mean([overlap(a, b, n) for a, b in pairs])) for n in TOP_N
     }
-    env = environment() | {"smoke": args.smoke, "users": len(users), "width": width}
+    env = environment() | {
+        "smoke": args.smoke, "users": len(users), "width": width,
+        "fp8_accumulation": args.fp8_accumulation,
+    }  # fmt: skip
     result = {"env": env, "config": cfg.to_dict(), "train_s": train_s, "epoch_loss": losses,
               "rows": rows, "recall_relative_change": change, **overlaps}  # fmt: skip
     arm = (args.quantization, args.kv_dtype)
-    write_json("fp8_quality" + ("" if arm == ("fp8", "auto") else "_{}_kv_{}".format(*arm)), result)
+    name = "fp8_quality" + ("" if arm == ("fp8", "auto") else "_{}_kv_{}".format(*arm))
+    write_json(name + ("" if args.fp8_accumulation == "fast" else "_precise"), result)
     shape = f"hidden {cfg.model.hidden_size} x {cfg.model.num_layers} layers"
     print(f"\nFP8 quality ({shape}, {len(users)} users, width {width}, trained {train_s:.0f} s)")
     print(env)

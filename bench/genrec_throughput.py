@@ -22,6 +22,7 @@ from harness import (
     drive,
     engine_options,
     environment,
+    load_options,
     make_engine,
     markdown_table,
     matmul_tflops,
@@ -53,7 +54,7 @@ def main() -> None:
     sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
     valid = set(sids)
     model = CausalLM.from_pretrained(
-        path, dtype=torch.bfloat16, device="cuda", quantization=args.quantization
+        path, dtype=torch.bfloat16, device="cuda", **load_options(args)
     )
     engine = make_engine(
         path,

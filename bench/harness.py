@@ -25,6 +25,7 @@ from widebeam.services.decoder.config import (
     BeamExpansion,
     DType,
     EngineConfig,
+    Fp8Accumulation,
     KVDType,
     Quantization,
 )
@@ -91,6 +92,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="fp8: the decoder layers' linears in W8A8 FP8 (torch._scaled_mm)",
     )
     parser.add_argument(
+        "--fp8-accumulation",
+        default=Fp8Accumulation.FAST,
+        choices=[a.value for a in Fp8Accumulation],
+        help="with --quantization fp8 on CUDA: fast (use_fast_accum) or precise FP8 GEMM sums",
+    )
+    parser.add_argument(
         "--kv-dtype",
         default=KVDType.AUTO,
         choices=[k.value for k in KVDType],
@@ -131,10 +138,16 @@ def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
     print(f"--- profile: {label}\n{table}", flush=True)
 
 
+def load_options(args: argparse.Namespace) -> dict[str, object]:
+    """`CausalLM.from_pretrained`'s options for the variant under test (a model loaded apart
+    and handed to the engine must be loaded as `engine_options` configure the engine)."""
+    return {"quantization": args.quantization, "fp8_accumulation": args.fp8_accumulation}
+
+
 def engine_options(args: argparse.Namespace) -> dict[str, object]:
     return {
         "attention_backend": args.attention,
-        "quantization": args.quantization,
+        **load_options(args),
         "kv_dtype": args.kv_dtype,
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,

@@ -31,6 +31,7 @@ from harness import (
     drive,
     engine_options,
     environment,
+    load_options,
     make_engine,
     markdown_table,
     matmul_tflops,
@@ -96,7 +97,7 @@ def main() -> None:
         model, dtype, device, text_vocab = None, "float32", "cpu", 100
     else:
         path = model_dir("qwen3-1.7b", sid_levels=shape.levels)
-        quant = {"quantization": args.quantization} if hasattr(args, "quantization") else {}
+        quant = load_options(args) if hasattr(args, "quantization") else {}
         model = CausalLM.from_pretrained(path, dtype=torch.bfloat16, device="cuda", **quant)
         dtype, device, text_vocab = "bfloat16", "cuda", QWEN_VOCAB - 3
     catalog = random_catalog(shape.catalog_sids, shape.levels)

@@ -22,6 +22,7 @@ from harness import (
     drive,
     engine_options,
     environment,
+    load_options,
     make_engine,
     markdown_table,
     matmul_tflops,
@@ -112,7 +113,7 @@ def main() -> None:
         del hf_model
         torch.cuda.empty_cache()
     model = CausalLM.from_pretrained(
-        path, dtype=torch.bfloat16, device="cuda", quantization=args.quantization
+        path, dtype=torch.bfloat16, device="cuda", **load_options(args)
     )
     cfg = model.config
     peak = matmul_tflops()

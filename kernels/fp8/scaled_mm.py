@@ -43,7 +43,7 @@ def scaled_mm_rows(
 ) -> torch.Tensor:  # [tokens, out] out_dtype
     """`fast_accum`: let Hopper's tensor cores keep FP8 partial sums in their reduced internal
     precision over the whole K loop instead of promoting them to fp32 as it goes (faster; the
-    serving path leaves it off until bench/fp8_gemm.py has measured both)."""
+    engine's `fp8_accumulation`, `backend.SCALED_MM_FAST`)."""
     out = torch._scaled_mm(
         rows.data,
         weight.data.t(),

@@ -16,6 +16,7 @@ their reduced internal precision for the whole K loop (`torch._scaled_mm`'s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -135,12 +136,16 @@ def triton_fp8_matmul(
     bias: torch.Tensor | None,  # [out] model dtype
     out_dtype: torch.dtype,  # the model dtype
     config: TileConfig | None = None,  # None: default_config
+    precise: bool = False,  # with config None: default_config's tile, promoted accumulation
 ) -> torch.Tensor:  # [tokens, out] out_dtype, contiguous
     tokens, k = rows.data.shape
     if weight.data.shape[1] != k:
         raise ValueError(f"rows of width {k} for a weight of width {weight.data.shape[1]}")
     sms = _sm_count(rows.data.device)
-    cfg = default_config(tokens, weight.out_features, sms) if config is None else config
+    cfg = config
+    if cfg is None:
+        cfg = default_config(tokens, weight.out_features, sms)
+        cfg = dataclasses.replace(cfg, precise=True) if precise else cfg
     out = torch.empty(tokens, weight.out_features, dtype=out_dtype, device=rows.data.device)
     if tokens == 0:
         return out if bias is None else out + bias

@@ -11,6 +11,7 @@ from widebeam.services.decoder.config import (
     DEFAULT_KV_SLOTS,
     DType,
     EngineConfig,
+    Fp8Accumulation,
     KVDType,
     Quantization,
 )
@@ -33,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Quantization.NONE,
         choices=[q.value for q in Quantization],
         help="fp8: the decoder layers' linears in W8A8 FP8 (CUDA: with --dtype bfloat16)",
+    )
+    parser.add_argument(
+        "--fp8-accumulation",
+        default=Fp8Accumulation.FAST,
+        choices=[a.value for a in Fp8Accumulation],
+        help="with --quantization fp8 on CUDA: fast (partial sums in the tensor cores' reduced "
+        "precision, torch._scaled_mm's use_fast_accum) or precise (promoted to fp32); the CPU "
+        "reference sums in fp32 either way",
     )
     parser.add_argument(
         "--kv-dtype",
@@ -94,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         quantization=args.quantization,
+        fp8_accumulation=args.fp8_accumulation,
         kv_dtype=args.kv_dtype,
         catalog_path=args.catalog,
         sid_layout=args.sid_layout,

@@ -40,6 +40,16 @@ class Quantization(StrEnum):
     FP8 = "fp8"
 
 
+class Fp8Accumulation(StrEnum):
+    """How the FP8 GEMMs sum their products on CUDA (with quantization fp8)."""
+
+    # Hopper's tensor cores keep FP8 partial sums in their reduced internal precision over the
+    # whole K loop (torch._scaled_mm(use_fast_accum=True); vLLM's and SGLang's FP8 kernels)
+    FAST = "fast"
+    # partial sums promoted to fp32 as K goes (every 128 products on Hopper)
+    PRECISE = "precise"
+
+
 class KVDType(StrEnum):
     """How the KV cache stores K and V."""
 
@@ -82,6 +92,17 @@ class EngineConfig:
             "none | fp8 (W8A8: the decoder layers' linear weights in float8_e4m3fn per output "
             "channel, activations quantized per token; the LM head and norms stay in dtype; "
             "CUDA needs bfloat16 and compute capability 8.9+)"
+        ),
+    )
+    fp8_accumulation: Fp8Accumulation = field(
+        default=Fp8Accumulation.FAST,
+        metadata=_help(
+            "fast | precise: how the FP8 GEMMs (quantization fp8) sum their products on CUDA; "
+            "fast keeps partial sums in the tensor cores' reduced precision over the whole K "
+            "loop (torch._scaled_mm's use_fast_accum, as vLLM and SGLang serve FP8): on an H200 "
+            "FP8 layers ran 1.46x bf16 against 1.31x precise, for an extra 0.2% relative error "
+            "beside FP8's own 3.75%; precise promotes them to fp32 as K goes. CUDA only: the CPU "
+            "reference sums in fp32 either way"
         ),
     )
     kv_dtype: KVDType = field(
@@ -219,6 +240,7 @@ class EngineConfig:
             ("dtype", DType),
             ("beam_expansion", BeamExpansion),
             ("quantization", Quantization),
+            ("fp8_accumulation", Fp8Accumulation),
             ("kv_dtype", KVDType),
         )
         for name, enum in enums:

@@ -21,7 +21,7 @@ import torch
 from widebeam.kernels.attention.factory import make_attention_backend, resolve_backend_name
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.decoder.catalog_loading import load_catalog_constraint, resolve_layout
-from widebeam.services.decoder.config import BeamExpansion, EngineConfig
+from widebeam.services.decoder.config import BeamExpansion, EngineConfig, Quantization
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype
 from widebeam.services.decoder.kv.kv_capacity import kv_capacity_slots, kv_slot_bytes
@@ -77,12 +77,25 @@ class Engine:
         dtype = getattr(torch, config.dtype)
         if model is None:
             model = CausalLM.from_pretrained(
-                config.model_dir, dtype=dtype, device=self.device, quantization=config.quantization
+                config.model_dir,
+                dtype=dtype,
+                device=self.device,
+                quantization=config.quantization,
+                fp8_accumulation=config.fp8_accumulation,
             )
         elif model.quantization != config.quantization:
             raise ValueError(
                 f"the given model was loaded with quantization {model.quantization.value!r}, "
                 f"the config asks for {config.quantization.value!r}"
+            )
+        elif (
+            model.quantization == Quantization.FP8
+            and model.fp8_accumulation != config.fp8_accumulation
+        ):
+            raise ValueError(
+                f"the given model's FP8 GEMMs were loaded with fp8_accumulation "
+                f"{model.fp8_accumulation.value!r}, the config asks for "
+                f"{config.fp8_accumulation.value!r}"
             )
         self.model = model
         mc = self.model.config

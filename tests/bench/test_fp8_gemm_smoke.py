@@ -32,7 +32,7 @@ def test_fp8_gemm_smoke_run(tmp_path: Path) -> None:
     assert {r["mode"] for r in report["chain"]} == {
         "bf16",
         "fp8 unfused (before)",
-        "fp8 fused (serving now)",
+        "fp8 fused",
     }
     assert all(r["us"] > 0 for r in report["chain"])
     assert "### o: 64 x 64 (out x in)" in stdout and "## 3. Decoder layers" in stdout

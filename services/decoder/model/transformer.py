@@ -16,7 +16,7 @@ from torch import nn
 from widebeam.kernels.fp8.backend import fp8_gemm_for
 from widebeam.kernels.kv.fp8_kv import KvScales
 from widebeam.kernels.layers.dispatch import qk_norm_rope
-from widebeam.services.decoder.config import Quantization
+from widebeam.services.decoder.config import Fp8Accumulation, Quantization
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
 from widebeam.services.decoder.model.fp8_checkpoint import read_fp8_layout, split_fp8_state
@@ -155,6 +155,8 @@ class CausalLM(nn.Module):
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("padded_head", None, persistent=False)  # [rows, hidden], align_head
         self.quantization = Quantization.NONE  # how from_pretrained served the linear layers
+        # how its FP8 GEMMs sum on CUDA (from_pretrained's; meaningful with quantization fp8)
+        self.fp8_accumulation = Fp8Accumulation.FAST
         # the FP8 KV cache's scales, [layers, kv_heads] tables (kv_scales.py); from_pretrained sets
         self.kv_scales: KvScales | None = None
 
@@ -236,16 +238,20 @@ class CausalLM(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         quantization: Quantization = Quantization.NONE,
+        fp8_accumulation: Fp8Accumulation = Fp8Accumulation.FAST,
     ) -> CausalLM:
         """`quantization="fp8"`: the decoder layers' linears in FP8 (`model/quantization.py`).
         A checkpoint already in FP8 (`model/fp8_checkpoint.py`) keeps its FP8 weights with
-        "fp8" and is dequantized to `dtype` with "none"."""
+        "fp8" and is dequantized to `dtype` with "none". `fp8_accumulation`: how those GEMMs
+        sum on CUDA (`EngineConfig.fp8_accumulation`; the CPU reference sums in fp32)."""
         quantization = Quantization(quantization)
+        fp8_accumulation = _fp8_accumulation(fp8_accumulation)
         config = ModelConfig.from_pretrained(path)
         layout = read_fp8_layout(path)
         gemm = None
         if quantization == Quantization.FP8:
-            gemm = fp8_gemm_for(torch.device(device), dtype)
+            fast = fp8_accumulation == Fp8Accumulation.FAST
+            gemm = fp8_gemm_for(torch.device(device), dtype, fast_accum=fast)
         # Build on meta so we never allocate (and randomly init) weights that are overwritten.
         with torch.device("meta"):
             model = cls(config)
@@ -274,4 +280,13 @@ class CausalLM(nn.Module):
         if gemm is not None:
             quantize_fp8(model, gemm, prequantized)
             model.quantization = quantization
+        model.fp8_accumulation = fp8_accumulation
         return model.eval()
+
+
+def _fp8_accumulation(value: Fp8Accumulation | str) -> Fp8Accumulation:
+    try:
+        return Fp8Accumulation(value)
+    except ValueError:
+        choices = ", ".join(a.value for a in Fp8Accumulation)
+        raise ValueError(f"fp8_accumulation must be one of {choices}, got {value!r}") from None

@@ -147,10 +147,16 @@ def test_listed_shapes_take_the_triton_gemm_from_their_row_count(
     assert calls == [40]
 
 
-def _triton(rows: Fp8Rows, weight: Fp8Weight, bias: torch.Tensor | None, dtype: torch.dtype):
+def _triton(
+    rows: Fp8Rows,
+    weight: Fp8Weight,
+    bias: torch.Tensor | None,
+    dtype: torch.dtype,
+    precise: bool = False,
+) -> torch.Tensor:
     from widebeam.kernels.fp8.triton_gemm import triton_fp8_matmul
 
-    return triton_fp8_matmul(rows, weight, bias, dtype)
+    return triton_fp8_matmul(rows, weight, bias, dtype, precise=precise)
 
 
 @pytest.mark.gpu

@@ -11,7 +11,7 @@ from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.digest import digest
 from tests.services.decoder.test_engine_graphs_gpu import _requests
 from tests.services.decoder.test_fp8_engine import _constrained, _illegal_beams
-from widebeam.kernels.fp8.backend import SCALED_MM
+from widebeam.kernels.fp8.backend import SCALED_MM, SCALED_MM_FAST
 
 pytestmark = [
     pytest.mark.gpu,
@@ -30,7 +30,8 @@ def test_fp8_graph_eager_overlap_sync_digests_match(sid_model: SidModel) -> None
             overlap_scheduling=overlap,
             max_rows=400,
         )
-        assert engine.model.model.layers[0].mlp.down_proj.gemm is SCALED_MM
+        # fp8_accumulation's default: fast
+        assert engine.model.model.layers[0].mlp.down_proj.gemm is SCALED_MM_FAST
         outs = engine.generate(_requests(engine.sid_layout.begin_token_id))
         assert all(o.error is None for o in outs)
         if graphs:
@@ -39,8 +40,15 @@ def test_fp8_graph_eager_overlap_sync_digests_match(sid_model: SidModel) -> None
     assert len(set(results.values())) == 1, results
 
 
-def test_fp8_constrained_beams_are_catalog_sids_on_cuda(sid_model: SidModel) -> None:
-    engine = sid_model.engine(device="cuda", dtype="bfloat16", quantization="fp8")
+@pytest.mark.parametrize("accumulation", ["fast", "precise"])
+def test_fp8_constrained_beams_are_catalog_sids_on_cuda(
+    sid_model: SidModel, accumulation: str
+) -> None:
+    engine = sid_model.engine(
+        device="cuda", dtype="bfloat16", quantization="fp8", fp8_accumulation=accumulation
+    )
+    gemm = SCALED_MM_FAST if accumulation == "fast" else SCALED_MM
+    assert engine.model.model.layers[0].self_attn.o_proj.gemm is gemm
     outputs = engine.generate([_constrained(i, w) for i, w in enumerate((1, 8, 64, 200))])
     assert [len(o.beams) for o in outputs] == [1, 8, 64, 200]
     assert _illegal_beams(engine, sid_model, outputs) == 0
