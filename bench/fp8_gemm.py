@@ -2,6 +2,7 @@
 
     python bench/fp8_gemm.py [--rows 6144,1024,12288,512] [--budget-s 220]
         [--only gemm,layers,chain,kernels] [--smoke]
+    python bench/fp8_gemm.py --only layers   # part 2 alone: the quantization kernels
 
 At the W3 shape (Qwen3-1.7B: hidden 2048, MLP 6144, 16 q / 8 kv heads of 128), four parts,
 each printed as a table with its legend as soon as it is measured and written to
@@ -14,7 +15,10 @@ each printed as a table with its legend as soon as it is measured and written to
    (`kernels/fp8/triton_gemm.py`), and today's unfused FP8 linear (quantization + row-wise).
    Each variant is checked against the torch reference on the GPU before it is timed.
 2. layers: the kernels that feed the GEMMs (RMSNorm, add + RMSNorm, SiLU product) with a
-   separate quantization pass against the fused kernels that write FP8 (bit-identity checked).
+   separate quantization pass against the fused kernels that write FP8 (bit-identity checked),
+   the quantization pass alone, and the wide rows' kernels (MLP width) in one pass over the
+   whole row beside serving's two passes over chunks (`--only layers`: this part alone,
+   ~20 s on the H200), each against the floor of its bytes.
 3. chain: two decoder layers of the W3 shape (attention replaced by the identity) as one CUDA
    graph: bf16, FP8 unfused, FP8 fused, and FP8 fused with the fastest GEMM per layer.
 4. kernels: the device kernels each GEMM variant launches (torch profiler), to tell which
@@ -545,8 +549,29 @@ def projection_table(shape: Shape, rows: list[int], results: list[dict]) -> list
 # ----------------------------------------------------------------------------- part 2: layers
 
 
+# Bytes per second the floors of part 2 assume (docs: ~4.3 TB/s copy on the H200).
+HBM_BYTES_PER_S = 4.3e12
+# Variants of part 2 (keys of its rows): the quantization pass alone and the fused kernel, as
+# serving runs them (rows wider than QUANT_MAX_CHUNK / SILU_MAX_CHUNK in two passes over
+# chunks), and the same in one pass over the whole row held in registers; the one-pass ones
+# are checked against the Triton kernels at serving's chunking (CHECKED_AGAINST: not timed,
+# the same calls as serving's on CUDA; on the smoke run's CPU, serving's are the reference).
+QUANT, QUANT_ONE_PASS = "quant", "quant, one pass"
+FUSED, FUSED_ONE_PASS = "fused (FP8 out)", "fused, one pass"
+CHECKED_AGAINST = {QUANT_ONE_PASS: "quant, chunked", FUSED_ONE_PASS: "fused, chunked"}
+
+
+def one_pass(width: int) -> int:
+    """A max_chunk that holds a row of `width` FP8 columns whole (one pass)."""
+    return 1 << (width - 1).bit_length()
+
+
 def layer_calls(shape: Shape, m: int, copies: int) -> dict[str, dict[str, Callable[[int], object]]]:
-    """kernel family -> {variant: call on rotating copy i}, on fresh random inputs."""
+    """kernel family -> {variant: call on rotating copy i}, on fresh random inputs. The
+    one-pass variants appear where serving's default reads the row in chunks (Triton)."""
+    from widebeam.kernels.fp8.triton_quantize import QUANT_MAX_CHUNK, quantize_rows_triton
+    from widebeam.kernels.layers.triton_fp8_layers import SILU_MAX_CHUNK, silu_mul_fp8_triton
+
     hidden, inter = shape.hidden, shape.inter
     gen = torch.Generator(device=DEVICE).manual_seed(m)
     xs = [torch.randn(m, hidden, device=DEVICE, generator=gen).to(BF16) for _ in range(copies)]
@@ -557,25 +582,74 @@ def layer_calls(shape: Shape, m: int, copies: int) -> dict[str, dict[str, Callab
     def halves(i: int) -> tuple[torch.Tensor, torch.Tensor]:  # views, row stride 2 x inter
         return gate_up[i][:, :inter], gate_up[i][:, inter:]
 
+    # The layers' bf16 outputs: what the quantization pass alone reads (o's and down's inputs
+    # have these widths: hidden and inter)
+    normed = [rms_norm(x, w, EPS) for x in xs]
+    products = [silu_mul(*halves(i)) for i in range(copies)]
+
+    def quant_calls(outs: list[torch.Tensor], width: int) -> dict[str, Callable[[int], object]]:
+        calls: dict[str, Callable[[int], object]] = {
+            QUANT: lambda i: quantize_activations(outs[i], width)
+        }
+        if width > QUANT_MAX_CHUNK or SMOKE:  # (the smoke run: to run the code)
+            calls[QUANT_ONE_PASS] = lambda i: quantize_rows_triton(
+                outs[i], width, max_chunk=one_pass(width)
+            )
+            calls[CHECKED_AGAINST[QUANT_ONE_PASS]] = lambda i: quantize_rows_triton(outs[i], width)
+        return calls
+
+    silu: dict[str, Callable[[int], object]] = {
+        "layer (bf16 out)": lambda i: silu_mul(*halves(i)),
+        **quant_calls(products, inter),
+        "layer + quant": lambda i: quantize_activations(silu_mul(*halves(i)), inter),
+        FUSED: lambda i: silu_mul_fp8(*halves(i), inter),
+    }
+    if inter > SILU_MAX_CHUNK or SMOKE:
+        silu[FUSED_ONE_PASS] = lambda i: silu_mul_fp8_triton(
+            *halves(i), inter, max_chunk=one_pass(inter)
+        )
+        silu[CHECKED_AGAINST[FUSED_ONE_PASS]] = lambda i: silu_mul_fp8_triton(*halves(i), inter)
     return {
         "rms_norm": {
             "layer (bf16 out)": lambda i: rms_norm(xs[i], w, EPS),
+            **quant_calls(normed, hidden),
             "layer + quant": lambda i: quantize_activations(rms_norm(xs[i], w, EPS), hidden),
-            "fused (FP8 out)": lambda i: rms_norm_fp8(xs[i], w, EPS, hidden),
+            FUSED: lambda i: rms_norm_fp8(xs[i], w, EPS, hidden),
         },
         "add_rms_norm": {
             "layer (bf16 out)": lambda i: add_rms_norm(xs[i], res[i], w, EPS),
+            **quant_calls(normed, hidden),
             "layer + quant": lambda i: quantize_activations(
                 add_rms_norm(xs[i], res[i], w, EPS)[0], hidden
             ),
-            "fused (FP8 out)": lambda i: add_rms_norm_fp8(xs[i], res[i], w, EPS, hidden)[0],
+            FUSED: lambda i: add_rms_norm_fp8(xs[i], res[i], w, EPS, hidden)[0],
         },
-        "silu_mul": {
-            "layer (bf16 out)": lambda i: silu_mul(*halves(i)),
-            "layer + quant": lambda i: quantize_activations(silu_mul(*halves(i)), inter),
-            "fused (FP8 out)": lambda i: silu_mul_fp8(*halves(i), inter),
-        },
+        "silu_mul": silu,
     }
+
+
+def floor_us(shape: Shape, family: str, m: int) -> dict[str, float]:
+    """The bytes the fused kernel and the quantization pass alone move, at HBM_BYTES_PER_S:
+    bf16 in, e4m3 + an fp32 scale per row out (add_rms_norm also reads the residual and writes
+    the new one)."""
+    width = shape.inter if family == "silu_mul" else shape.hidden
+    quant = m * width * 2 + m * width + 4 * m
+    fused = {
+        "rms_norm": m * width * 2 + m * width + 4 * m,
+        "add_rms_norm": 3 * m * width * 2 + m * width + 4 * m,
+        "silu_mul": 2 * m * width * 2 + m * width + 4 * m,
+    }[family]
+    return {
+        "quant_floor_us": quant / HBM_BYTES_PER_S * 1e6,
+        "fused_floor_us": fused / HBM_BYTES_PER_S * 1e6,
+    }
+
+
+def same_rows(a: object, b: object) -> tuple[int, bool]:
+    """(bytes that differ, scales equal) of two Fp8Rows."""
+    assert isinstance(a, Fp8Rows) and isinstance(b, Fp8Rows)
+    mismatched = int((a.data.view(torch.uint8) != b.data.view(torch.uint8)).sum())
+    return mismatched, bool(torch.equal(a.scale, b.scale))
 
 
 def measure_layers(
@@ -588,13 +662,16 @@ def measure_layers(
         copies = copies_for(2 * m * 2 * shape.inter, cap=64 if CUDA else 2)
         for family, calls in layer_calls(shape, m, copies).items():
             row: dict[str, object] = {"family": family, "m": m, "copies": copies}
+            row |= floor_us(shape, family, m)
             try:
-                unfused, fused = calls["layer + quant"](0), calls["fused (FP8 out)"](0)
-                assert isinstance(unfused, Fp8Rows) and isinstance(fused, Fp8Rows)
-                row["mismatched_bytes"] = int(
-                    (unfused.data.view(torch.uint8) != fused.data.view(torch.uint8)).sum()
-                )
-                row["scales_equal"] = bool(torch.equal(unfused.scale, fused.scale))
+                mismatched, scales = same_rows(calls["layer + quant"](0), calls[FUSED](0))
+                row["mismatched_bytes"], row["scales_equal"] = mismatched, scales
+                # the one-pass kernels against the chunked ones: the same bytes and scales
+                for one, chunked in CHECKED_AGAINST.items():
+                    if one in calls:
+                        mismatched, scales = same_rows(calls[one](0), calls.pop(chunked)(0))
+                        row["mismatched_bytes"] = int(row["mismatched_bytes"]) + mismatched
+                        row["scales_equal"] = bool(row["scales_equal"]) and scales
                 for label, call in calls.items():
                     row[label] = timer.us([partial(call, i) for i in range(copies)])[0]
             except Exception as err:
@@ -605,12 +682,14 @@ def measure_layers(
 
 
 def layer_table(results: list[dict]) -> None:
+    from widebeam.kernels.fp8.triton_quantize import QUANT_MAX_CHUNK
+
     table = []
     for r in results:
         if "error" in r:
-            table.append([r["family"], r["m"], r["error"], "", "", "", "", ""])
+            table.append([r["family"], r["m"], r["error"], *[""] * 8])
             continue
-        unfused, fused = r["layer + quant"], r["fused (FP8 out)"]
+        unfused, fused = r["layer + quant"], r[FUSED]
         saved = unfused - fused
         identical = r["mismatched_bytes"] == 0 and r["scales_equal"]
         table.append(
@@ -618,8 +697,12 @@ def layer_table(results: list[dict]) -> None:
                 r["family"],
                 r["m"],
                 f"{r['layer (bf16 out)']:.1f}",
+                f"{r[QUANT]:.1f}",
+                fmt(r.get(QUANT_ONE_PASS)),
                 f"{unfused:.1f}",
                 f"{fused:.1f}",
+                fmt(r.get(FUSED_ONE_PASS)),
+                f"{r['quant_floor_us']:.1f} / {r['fused_floor_us']:.1f}",
                 f"{saved:.1f}",
                 f"{saved * LAYERS / 1000:.3f}",
                 "yes" if identical else f"NO ({r['mismatched_bytes']} bytes)",
@@ -627,13 +710,20 @@ def layer_table(results: list[dict]) -> None:
         )
     print(
         "\nThe kernels that feed the FP8 GEMMs, us per call: the layer alone (bf16 out, as the "
-        "bf16 model runs it); the layer then the quantization pass (FP8 unfused); the fused "
-        "kernel writing FP8 rows + scales (serving now); saved per call and per decode step "
+        "bf16 model runs it); the quantization pass alone on the layer's output (o's input is "
+        f"hidden wide, down's is the MLP's width), as serving runs it (rows wider than "
+        f"{QUANT_MAX_CHUNK} in two passes over chunks of that many columns) and in one pass over "
+        "the whole row held in registers; the layer then "
+        "the quantization pass (FP8 unfused); the fused kernel writing FP8 rows + scales "
+        "(serving now; the SiLU product likewise chunked, and in one pass); the floor: the "
+        "bytes at 4.3 TB/s (quant / fused); saved: unfused - fused per call and per decode step "
         "(x 28 layers; rms_norm and add_rms_norm: one of the two norms of a layer each); "
-        "bit-identical: the fused kernel's FP8 bytes and scales equal the unfused ones."
+        "bit-identical: the fused kernel's FP8 bytes and scales equal the unfused ones, and the "
+        "one-pass kernels' the chunked ones'."
     )
-    headers = ["kernel", "M", "layer us", "layer + quant us", "fused us", "saved us"]
-    print(markdown_table([*headers, "saved ms x 28", "bit-identical"], table))
+    headers = ["kernel", "M", "layer us", "quant us", "quant 1-pass us", "layer + quant us"]
+    headers += ["fused us", "fused 1-pass us", "floor us", "saved us", "saved ms x 28"]
+    print(markdown_table([*headers, "bit-identical"], table))
 
 
 # ----------------------------------------------------------------------------- part 3: chain

@@ -34,6 +34,43 @@ def _fix_interpreter_scalar_index() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _fix_interpreter_fma() -> None:
+    """Triton 3.6's interpreter computes `tl.fma(x, y, z)` as `x * y + z` in the operands'
+    dtype, two roundings; compiled Triton emits a fused multiply-add (`fma.rn.f32`), one. The
+    FP8 quantization's exact division (`triton_quantize._to_fp8`) relies on the fused one, so
+    fp32 fmas are computed exactly here: the product in float64 (exact for fp32 operands), the
+    sum's rounding error by TwoSum, and a float64 sum that lands exactly halfway between two
+    fp32 values moved towards the exact one before it is rounded to fp32."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_fma
+    if getattr(original, "widebeam_fixed", False):
+        return
+
+    def exact_fma(self: object, x: object, y: object, z: object) -> object:
+        if any(np.asarray(t.data).dtype != np.float32 for t in (x, y, z)):  # type: ignore[attr-defined]
+            return original(self, x, y, z)
+        a = np.asarray(x.data, dtype=np.float64)  # type: ignore[attr-defined]
+        b = np.asarray(y.data, dtype=np.float64)  # type: ignore[attr-defined]
+        c = np.asarray(z.data, dtype=np.float64)  # type: ignore[attr-defined]
+        product = a * b
+        total = product + c
+        back = total - product
+        error = (product - (total - back)) + (c - back)  # total + error: the exact sum
+        rounded = total.astype(np.float32)
+        nearest = rounded.astype(np.float64)
+        side = np.where(total > nearest, np.float32(np.inf), np.float32(-np.inf))
+        other = np.nextafter(rounded, side).astype(np.float64)
+        halfway = (total != nearest) & (total == (nearest + other) / 2)
+        towards_other = np.sign(error) == np.sign(other - nearest)
+        exact = np.where(halfway & (error != 0) & towards_other, other, nearest)
+        return interpreter.TensorHandle(exact.astype(np.float32), z.dtype.scalar)  # type: ignore[attr-defined]
+
+    exact_fma.widebeam_fixed = True  # type: ignore[attr-defined]
+    interpreter.InterpreterBuilder.create_fma = exact_fma
+
+
 @pytest.fixture(scope="session")
 def kernel_device() -> torch.device:
     """Where the Triton tests put their tensors: CUDA, or the CPU under the interpreter.
@@ -49,6 +86,7 @@ def kernel_device() -> torch.device:
     if isinstance(triton_prefix.prefix_kernel, triton.runtime.JITFunction):
         pytest.skip("triton kernels were decorated before TRITON_INTERPRET=1 was set")
     _fix_interpreter_scalar_index()
+    _fix_interpreter_fma()
     return torch.device("cpu")
 
 

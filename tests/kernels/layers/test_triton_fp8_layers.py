@@ -1,8 +1,9 @@
 """The layer kernels that end in FP8 quantization against the layer kernel followed by the
 quantization (compiled on CUDA, interpreted on the CPU): the same FP8 bytes and scales as
-`triton_layers` then `triton_quantize` (what the unfused CUDA path runs), the same values as the
-torch quantization of that layer output, the residual output unchanged; rows of mixed
-magnitudes, an all-zero row, huge rows, FP8 padding, strided gate/up halves."""
+`triton_layers` then `triton_quantize` (what the unfused CUDA path runs) and as the torch
+quantization of that layer output, the residual output unchanged; rows of mixed magnitudes, an
+all-zero row, huge rows, FP8 padding, strided gate/up halves, SiLU products read whole or in
+chunks (two passes)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,15 @@ def _rows(rows: int, dim: int, seed: int) -> torch.Tensor:
 
 
 def _assert_same_fp8(got: Fp8Rows, layer_out: torch.Tensor, cols: int) -> None:
-    """`got` is `layer_out` quantized: bytes and scales as the Triton quantizer gives them,
-    values and scales as the torch reference gives them (a zero's sign may differ there)."""
+    """`got` is `layer_out` quantized: bytes and scales as the Triton quantizer and as the torch
+    reference give them (zero signs included)."""
     want = quantize_rows_triton(layer_out, cols)
     assert got.data.shape == (layer_out.shape[0], cols) and got.data.dtype == want.data.dtype
     assert got.scale.shape == (layer_out.shape[0], 1) and got.scale.dtype == torch.float32
-    assert torch.equal(got.data.view(torch.uint8), want.data.view(torch.uint8))
-    assert torch.equal(got.scale, want.scale)
-    ref = quantize_rows(layer_out, cols)
-    assert torch.equal(got.data.float(), ref.data.float()) and torch.equal(got.scale, ref.scale)
-    assert (got.data[:, layer_out.shape[1] :].float() == 0).all()
+    for expected in (want, quantize_rows(layer_out, cols)):
+        assert torch.equal(got.data.view(torch.uint8), expected.data.view(torch.uint8))
+        assert torch.equal(got.scale, expected.scale)
+    assert (got.data[:, layer_out.shape[1] :].view(torch.uint8) == 0).all()
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -92,6 +92,28 @@ def test_silu_mul_fp8_of_fused_halves(
     got = silu_mul_fp8_triton(gate, up, cols)
     _assert_same_fp8(got, silu_mul_triton(gate, up), cols)
     assert (got.data[1].float() == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("inter", "cols", "chunks"), [(40, 48, (16, 32)), (1000, 1008, (128, 512))]
+)
+def test_silu_mul_fp8_in_chunks_gives_the_same_bytes(
+    exact_device: torch.device, inter: int, cols: int, chunks: tuple[int, int]
+) -> None:
+    """A SiLU product wider than max_chunk: computed twice in chunks (for the amax, then to
+    quantize; the last chunk partly padding), the bytes of one pass over the whole row."""
+    from widebeam.kernels.fp8.triton_quantize import chunking
+    from widebeam.kernels.layers.triton_fp8_layers import silu_mul_fp8_triton
+
+    gate = _rows(3, inter, inter).clamp(-60, 60)
+    gate_up = torch.cat([gate, _rows(3, inter, inter + 1)], dim=1).to(torch.bfloat16)
+    gate, up = gate_up.to(exact_device).split([inter, inter], dim=1)
+    whole = silu_mul_fp8_triton(gate, up, cols, max_chunk=8192)
+    for max_chunk in chunks:
+        assert not chunking(cols, max_chunk)["ONE_CHUNK"]
+        chunked = silu_mul_fp8_triton(gate, up, cols, max_chunk=max_chunk)
+        assert torch.equal(chunked.data.view(torch.uint8), whole.data.view(torch.uint8))
+        assert torch.equal(chunked.scale, whole.scale)
 
 
 def test_narrower_fp8_width_is_refused(kernel_device: torch.device) -> None:
