@@ -16,9 +16,9 @@ each printed as a table with its legend as soon as it is measured and written to
    Each variant is checked against the torch reference on the GPU before it is timed.
 2. layers: the kernels that feed the GEMMs (RMSNorm, add + RMSNorm, SiLU product) with a
    separate quantization pass against the fused kernels that write FP8 (bit-identity checked),
-   the quantization pass alone, and the wide rows' kernels (MLP width) in one pass over the
-   whole row beside serving's two passes over chunks (`--only layers`: this part alone,
-   ~20 s on the H200), each against the floor of its bytes.
+   the quantization pass alone, and the wide rows' kernels (MLP width) both ways: one pass
+   over the whole row and two passes over chunks (`--only layers`: this part alone, ~20 s on
+   the H200), each against the floor of its bytes.
 3. chain: two decoder layers of the W3 shape (attention replaced by the identity) as one CUDA
    graph: bf16, FP8 unfused, FP8 fused, and FP8 fused with the fastest GEMM per layer.
 4. kernels: the device kernels each GEMM variant launches (torch profiler), to tell which
@@ -551,19 +551,33 @@ def projection_table(shape: Shape, rows: list[int], results: list[dict]) -> list
 
 # Bytes per second the floors of part 2 assume (docs: ~4.3 TB/s copy on the H200).
 HBM_BYTES_PER_S = 4.3e12
-# Variants of part 2 (keys of its rows): the quantization pass alone and the fused kernel, as
-# serving runs them (rows wider than QUANT_MAX_CHUNK / SILU_MAX_CHUNK in two passes over
-# chunks), and the same in one pass over the whole row held in registers; the one-pass ones
-# are checked against the Triton kernels at serving's chunking (CHECKED_AGAINST: not timed,
-# the same calls as serving's on CUDA; on the smoke run's CPU, serving's are the reference).
-QUANT, QUANT_ONE_PASS = "quant", "quant, one pass"
-FUSED, FUSED_ONE_PASS = "fused (FP8 out)", "fused, one pass"
-CHECKED_AGAINST = {QUANT_ONE_PASS: "quant, chunked", FUSED_ONE_PASS: "fused, chunked"}
+# Variants of part 2 (keys of its rows): the quantization pass alone and the fused SiLU kernel
+# as serving runs them (rows wider than QUANT_MAX_CHUNK / SILU_MAX_CHUNK in two passes over
+# chunks, narrower ones in one pass over the whole row), and the other way where the row is
+# wider than TWO_PASS_CHUNK ("other": two passes over TWO_PASS_CHUNK-column chunks if serving
+# makes one, one pass if it makes two). The other ones are checked against the Triton kernels
+# as serving launches them (CHECKED_AGAINST: not timed; the same calls as serving's on CUDA,
+# while on the smoke run's CPU serving's are the torch reference).
+QUANT, QUANT_OTHER = "quant", "quant, other"
+FUSED, FUSED_OTHER = "fused (FP8 out)", "fused, other"
+CHECKED_AGAINST = {QUANT_OTHER: "quant, triton", FUSED_OTHER: "fused, triton"}
+TWO_PASS_CHUNK = 2048
 
 
-def one_pass(width: int) -> int:
-    """A max_chunk that holds a row of `width` FP8 columns whole (one pass)."""
+def other_chunk(width: int, serving_chunk: int) -> int:
+    """The max_chunk of the way serving does not take at `width`: one pass over the whole row
+    where serving makes two, two over TWO_PASS_CHUNK where serving makes one."""
+    from widebeam.kernels.fp8.triton_quantize import chunking
+
+    if chunking(width, serving_chunk)["ONE_CHUNK"]:
+        return min(TWO_PASS_CHUNK, serving_chunk) if width > TWO_PASS_CHUNK else 16
     return 1 << (width - 1).bit_length()
+
+
+def passes(width: int, max_chunk: int) -> int:
+    from widebeam.kernels.fp8.triton_quantize import chunking
+
+    return 1 if chunking(width, max_chunk)["ONE_CHUNK"] else 2
 
 
 def layer_calls(shape: Shape, m: int, copies: int) -> dict[str, dict[str, Callable[[int], object]]]:
@@ -591,11 +605,10 @@ def layer_calls(shape: Shape, m: int, copies: int) -> dict[str, dict[str, Callab
         calls: dict[str, Callable[[int], object]] = {
             QUANT: lambda i: quantize_activations(outs[i], width)
         }
-        if width > QUANT_MAX_CHUNK or SMOKE:  # (the smoke run: to run the code)
-            calls[QUANT_ONE_PASS] = lambda i: quantize_rows_triton(
-                outs[i], width, max_chunk=one_pass(width)
-            )
-            calls[CHECKED_AGAINST[QUANT_ONE_PASS]] = lambda i: quantize_rows_triton(outs[i], width)
+        if width > TWO_PASS_CHUNK or SMOKE:  # (the smoke run: to run the code)
+            other = other_chunk(width, QUANT_MAX_CHUNK)
+            calls[QUANT_OTHER] = lambda i: quantize_rows_triton(outs[i], width, max_chunk=other)
+            calls[CHECKED_AGAINST[QUANT_OTHER]] = lambda i: quantize_rows_triton(outs[i], width)
         return calls
 
     silu: dict[str, Callable[[int], object]] = {
@@ -604,11 +617,10 @@ def layer_calls(shape: Shape, m: int, copies: int) -> dict[str, dict[str, Callab
         "layer + quant": lambda i: quantize_activations(silu_mul(*halves(i)), inter),
         FUSED: lambda i: silu_mul_fp8(*halves(i), inter),
     }
-    if inter > SILU_MAX_CHUNK or SMOKE:
-        silu[FUSED_ONE_PASS] = lambda i: silu_mul_fp8_triton(
-            *halves(i), inter, max_chunk=one_pass(inter)
-        )
-        silu[CHECKED_AGAINST[FUSED_ONE_PASS]] = lambda i: silu_mul_fp8_triton(*halves(i), inter)
+    if inter > TWO_PASS_CHUNK or SMOKE:
+        other = other_chunk(inter, SILU_MAX_CHUNK)
+        silu[FUSED_OTHER] = lambda i: silu_mul_fp8_triton(*halves(i), inter, max_chunk=other)
+        silu[CHECKED_AGAINST[FUSED_OTHER]] = lambda i: silu_mul_fp8_triton(*halves(i), inter)
     return {
         "rms_norm": {
             "layer (bf16 out)": lambda i: rms_norm(xs[i], w, EPS),
@@ -645,6 +657,16 @@ def floor_us(shape: Shape, family: str, m: int) -> dict[str, float]:
     }
 
 
+def passes_of(shape: Shape, family: str) -> dict[str, int]:
+    """How many passes over a row serving's kernels make (the other way: the other count)."""
+    from widebeam.kernels.fp8.triton_quantize import QUANT_MAX_CHUNK
+    from widebeam.kernels.layers.triton_fp8_layers import SILU_MAX_CHUNK
+
+    width = shape.inter if family == "silu_mul" else shape.hidden
+    fused = passes(width, SILU_MAX_CHUNK) if family == "silu_mul" else 1
+    return {"quant_passes": passes(width, QUANT_MAX_CHUNK), "fused_passes": fused}
+
+
 def same_rows(a: object, b: object) -> tuple[int, bool]:
     """(bytes that differ, scales equal) of two Fp8Rows."""
     assert isinstance(a, Fp8Rows) and isinstance(b, Fp8Rows)
@@ -662,14 +684,14 @@ def measure_layers(
         copies = copies_for(2 * m * 2 * shape.inter, cap=64 if CUDA else 2)
         for family, calls in layer_calls(shape, m, copies).items():
             row: dict[str, object] = {"family": family, "m": m, "copies": copies}
-            row |= floor_us(shape, family, m)
+            row |= floor_us(shape, family, m) | passes_of(shape, family)
             try:
                 mismatched, scales = same_rows(calls["layer + quant"](0), calls[FUSED](0))
                 row["mismatched_bytes"], row["scales_equal"] = mismatched, scales
-                # the one-pass kernels against the chunked ones: the same bytes and scales
-                for one, chunked in CHECKED_AGAINST.items():
-                    if one in calls:
-                        mismatched, scales = same_rows(calls[one](0), calls.pop(chunked)(0))
+                # the other way against serving's Triton kernels: the same bytes and scales
+                for other, serving in CHECKED_AGAINST.items():
+                    if other in calls:
+                        mismatched, scales = same_rows(calls[other](0), calls.pop(serving)(0))
                         row["mismatched_bytes"] = int(row["mismatched_bytes"]) + mismatched
                         row["scales_equal"] = bool(row["scales_equal"]) and scales
                 for label, call in calls.items():
@@ -681,8 +703,13 @@ def measure_layers(
             torch.cuda.empty_cache()
 
 
+def with_passes(us: float | None, count: int) -> str:
+    return "-" if us is None else f"{us:.1f} ({count} pass{'es' if count > 1 else ''})"
+
+
 def layer_table(results: list[dict]) -> None:
     from widebeam.kernels.fp8.triton_quantize import QUANT_MAX_CHUNK
+    from widebeam.kernels.layers.triton_fp8_layers import SILU_MAX_CHUNK
 
     table = []
     for r in results:
@@ -697,11 +724,11 @@ def layer_table(results: list[dict]) -> None:
                 r["family"],
                 r["m"],
                 f"{r['layer (bf16 out)']:.1f}",
-                f"{r[QUANT]:.1f}",
-                fmt(r.get(QUANT_ONE_PASS)),
+                with_passes(r[QUANT], r["quant_passes"]),
+                with_passes(r.get(QUANT_OTHER), 3 - r["quant_passes"]),
                 f"{unfused:.1f}",
-                f"{fused:.1f}",
-                fmt(r.get(FUSED_ONE_PASS)),
+                with_passes(fused, r["fused_passes"]),
+                with_passes(r.get(FUSED_OTHER), 3 - r["fused_passes"]),
                 f"{r['quant_floor_us']:.1f} / {r['fused_floor_us']:.1f}",
                 f"{saved:.1f}",
                 f"{saved * LAYERS / 1000:.3f}",
@@ -711,18 +738,20 @@ def layer_table(results: list[dict]) -> None:
     print(
         "\nThe kernels that feed the FP8 GEMMs, us per call: the layer alone (bf16 out, as the "
         "bf16 model runs it); the quantization pass alone on the layer's output (o's input is "
-        f"hidden wide, down's is the MLP's width), as serving runs it (rows wider than "
-        f"{QUANT_MAX_CHUNK} in two passes over chunks of that many columns) and in one pass over "
-        "the whole row held in registers; the layer then "
-        "the quantization pass (FP8 unfused); the fused kernel writing FP8 rows + scales "
-        "(serving now; the SiLU product likewise chunked, and in one pass); the floor: the "
+        "hidden wide, down's is the MLP's width) as serving runs it (rows wider than "
+        f"{QUANT_MAX_CHUNK} columns in two passes over chunks of that many, the others in one "
+        "pass over the whole row held in registers) and the other way (rows wider than "
+        f"{TWO_PASS_CHUNK}: one pass if serving makes two, two over {TWO_PASS_CHUNK}-column "
+        "chunks if it makes one); the layer then the quantization pass (FP8 unfused); the fused "
+        "kernel writing FP8 rows + scales as serving runs it (the SiLU product in two passes "
+        f"past {SILU_MAX_CHUNK} columns) and the SiLU product the other way; the floor: the "
         "bytes at 4.3 TB/s (quant / fused); saved: unfused - fused per call and per decode step "
         "(x 28 layers; rms_norm and add_rms_norm: one of the two norms of a layer each); "
         "bit-identical: the fused kernel's FP8 bytes and scales equal the unfused ones, and the "
-        "one-pass kernels' the chunked ones'."
+        "other way's serving's."
     )
-    headers = ["kernel", "M", "layer us", "quant us", "quant 1-pass us", "layer + quant us"]
-    headers += ["fused us", "fused 1-pass us", "floor us", "saved us", "saved ms x 28"]
+    headers = ["kernel", "M", "layer us", "quant us", "quant other us", "layer + quant us"]
+    headers += ["fused us", "fused other us", "floor us", "saved us", "saved ms x 28"]
     print(markdown_table([*headers, "bit-identical"], table))
 
 

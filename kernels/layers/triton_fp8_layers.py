@@ -3,7 +3,7 @@ the residual add + RMSNorm) before the q/k/v and gate/up GEMMs, the SiLU product
 
 Each program computes one row as `triton_layers` does (same rounding points: the model-dtype
 value the unfused kernel would store), then that row's scale and FP8 values as
-`kernels/fp8/triton_quantize` does (the norms hold the row whole; a SiLU product wider than
+`kernels/fp8/triton_quantize` does (a row held whole in registers; a SiLU product wider than
 SILU_MAX_CHUNK is computed in chunks twice, once for its amax, once to quantize). The FP8
 bytes and scales are those of the layer kernel followed by the quantization pass, without the
 model-dtype row written by one and read back by the other (at 6,144 decode rows and the 1.7B
@@ -22,6 +22,7 @@ from widebeam.kernels.fp8.triton_quantize import (
     _store_fp8_row,
     _to_fp8,
     chunking,
+    warps_for,
 )
 from widebeam.kernels.layers.triton_layers import _rows, _scaled_norm
 
@@ -115,8 +116,11 @@ def _fp8_rows(rows: int, cols: int, device: torch.device) -> Fp8Rows:
 
 
 # SiLU products (their FP8 width) wider than this are computed in chunks of this many columns,
-# twice (`triton_quantize.chunking`); bench/fp8_gemm.py part 2 times it against one pass.
-SILU_MAX_CHUNK = 2048
+# twice (`triton_quantize.chunking`); bench/fp8_gemm.py part 2 times both. Unlike the plain
+# quantization, one pass wins at the W3 width (6,144 x 6,144 on the H200: 71.6 us, two passes
+# over 2,048-column chunks 79.5 us; floor ~44 us): a second pass recomputes the product, two
+# more special-function-unit operations (exp, reciprocal) an element.
+SILU_MAX_CHUNK = 8192
 
 
 def _launch(dim: int, cols: int, device: torch.device) -> dict[str, int | bool]:
@@ -127,7 +131,7 @@ def _launch(dim: int, cols: int, device: torch.device) -> dict[str, int | bool]:
     block = triton.next_power_of_2(cols)
     return {
         "BLOCK": block,
-        "num_warps": max(1, min(8, block // 256)),
+        "num_warps": warps_for(block),
         "ROUND_IN_FP32": device.type != "cuda",  # the interpreter's cast: _to_fp8
     }
 
