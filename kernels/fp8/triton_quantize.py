@@ -48,9 +48,10 @@ MAX_WARPS = 16
 def warps_for(block: int) -> int:
     """Warps for a program over `block` columns: 16 elements a thread (two 16-byte loads of
     bf16), up to MAX_WARPS. Measured on the H200: 4 warps over 2,048 columns beat 8 (the
-    quantization of 6,144 x 2,048 12.6 against 14.1 us, the fused RMSNorm 16.5 against 18.4),
-    16 over a whole 8,192-lane row beat 8 and 32 (the fused SiLU product 71.6 against 81.1
-    and 77.0 us)."""
+    quantization of 6,144 x 2,048 12.6 against 14.1 us), 16 over a whole 8,192-lane row beat
+    8 and 32 (the fused SiLU product 71.6 against 81.1 and 77.0 us). Only for kernels whose
+    reductions are maxima (exact in any order): the fused norms keep their unfused kernel's
+    warps (`triton_fp8_layers._launch`)."""
     return max(1, min(MAX_WARPS, block // 512))
 
 

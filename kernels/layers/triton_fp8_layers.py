@@ -17,14 +17,8 @@ import triton
 import triton.language as tl
 
 from widebeam.kernels.fp8.quantize import FP8_DTYPE, FP8_MAX, INV_FP8_MAX, MIN_SCALE, Fp8Rows
-from widebeam.kernels.fp8.triton_quantize import (
-    _row_scale,
-    _store_fp8_row,
-    _to_fp8,
-    chunking,
-    warps_for,
-)
-from widebeam.kernels.layers.triton_layers import _rows, _scaled_norm
+from widebeam.kernels.fp8.triton_quantize import _row_scale, _store_fp8_row, _to_fp8, chunking
+from widebeam.kernels.layers.triton_layers import _norm_launch, _rows, _scaled_norm
 
 
 @triton.jit
@@ -125,13 +119,17 @@ SILU_MAX_CHUNK = 8192
 
 def _launch(dim: int, cols: int, device: torch.device) -> dict[str, int | bool]:
     """The norms: one program per row, BLOCK covering the row and its FP8 padding (the row in
-    registers whole, as `triton_layers`' norms hold it: hidden sizes)."""
+    registers whole, as `triton_layers`' norms hold it: hidden sizes), with the warps of
+    `triton_layers`' norm kernel: the sum of squares is reduced in an order that follows the
+    warps, and the fused kernel's normed values must be the unfused kernel's bit for bit (4
+    warps instead of 8 at 2,048 columns was 10% faster on the H200 and moved a few FP8 bytes
+    in 6,144 rows)."""
     if cols < dim:
         raise ValueError(f"FP8 width {cols} is narrower than the row ({dim})")
     block = triton.next_power_of_2(cols)
     return {
         "BLOCK": block,
-        "num_warps": warps_for(block),
+        "num_warps": _norm_launch(block)["num_warps"],
         "ROUND_IN_FP32": device.type != "cuda",  # the interpreter's cast: _to_fp8
     }
 

@@ -116,6 +116,55 @@ def test_silu_mul_fp8_in_chunks_gives_the_same_bytes(
         assert torch.equal(chunked.scale, whole.scale)
 
 
+@pytest.mark.parametrize("dim", [40, 64, 1000, 2048, 4096, 5120, 8192])
+def test_fused_norms_launch_like_the_unfused_ones(kernel_device: torch.device, dim: int) -> None:
+    """The fused norms reduce the sum of squares with the unfused kernel's block and warps: the
+    reduction order follows them on the GPU (4 warps against 8 moved a few FP8 bytes in 6,144
+    rows of 2,048 on the H200), which the interpreter, summing in numpy's order, cannot show."""
+    from widebeam.kernels.fp8.quantize import padded
+    from widebeam.kernels.layers.triton_fp8_layers import _launch
+    from widebeam.kernels.layers.triton_layers import _norm_launch
+
+    fused, unfused = _launch(dim, padded(dim), torch.device("cuda")), _norm_launch(dim)
+    assert (fused["BLOCK"], fused["num_warps"]) == (unfused["BLOCK"], unfused["num_warps"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_w3_sized_fused_kernels_equal_layer_then_quantize() -> None:
+    """At the W3 shape (6,144 rows of 2,048, the MLP 6,144 wide), where the norms use several
+    warps: the fused kernels' bytes and scales are the unfused path's (the bench's check)."""
+    from widebeam.kernels.layers.triton_fp8_layers import (
+        add_rms_norm_fp8_triton,
+        rms_norm_fp8_triton,
+        silu_mul_fp8_triton,
+    )
+    from widebeam.kernels.layers.triton_layers import (
+        add_rms_norm_triton,
+        rms_norm_triton,
+        silu_mul_triton,
+    )
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x, res = (torch.randn(6144, 2048, device="cuda", generator=gen).bfloat16() for _ in "xr")
+    w = (torch.rand(2048, device="cuda", generator=gen) + 0.5).bfloat16()
+    gate_up = (torch.randn(6144, 2 * 6144, device="cuda", generator=gen) * 3).bfloat16()
+    gate, up = gate_up.split([6144, 6144], dim=1)
+    pairs = [
+        (rms_norm_fp8_triton(x, w, 1e-6, 2048), rms_norm_triton(x, w, 1e-6), 2048),
+        (
+            add_rms_norm_fp8_triton(x, res, w, 1e-6, 2048)[0],
+            add_rms_norm_triton(x, res, w, 1e-6)[0],
+            2048,
+        ),
+        (silu_mul_fp8_triton(gate, up, 6144), silu_mul_triton(gate, up), 6144),
+    ]
+    for got, layer_out, cols in pairs:
+        want = quantize_rows_triton(layer_out, cols)
+        assert torch.equal(got.data.view(torch.uint8), want.data.view(torch.uint8))
+        assert torch.equal(got.scale, want.scale)
+
+
 def test_narrower_fp8_width_is_refused(kernel_device: torch.device) -> None:
     from widebeam.kernels.layers.triton_fp8_layers import rms_norm_fp8_triton
 
