@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -179,16 +180,23 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     finally:
         client.close()
     spool = Path(request["spool"])
-    # the item ids' hash index too (the decoder's item lookups): its sort is work this
-    # process can spare the serving one
-    arrays = loaded.trie.to_arrays() | {_HASH_INDEX: loaded.trie.item_ids.hash_index}
-    answer = {"manifest": loaded.manifest, "arrays": _spooled(arrays, spool, "")}
-    if request.get("derive"):
-        derived = _resolve(request["derive"])(loaded.trie)
-        bad = [key for key in derived if not _DERIVED_NAME.fullmatch(key)]
-        if bad:
-            raise ValueError(f"derived array names must be identifiers, got {bad[:3]}")
-        answer["derived"] = _spooled(derived, spool, _DERIVED)
+    # One thread writes to shared memory and another derives while this one sorts the hash
+    # index (numpy and file writes release the GIL): on two cores that overlap is seconds of a
+    # 10M-item load.
+    derive = _resolve(request["derive"]) if request.get("derive") else None
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load-child") as pool:
+        trie_specs = pool.submit(_spooled, loaded.trie.to_arrays(), spool, "")
+        derived = pool.submit(derive, loaded.trie) if derive is not None else None
+        # the item ids' hash index too (the decoder's item lookups): its sort is work this
+        # process can spare the serving one
+        index_specs = _spooled({_HASH_INDEX: loaded.trie.item_ids.hash_index}, spool, "")
+        answer = {"manifest": loaded.manifest, "arrays": trie_specs.result() | index_specs}
+        if derived is not None:
+            arrays = derived.result()
+            bad = [key for key in arrays if not _DERIVED_NAME.fullmatch(key)]
+            if bad:
+                raise ValueError(f"derived array names must be identifiers, got {bad[:3]}")
+            answer["derived"] = _spooled(arrays, spool, _DERIVED)
     return answer
 
 
