@@ -164,14 +164,15 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _child(request: dict[str, Any]) -> dict[str, Any]:
-    from widebeam.services.catalog.store.store import CatalogStore
+    from widebeam.services.catalog.store.store import CatalogStore, verify_content_hash
 
     _die_with_parent(int(request["parent"]))
     os.nice(int(request["niceness"]))
     client = redis.Redis.from_url(request["redis_url"], socket_timeout=60)
     try:
+        # the content hash is checked below, beside the writes (the answer waits for it)
         loaded = CatalogStore(client, request["namespace"]).load(
-            request["name"], int(request["version"])
+            request["name"], int(request["version"]), verify_content=False
         )
     except store_types.CatalogStoreError as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
@@ -180,16 +181,21 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     finally:
         client.close()
     spool = Path(request["spool"])
-    # One thread writes to shared memory and another derives while this one sorts the hash
-    # index (numpy and file writes release the GIL): on two cores that overlap is seconds of a
-    # 10M-item load.
+    # Two threads write to shared memory, derive and check the content hash while this one
+    # sorts the hash index (numpy, sha256 and file writes release the GIL): on two cores that
+    # overlap is seconds of a 10M-item load.
     derive = _resolve(request["derive"]) if request.get("derive") else None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load-child") as pool:
+        verified = pool.submit(verify_content_hash, loaded)
         trie_specs = pool.submit(_spooled, loaded.trie.to_arrays(), spool, "")
         derived = pool.submit(derive, loaded.trie) if derive is not None else None
         # the item ids' hash index too (the decoder's item lookups): its sort is work this
         # process can spare the serving one
         index_specs = _spooled({_HASH_INDEX: loaded.trie.item_ids.hash_index}, spool, "")
+        try:
+            verified.result()
+        except store_types.CatalogStoreError as exc:
+            return {"error": type(exc).__name__, "message": str(exc)}
         answer = {"manifest": loaded.manifest, "arrays": trie_specs.result() | index_specs}
         if derived is not None:
             arrays = derived.result()

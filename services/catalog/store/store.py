@@ -276,8 +276,12 @@ class CatalogStore:
         raw = self.client.get(self.keys.catalog(name).version(version).lookup)
         return None if raw is None else (version, str(json.loads(raw)["artifact_id"]))
 
-    def load(self, name: str, version: int | None = None) -> LoadedCatalog:
-        """Fetch, verify (chunk checksums, content hash) and rebuild a version (None = current)."""
+    def load(
+        self, name: str, version: int | None = None, verify_content: bool = True
+    ) -> LoadedCatalog:
+        """Fetch, verify (chunk checksums, content hash) and rebuild a version (None = current).
+        ``verify_content=False`` leaves the content hash to the caller (`verify_content_hash`),
+        who may run it beside other work: until then the version is not to be served."""
         version = self._resolve(name, version)
         manifest = self.manifest(name, version)
         vkeys = self.keys.catalog(name).version(version)
@@ -291,9 +295,10 @@ class CatalogStore:
             trie = SidTrie.from_arrays(arrays, dense_cell_budget=budget, copy=False)
         except CatalogError as exc:
             raise ArtifactError(f"{where}: {exc}") from None
-        if trie.content_hash != manifest["content_hash"]:
-            raise ArtifactError(f"{where}: rebuilt trie's content hash differs from the manifest")
-        return LoadedCatalog(name, version, trie, manifest)
+        loaded = LoadedCatalog(name, version, trie, manifest)
+        if verify_content:
+            verify_content_hash(loaded)
+        return loaded
 
     def _resolve(self, name: str, version: int | None) -> int:
         if version is not None:
@@ -318,3 +323,10 @@ class CatalogStore:
     def sid_items(self, name: str, version: int | None, codes: Sequence[int] | str) -> list[str]:
         """Items whose SID is ``codes`` (ints or ``"c0,c1,..."``), in trie order; [] if none."""
         return self._lookups.sid_items(name, self._resolve(name, version), codes)
+
+
+def verify_content_hash(loaded: LoadedCatalog) -> None:
+    """ArtifactError unless the rebuilt trie's content hash is the one its manifest names."""
+    if loaded.trie.content_hash != loaded.manifest["content_hash"]:
+        where = f"catalog {loaded.name!r} version {loaded.version}"
+        raise ArtifactError(f"{where}: rebuilt trie's content hash differs from the manifest")

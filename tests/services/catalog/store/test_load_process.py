@@ -3,6 +3,8 @@ mapped into this process; the child's errors come back as the store's own."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import redis
@@ -104,3 +106,20 @@ def test_derive_must_be_importable_by_name(
     for derive in (local, lambda trie: {}):
         with pytest.raises(ValueError, match="module-level function"):
             load_in_child(redis_url, store.namespace, "books", 1, 10_000, derive=derive)
+
+
+def test_a_content_hash_that_differs_is_refused_in_the_child_and_here(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie
+) -> None:
+    """Checksums that hold over a payload whose trie is not the manifest's (a publisher's
+    bug): the child checks the content hash beside its other work, and still refuses."""
+    store.publish("books", make_trie(120, seed=4))
+    key = store.keys.catalog("books").version(1).manifest
+    manifest = json.loads(store.client.get(key))
+    manifest["content_hash"] = "0" * 64
+    store.client.set(key, json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="content hash differs from the manifest"):
+        store.load("books", 1)
+    with pytest.raises(ArtifactError, match="content hash differs from the manifest"):
+        child_load(store, redis_url, "books", 1)
+    assert store.load("books", 1, verify_content=False).trie.num_items == 120
