@@ -1,11 +1,11 @@
 """Read one version's artifact chunks from Redis and decode them, pipelined.
 
 A fetch thread reads the chunks in batches (one MGET per ``batch_bytes``) and, once it holds
-them all, checks their checksums (``codec.verify_chunks``); the calling thread decompresses each
-batch as soon as it arrives (``codec.decode_chunks``). zlib and sha256 release the GIL, so on
-two cores the checksums, the decompression and Redis' replies overlap instead of running one
-after another. Errors are the codec's: a missing or corrupt chunk is reported as such even when
-the decompression tripped over it first.
+them all, checks their checksums (``codec.verify_chunks``); the calling thread hands each piece
+of the payload to a pool of threads as soon as its chunks arrived (``codec.decode_chunks``).
+zlib and sha256 release the GIL, so the checksums, the decompression and Redis' replies overlap
+instead of running one after another. Errors are the codec's: a missing or corrupt chunk is
+reported as such even when the decompression tripped over it first.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ def fetch_arrays(
     info: Mapping[str, Any],
     where: str,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
+    into: memoryview | None = None,
 ) -> dict[str, Any]:
-    """The artifact's named arrays (views of one freshly decoded buffer nothing else holds);
-    ArtifactError naming what is wrong with it."""
+    """The artifact's named arrays (views of one freshly decoded buffer nothing else holds:
+    ``into``, ``info["raw_bytes"]`` writable bytes, when given); ArtifactError naming what is
+    wrong with it."""
     count, sizes = int(info["chunk_count"]), info["chunk_sizes"]
     batches: queue.SimpleQueue[Any] = queue.SimpleQueue()
     outcome: dict[str, BaseException | None] = {"error": None}
@@ -58,7 +60,7 @@ def fetch_arrays(
             yield from batch
 
     try:
-        arrays = codec.decode_chunks(arrived(), info, where)  # type: ignore[arg-type]
+        arrays = codec.decode_chunks(arrived(), info, where, into=into)
     except Exception:
         fetcher.join()
         if outcome["error"] is not None:

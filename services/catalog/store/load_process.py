@@ -3,14 +3,14 @@
 A 10M-item load is seconds of CPU — fetch, checksums, decompression, content hash — much of it
 Python holding the GIL between C calls. In a process that also serves (the decoder), that
 starves the serving threads. Here a child interpreter, at a lower CPU priority, runs
-``CatalogStore.load`` (every check included) and writes the verified trie's arrays to files
-in shared memory (``/dev/shm``, else the temporary directory); this process maps them
-read-only (``np.memmap``: no copy, no per-array work) and unlinks them at once, so the
-memory goes when the last array is dropped. The child also sends the item ids' hash index
-(``StringTable.hash_index``, what the decoder's item lookups search), so the serving process
-does not sort it, and the arrays of the caller's ``derive`` (a module-level function the child
-imports by name: the decoder's trie tensors' host arrays), so the serving process spends no CPU
-on them. Errors come back as the store's own types.
+``CatalogStore.load`` (every check included), decoding the artifact's payload straight into a
+file in shared memory (``/dev/shm``, else the temporary directory); this process maps it
+read-only (``np.memmap``: no copy; the arrays are views where the payload's layout put them)
+and unlinks it at once, so the memory goes when the last array is dropped. The child also
+sends the item ids' hash index (``StringTable.hash_index``, what the decoder's item lookups
+search), so the serving process does not sort it, and the arrays of the caller's ``derive`` (a
+module-level function the child imports by name: the decoder's trie tensors' host arrays), so
+the serving process spends no CPU on them. Errors come back as the store's own types.
 
 Run as ``python -m widebeam.services.catalog.store.load_process`` with the request JSON on
 stdin (that is what :func:`load_in_child` does); the answer is one JSON line on stdout.
@@ -21,9 +21,11 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import mmap
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from widebeam.services.catalog.store import codec
 from widebeam.services.catalog.store import types as store_types
 from widebeam.services.catalog.store.types import ArtifactError, Derive, LoadedCatalog
 from widebeam.services.catalog.trie import SidTrie
@@ -43,7 +46,10 @@ from widebeam.services.catalog.types import CatalogError
 log = logging.getLogger(__name__)
 
 DEFAULT_NICENESS = 10  # how much lower the child's CPU priority is than this process'
-_SPACE_MARGIN = 1.25  # free space wanted in /dev/shm beyond the artifact's raw size
+# free space wanted in /dev/shm, in artifact raw sizes: the payload, the hash index and the
+# derived arrays (at 10M items 865 + 80 + 400 MB)
+_SPACE_MARGIN = 2.0
+_PAYLOAD = "payload"  # the decoded artifact (codec.py's raw layout)
 _HASH_INDEX = "item_id_hash_index"
 _DERIVED = "derived."  # file name prefix of the `derive` function's arrays
 _DERIVED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -88,7 +94,9 @@ def load_in_child(
             raise _error(answer["error"], answer["message"])
         log.info("catalog %r version %d loaded by a child process in %.1f s; mapping it",
                  name, version, time.monotonic() - started)  # fmt: skip
-        arrays = {key: _mapped(spool / key, spec) for key, spec in answer["arrays"].items()}
+        payload = _mapped(spool / _PAYLOAD, {"dtype": "|u1", "shape": [raw_bytes],
+                                             "nbytes": raw_bytes})  # fmt: skip
+        extra = {key: _mapped(spool / key, spec) for key, spec in answer["arrays"].items()}
         derived = {key: _mapped(spool / f"{_DERIVED}{key}", spec)
                    for key, spec in answer.get("derived", {}).items()}  # fmt: skip
     finally:
@@ -96,11 +104,13 @@ def load_in_child(
     manifest = answer["manifest"]
     where = f"catalog {name!r} version {version}"
     try:  # checked by the child: the arrays are the verified trie's, as it wrote them
+        aligned = manifest["artifact"]["encoding"] == codec.ENCODING
+        arrays = codec.split_arrays(memoryview(payload), aligned=aligned) | extra
         trie = SidTrie.from_arrays(
             arrays, dense_cell_budget=int(manifest["dense_cell_budget"]), copy=False
         )
         trie.item_ids.attach_hash_index(arrays[_HASH_INDEX])
-    except (CatalogError, ValueError, KeyError) as exc:
+    except (CatalogError, ValueError, KeyError, TypeError, struct.error) as exc:
         raise ArtifactError(f"{where}: {exc}") from None
     return LoadedCatalog(name, version, trie, manifest, derived)
 
@@ -168,27 +178,33 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
 
     _die_with_parent(int(request["parent"]))
     os.nice(int(request["niceness"]))
+    spool = Path(request["spool"])
     client = redis.Redis.from_url(request["redis_url"], socket_timeout=60)
     try:
-        # the content hash is checked below, beside the writes (the answer waits for it)
+        # the payload is decoded straight into the file the serving process maps, and the
+        # content hash is checked below, beside the other writes (the answer waits for it)
         loaded = CatalogStore(client, request["namespace"]).load(
-            request["name"], int(request["version"]), verify_content=False
-        )
+            request["name"], int(request["version"]), verify_content=False,
+            payload_buffer=lambda size: _shared_buffer(spool / _PAYLOAD, size),
+        )  # fmt: skip
     except store_types.CatalogStoreError as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return {"error": "RedisConnectionError", "message": str(exc)}
     finally:
         client.close()
-    spool = Path(request["spool"])
-    # Two threads write to shared memory, derive and check the content hash while this one
-    # sorts the hash index (numpy, sha256 and file writes release the GIL): on two cores that
-    # overlap is seconds of a 10M-item load.
+    # Two threads derive (and write what they derived) and check the content hash while this
+    # one sorts the hash index (numpy, sha256 and file writes release the GIL): on two cores
+    # that overlap is seconds of a 10M-item load.
     derive = _resolve(request["derive"]) if request.get("derive") else None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load-child") as pool:
+        # the longest chain first: deriving, then writing what it derived
+        derived = (
+            pool.submit(_derived_spooled, derive, loaded.trie, spool)
+            if derive is not None
+            else None
+        )
         verified = pool.submit(verify_content_hash, loaded)
-        trie_specs = pool.submit(_spooled, loaded.trie.to_arrays(), spool, "")
-        derived = pool.submit(derive, loaded.trie) if derive is not None else None
         # the item ids' hash index too (the decoder's item lookups): its sort is work this
         # process can spare the serving one
         index_specs = _spooled({_HASH_INDEX: loaded.trie.item_ids.hash_index}, spool, "")
@@ -196,14 +212,26 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
             verified.result()
         except store_types.CatalogStoreError as exc:
             return {"error": type(exc).__name__, "message": str(exc)}
-        answer = {"manifest": loaded.manifest, "arrays": trie_specs.result() | index_specs}
+        answer = {"manifest": loaded.manifest, "arrays": index_specs}
         if derived is not None:
-            arrays = derived.result()
-            bad = [key for key in arrays if not _DERIVED_NAME.fullmatch(key)]
-            if bad:
-                raise ValueError(f"derived array names must be identifiers, got {bad[:3]}")
-            answer["derived"] = _spooled(arrays, spool, _DERIVED)
+            answer["derived"] = derived.result()
     return answer
+
+
+def _shared_buffer(path: Path, size: int) -> memoryview:
+    """``size`` writable bytes backed by the file at ``path`` (in shared memory: the pages
+    the serving process maps are the ones written here)."""
+    with path.open("w+b") as file:
+        file.truncate(size)
+        return memoryview(mmap.mmap(file.fileno(), size))
+
+
+def _derived_spooled(derive: Derive, trie: SidTrie, spool: Path) -> dict[str, Any]:
+    arrays = derive(trie)
+    bad = [key for key in arrays if not _DERIVED_NAME.fullmatch(key)]
+    if bad:
+        raise ValueError(f"derived array names must be identifiers, got {bad[:3]}")
+    return _spooled(arrays, spool, _DERIVED)
 
 
 def _spooled(arrays: dict[str, np.ndarray], spool: Path, prefix: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -277,17 +277,24 @@ class CatalogStore:
         return None if raw is None else (version, str(json.loads(raw)["artifact_id"]))
 
     def load(
-        self, name: str, version: int | None = None, verify_content: bool = True
+        self,
+        name: str,
+        version: int | None = None,
+        verify_content: bool = True,
+        payload_buffer: Callable[[int], memoryview] | None = None,
     ) -> LoadedCatalog:
         """Fetch, verify (chunk checksums, content hash) and rebuild a version (None = current).
         ``verify_content=False`` leaves the content hash to the caller (`verify_content_hash`),
-        who may run it beside other work: until then the version is not to be served."""
+        who may run it beside other work: until then the version is not to be served.
+        ``payload_buffer(raw_bytes)``: the writable buffer the payload is decoded into (the
+        trie's arrays are views of it; default a new one)."""
         version = self._resolve(name, version)
         manifest = self.manifest(name, version)
         vkeys = self.keys.catalog(name).version(version)
         info = manifest["artifact"]
         where = f"catalog {name!r} version {version}"
-        arrays = fetch_arrays(self.client, vkeys, info, where)
+        into = None if payload_buffer is None else payload_buffer(int(info["raw_bytes"]))
+        arrays = fetch_arrays(self.client, vkeys, info, where, into=into)
         budget = int(manifest["dense_cell_budget"])
         try:
             # the decoded buffer is this load's alone: the trie may keep views of it (when

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from tests.services.catalog.store.conftest import MakeTrie
+from tests.services.catalog.store.legacy_artifact import rewrite_as_old
 from tests.support.redis_server import free_port
 from widebeam.services.catalog.store import ArtifactError, CatalogStore, VersionNotFoundError
 from widebeam.services.catalog.store.load_process import load_in_child
@@ -39,6 +40,25 @@ def test_same_version_as_an_in_process_load(
         # the child's hash index (its own process, same hash) is the one computed here
         np.testing.assert_array_equal(there.trie.item_ids.hash_index, here.trie.item_ids.hash_index)
         assert not there.trie.child_offsets.flags.writeable  # a mapped version is immutable
+        # views of the payload the child decoded into shared memory, not copies of it
+        trie = there.trie
+        big = (trie.child_offsets, trie.child_tokens, trie.child_nodes, trie.leaf_sid, trie.sids,
+               trie.sid_item_offsets, trie.item_ids.blob, trie.item_ids.offsets)  # fmt: skip
+        assert not any(a.flags.owndata for a in big)
+
+
+def test_versions_published_before_pieces_and_alignment_still_load(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie
+) -> None:
+    store.publish("old", make_trie(300, seed=3))
+    want = store.load("old", 1)
+    rewrite_as_old(store, "old", 1, chunk_bytes=256)
+    assert store.manifest("old", 1)["artifact"]["encoding"] == "wbarrays/1"
+    for loaded in (store.load("old", 1), child_load(store, redis_url, "old", 1)):
+        assert loaded.trie.content_hash == want.trie.content_hash
+        for key, array in want.trie.to_arrays().items():
+            np.testing.assert_array_equal(loaded.trie.to_arrays()[key], array)
+        assert list(loaded.trie.item_ids) == list(want.trie.item_ids)
 
 
 def test_errors_are_the_stores(store: CatalogStore, redis_url: str, make_trie: MakeTrie) -> None:
