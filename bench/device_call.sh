@@ -33,6 +33,8 @@
 #   w2-fp8 [240]           sid_decode.py --quick, bf16 then --quantization fp8 --kv-dtype fp8
 #   w3-fp8 [300]           genrec_throughput.py --quick, bf16 then --quantization fp8
 #                          --kv-dtype fp8
+#   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
+#                          --quantization fp8 --kv-dtype fp8
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
 # log are printed at the end, so the call's reply carries a summary.
 set -u
@@ -86,6 +88,9 @@ step_command() {
         fp8-all-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8" ;;
         w2-fp8) echo "cd bench && python3 sid_decode.py --quick && python3 sid_decode.py \
             --quick --quantization fp8 --kv-dtype fp8 --tag _fp8" ;;
+        w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
+            && python3 recif_throughput.py --quick --variants distinct --quantization fp8 \
+            --kv-dtype fp8 --tag _fp8" ;;
         w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick \
             && python3 genrec_throughput.py --quick --quantization fp8 --kv-dtype fp8 \
             --tag _fp8" ;;
@@ -97,7 +102,7 @@ default_limit() {
     case "$1" in
         gpu-tests) echo 300 ;; stack*) echo 260 ;; fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
-        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8) echo 300 ;;
+        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

@@ -6,7 +6,11 @@ dimension (as in the decode prefix kernel), and streams that segment's keys up t
 last token. K and V come from this batch's fresh k, v (the engine writes the cache separately).
 With FP8 KV (`kv_scales`) they come as the cache holds them, in float8_e4m3fn, and are read as
 `triton_prefix` reads the cache: widened to q's dtype, the head's K scale in the scores' scale,
-its V scale on the output.
+its V scale on the output. They are widened once, before the kernel, rather than in it: each K/V
+tile is read by every query block after it (dozens of times for a long prompt), and on Hopper
+the e4m3 conversion is several instructions an element, so in the loop it cost W2 at 5,000
+tokens more than FP8 saved elsewhere. The values are the same either way (every e4m3 value is
+one of q's dtype).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 @triton.jit
 def _prefill_kernel(
     q_ptr,  # [N, HQ, D] last dim contiguous
-    k_ptr,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8)
+    k_ptr,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8: else FP8 values already widened)
     v_ptr,  # [N, HKV, D]
     k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
     v_scale_ptr,  # [HKV] fp32, its V scales (KV_FP8 only)
@@ -153,6 +157,7 @@ def ragged_causal_prefill(
     out: torch.Tensor | None = None,  # [N, Hq, D] contiguous, dtype of q
     block_q: int | None = None,
     block_n: int = 64,
+    widen_kv: bool = True,  # FP8 k, v widened to q's dtype before the kernel (False: in it)
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     tokens, q_heads, dim = q.shape
     kv_heads = k.shape[1]
@@ -178,6 +183,8 @@ def ragged_causal_prefill(
         return out
     fp8 = kv_scales is not None
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
+    if fp8 and widen_kv:  # exact; the kernel's own widening is then a no-op
+        k, v = k.to(q.dtype), v.to(q.dtype)
     _prefill_kernel[(work.shape[1], kv_heads)](
         q, k, v, k_scale, v_scale, out, work[0], work[1], work[2],
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

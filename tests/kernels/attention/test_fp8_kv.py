@@ -150,6 +150,9 @@ def test_triton_prefill_reads_fp8_as_the_reference(kernel_device: torch.device) 
     expected = causal_prefill(q, k8, v8, cu, 0.21, scales)
     assert expected.isfinite().all()
     torch.testing.assert_close(out.float(), expected.float(), **tolerance(torch.bfloat16))
+    # FP8 K/V widened before the kernel (the default) or in its loop: the same bits
+    in_loop = ragged_causal_prefill(q, k8, v8, cu, 0.21, scales, widen_kv=False)
+    assert torch.equal(in_loop, out)
 
 
 def test_triton_backend_saturated_keys_stay_finite(kernel_device: torch.device) -> None:

@@ -65,6 +65,8 @@ def test_fp8_prefill_serving_shapes(kernel_device: torch.device, dtype: torch.dt
     expected = causal_prefill(q, k8, v8, cu, 128**-0.5, scales)
     assert out.isfinite().all()
     torch.testing.assert_close(out.float(), expected.float(), **tolerance(dtype))
+    # widened once before the kernel (the default) or in its loop: the same bits
+    assert torch.equal(ragged_causal_prefill(q, k8, v8, cu, 128**-0.5, scales, widen_kv=False), out)
 
 
 def test_fp8_write_stores_the_reference_bytes(kernel_device: torch.device) -> None:
