@@ -2,7 +2,8 @@
 
 A 10M-item load is seconds of CPU — fetch, checksums, decompression, content hash — much of it
 Python holding the GIL between C calls. In a process that also serves (the decoder), that
-starves the serving threads. Here a child interpreter, at a lower CPU priority, runs
+starves the serving threads. Here a child interpreter, in Linux's idle scheduling class (it runs
+on CPU time nothing else wants; elsewhere at a lower priority, ``niceness``), runs
 ``CatalogStore.load`` (every check included), decoding the artifact's payload straight into a
 file in shared memory (``/dev/shm``, else the temporary directory); this process maps it
 read-only (``np.memmap``: no copy; the arrays are views where the payload's layout put them)
