@@ -158,6 +158,8 @@ def ragged_causal_prefill(
     block_q: int | None = None,
     block_n: int = 64,
     widen_kv: bool = True,  # FP8 k, v widened to q's dtype before the kernel (False: in it)
+    num_warps: int = 4,
+    num_stages: int = 3,
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     tokens, q_heads, dim = q.shape
     kv_heads = k.shape[1]
@@ -191,5 +193,6 @@ def ragged_causal_prefill(
         scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
         BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
         DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
+        num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out
