@@ -20,7 +20,7 @@ SMOKE = "--smoke" in sys.argv and not torch.cuda.is_available()
 if SMOKE:  # before any kernel module is imported: triton.jit reads it at decoration time
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from harness import DEVICE, environment, markdown_table  # noqa: E402
+from harness import DEVICE, environment, markdown_table, write_json  # noqa: E402
 
 from widebeam.kernels.attention.torch_ref import causal_prefill  # noqa: E402
 from widebeam.kernels.attention.triton_common import gqa_padded  # noqa: E402
@@ -85,20 +85,21 @@ def main() -> None:
                 rows.append([tokens, kv, m, n, warps, stages, "-", "-", "-", why])
                 continue
             err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+            ok = "ok" if err < 2e-2 else f"WRONG {err:.1e}"
             if SMOKE:  # the interpreter: the check only
-                rows.append([tokens, kv, m, n, warps, stages, "-", "-", "-", f"{err:.1e}"])
+                rows.append([tokens, kv, m, n, warps, stages, "-", "-", "-", ok])
                 continue
             us = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
             if base_us is None:
                 base_us = us
-            ok = "ok" if err < 2e-2 else f"WRONG {err:.1e}"
             rows.append([tokens, kv, m, n, warps, stages, f"{us:.1f}",
                          f"{flops / us / 1e6:.0f}", f"{base_us / us:.2f}x", ok])  # fmt: skip
             print(rows[-1], flush=True)
-    print(markdown_table(
-        ["tokens", "KV", "M rows", "key block", "warps", "stages", "µs", "TFLOP/s",
-         "vs default", "check"], rows,
-    ))  # fmt: skip
+    headers = ["tokens", "KV", "M rows", "key block", "warps", "stages", "µs", "TFLOP/s",
+               "vs default", "check"]  # fmt: skip
+    table = [dict(zip(headers, r, strict=True)) for r in rows]
+    write_json("prefill_tiles", {**environment(), "rows": table})
+    print(markdown_table(headers, rows))
     best = {}
     for r in rows:
         if r[-1] == "ok" and ((r[0], r[1]) not in best or float(r[6]) < float(best[r[0], r[1]][6])):
