@@ -69,8 +69,12 @@ def _pieces(raw: Sequence[memoryview], piece_bytes: int) -> Iterator[bytes | mem
 def layout(info: Mapping[str, Any], where: str) -> tuple[int, list[int]]:
     """(piece_bytes, chunks per piece) the manifest's ``info`` describes; ArtifactError when
     they do not add up to its chunk count and raw size."""
-    raw_bytes, count = int(info["raw_bytes"]), int(info["chunk_count"])
-    if not 0 < raw_bytes <= _MAX_RATIO * int(info["payload_bytes"]) + 64:
+    try:
+        raw_bytes, count = int(info["raw_bytes"]), int(info["chunk_count"])
+        payload_bytes = int(info["payload_bytes"])
+    except (KeyError, TypeError, ValueError):
+        raise ArtifactError(f"{where}: the artifact's sizes are not described") from None
+    if not 0 < raw_bytes <= _MAX_RATIO * payload_bytes + 64:
         # the buffer is allocated up front: a size zlib cannot reach is refused, not allocated
         raise ArtifactError(f"{where}: {raw_bytes} raw bytes cannot come from this payload")
     if info.get("compression") == SINGLE_STREAM:

@@ -78,8 +78,10 @@ def test_pieces_that_do_not_add_up_are_refused() -> None:
         {"piece_bytes": 999},  # more pieces than described
         {"piece_bytes": None},
         {"raw_bytes": 10**15},  # never allocated
+        {"raw_bytes": "many"},
+        {"payload_bytes": None},
     ):
-        with pytest.raises(ArtifactError, match=r"pieces|raw bytes|decompresses"):
+        with pytest.raises(ArtifactError, match=r"pieces|raw bytes|decompresses|not described"):
             codec.decode_chunks(chunks, info | change, "t")
 
 
