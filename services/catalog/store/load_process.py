@@ -19,6 +19,7 @@ stdin (that is what :func:`load_in_child` does); the answer is one JSON line on 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -182,7 +183,8 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     if hasattr(os, "SCHED_IDLE"):
         # Only CPU time nothing else wants: a nice-10 thread still delays the serving threads'
         # wake-ups on a busy core, and this load keeps two cores busy while it decompresses.
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        with contextlib.suppress(OSError):  # a sandbox that refuses it: the niceness stays
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     spool = Path(request["spool"])
     client = redis.Redis.from_url(request["redis_url"], socket_timeout=60)
     try:
