@@ -4,6 +4,8 @@ mapped into this process; the child's errors come back as the store's own."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from tests.services.catalog.store.conftest import MakeTrie
 from tests.services.catalog.store.legacy_artifact import rewrite_as_old
 from tests.support.redis_server import free_port
 from widebeam.services.catalog.store import ArtifactError, CatalogStore, VersionNotFoundError
-from widebeam.services.catalog.store.load_process import load_in_child
+from widebeam.services.catalog.store.load_process import idle_budget, load_in_child
 from widebeam.services.catalog.trie import SidTrie
 from widebeam.services.decoder.constraint.trie_arrays import constraint_arrays
 
@@ -143,3 +145,50 @@ def test_a_content_hash_that_differs_is_refused_in_the_child_and_here(
     with pytest.raises(ArtifactError, match="content hash differs from the manifest"):
         child_load(store, redis_url, "books", 1)
     assert store.load("books", 1, verify_content=False).trie.num_items == 120
+
+
+def scheduling_policy(trie: SidTrie) -> dict[str, np.ndarray]:
+    """A derive that reports the scheduling policy of the child's thread running it."""
+    return {"policy": np.asarray(os.sched_getscheduler(0), dtype=np.int64)}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")
+def test_idle_first_then_at_its_niceness_when_idle_cpu_does_not_come(
+    store: CatalogStore, redis_url: str, make_trie: MakeTrie, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load runs in the idle class (its threads too); one that does not finish within its
+    idle budget (here none: no child starts in a millisecond) is loaded again at its niceness,
+    with a warning, and gives the same version."""
+    store.publish("books", make_trie(200, seed=5))
+    raw_bytes = int(store.manifest("books", 1)["artifact"]["raw_bytes"])
+    want = store.load("books", 1).trie.content_hash
+    logger = "widebeam.services.catalog.store"
+
+    def load(idle_budget_s: float | None) -> tuple[int, str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=logger):
+            loaded = load_in_child(
+                redis_url,
+                store.namespace,
+                "books",
+                1,
+                raw_bytes,
+                derive=scheduling_policy,
+                idle_budget_s=idle_budget_s,
+            )
+        assert loaded.trie.content_hash == want
+        return int(loaded.derived["policy"]), caplog.text  # fmt: skip
+
+    # the budget for this size: in the idle class, unless this machine had no idle CPU for it
+    policy, warned = load(None)
+    assert (policy, "no idle CPU" in warned) in ((os.SCHED_IDLE, False), (os.SCHED_OTHER, True))
+    policy, warned = load(0.001)
+    assert policy == os.SCHED_OTHER
+    assert "no idle CPU for 0 s; loading it at niceness 10" in warned
+    policy, warned = load(0)  # no idle attempt at all
+    assert policy == os.SCHED_OTHER and "no idle CPU" not in warned
+
+
+def test_idle_budget_grows_with_the_artifact() -> None:
+    assert idle_budget(1_000) == 5.0  # small catalogs: the floor
+    assert 40 < idle_budget(865_000_000) < 50  # 10M items
