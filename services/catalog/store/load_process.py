@@ -53,7 +53,7 @@ DEFAULT_NICENESS = 10  # how much lower the child's CPU priority is than this pr
 # derived arrays (at 10M items 865 + 80 + 400 MB)
 _SPACE_MARGIN = 2.0
 _PAYLOAD = "payload"  # the decoded artifact (codec.py's raw layout)
-_IDLE_MIN_S = 5.0  # the least time a load waits for idle CPU before it runs at its niceness
+_IDLE_MIN_S = 2.0  # the least time a load waits for idle CPU before it runs at its niceness
 _IDLE_BYTES_PER_S = 20e6  # artifact bytes a second a load can count on from idle CPU
 _HASH_INDEX = "item_id_hash_index"
 _DERIVED = "derived."  # file name prefix of the `derive` function's arrays

@@ -190,5 +190,5 @@ def test_idle_first_then_at_its_niceness_when_idle_cpu_does_not_come(
 
 
 def test_idle_budget_grows_with_the_artifact() -> None:
-    assert idle_budget(1_000) == 5.0  # small catalogs: the floor
+    assert idle_budget(1_000) == 2.0  # small catalogs: the floor
     assert 40 < idle_budget(865_000_000) < 50  # 10M items

@@ -116,7 +116,7 @@ def test_file_and_redis_serve_the_same_items_in_the_same_order(
             info = stub.GetInfo(empty_pb2.Empty(), timeout=5)
             return {c.name: (c.num_items, c.num_sids) for c in info.catalogs}
 
-        wait_until(lambda: "shop" in served(), 10.0, "the published catalog")
+        wait_until(lambda: "shop" in served(), 120.0, "the published catalog")
         sizes = (len(rows), len(expected))
         assert served() == {"default": sizes, "shop": sizes}
         histories = [rows[:1], rows[5:9], rows[20:23], []]
