@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -52,10 +51,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from smoke_interpreter import use_interpreter_for_smoke
 
-SMOKE = "--smoke" in sys.argv and not torch.cuda.is_available()
-if SMOKE:  # before any kernel module is imported: triton.jit reads it at decoration time
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+SMOKE = use_interpreter_for_smoke()  # before any kernel module is imported
 
 from harness import environment, markdown_table, write_json  # noqa: E402
 
@@ -980,10 +978,6 @@ def main() -> None:
     if args.preflight:
         preflight_child(args.preflight.split(","))
         return
-    if SMOKE:
-        from kernels import patch_interpreter
-
-        patch_interpreter()
     smoke = args.smoke
     shape = TINY if smoke else W3
     rows = [8, 24] if smoke else [int(r) for r in args.rows.split(",")]

@@ -24,18 +24,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from smoke_interpreter import use_interpreter_for_smoke
 
-SMOKE = "--smoke" in sys.argv and not torch.cuda.is_available()
-if SMOKE:  # before any kernel module is imported: triton.jit reads it at decoration time
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+SMOKE = use_interpreter_for_smoke()  # before any kernel module is imported
 
 from harness import environment, markdown_table, write_json  # noqa: E402
 
@@ -529,7 +526,6 @@ def main() -> None:
     if DEVICE.type != "cuda" and not args.smoke:
         parser.error("needs a CUDA device (or --smoke for a CPU check of the script)")
     if SMOKE:
-        patch_interpreter()
         args.reps, args.warmup = min(args.reps, 2), min(args.warmup, 1)
     unknown = set(args.only.split(",")) - set(GROUPS)
     if unknown:
@@ -617,20 +613,6 @@ def table_row(row: dict) -> list[object]:
         row["check"],
         per or "-",
     ]
-
-
-def patch_interpreter() -> None:
-    """Triton 3.6's interpreter calls int() on 1-element arrays for `range` bounds loaded from
-    memory; numpy >= 2.4 refuses (triton-lang/triton#9171). Same fix as tests/kernels/conftest."""
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-
-    def patched(tensor: object, scope: object) -> None:
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
-
-    interpreter._patch_lang_tensor = patched
 
 
 if __name__ == "__main__":

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import sys
 
 import torch
+from smoke_interpreter import use_interpreter_for_smoke
 
-SMOKE = "--smoke" in sys.argv and not torch.cuda.is_available()
-if SMOKE:  # before any kernel module is imported: triton.jit reads it at decoration time
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+SMOKE = use_interpreter_for_smoke()  # before any kernel module is imported
 
 from harness import DEVICE, environment, markdown_table, write_json  # noqa: E402
 
@@ -40,11 +37,6 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU: two configurations, 64 tokens")
     args = parser.parse_args()
     import triton.testing
-
-    if SMOKE:
-        from kernels import patch_interpreter
-
-        patch_interpreter()
 
     sizes = [64] if args.smoke else [int(t) for t in args.tokens.split(",")]
     gqa_p = gqa_padded(Q_HEADS, KV_HEADS)
