@@ -13,6 +13,8 @@
 #   stack-profile [260]    stack.py --quick --profile: py-spy on the decoder and gateway over
 #                          the closed-loop phases; spy_summary.py's reading in the step's log
 #   stack-api-profile [260]  the same with --api-processes 1
+#   stack-timeline [300]   stack.py --quick --timeline: a device timeline (torch profiler) of
+#                          every closed-loop phase, the in-process engine's and the decoder's
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
 #   kernels-padding [120]  kernels.py --only padding
@@ -61,6 +63,7 @@ step_command() {
             -k 'not flashinfer'" ;;
         stack) echo "cd bench && python3 stack.py --quick" ;;
         stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
+        stack-timeline) echo "cd bench && python3 stack.py --quick --timeline \$OUT/timelines" ;;
         stack-api-bounded) echo "cd bench && python3 stack.py --quick --api-processes 1 \
             --max-queue-wait-s ${WIDEBEAM_QUEUE_WAIT_S:-0.1}" ;;
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
@@ -100,7 +103,8 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests) echo 300 ;; stack*) echo 260 ;; fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
+        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;;
+        fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;

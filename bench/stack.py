@@ -41,6 +41,7 @@ from e2e import DecoderProcess, free_port
 from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
 from replicas import GatewayProcess
+from timelines import TIMELINE_HEADERS, DecoderTimelines, EngineTimeline, timeline_cells
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
@@ -96,6 +97,7 @@ class Phase:
     # forward, and streamed beam steps per request (a request of a lockstep cohort of c shares
     # each step with c - 1 others: 1 / c of a step per token)
     batching: dict[str, float] = field(default_factory=dict)
+    timeline: dict = field(default_factory=dict)  # with --timeline: the timed loop's summary
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -109,6 +111,7 @@ class Phase:
             "captures": self.captures,
             "cpu_ms_per_request": self.cpu_ms_per_request,
             "batching": self.batching,
+            "timeline": self.timeline,
         }
 
 
@@ -196,9 +199,17 @@ def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase]
         )
         cpu_before = time.process_time()  # every thread of this process: the engine's host cost
         steps_before = dataclasses.replace(engine.step_counts)
-        stats = drive(engine, requests("timed")[: work.counts[width]], None, args.concurrency)
+        timed = requests("timed")[: work.counts[width]]
+        timeline: dict = {}
+        if args.timeline:
+            with EngineTimeline(engine) as recorded:
+                stats = drive(engine, timed, None, args.concurrency)
+            timeline = recorded.summary()
+        else:
+            stats = drive(engine, timed, None, args.concurrency)
         n = len(stats.latencies_ms)
         phase = Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s)
+        phase.timeline = timeline
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
         phase.batching = batching(steps_before, engine.step_counts, n, stats.wall_s)
         phases.append(phase)
@@ -306,6 +317,7 @@ async def service_phases(
     gateway: str,
     metrics_url: str,
     servers: dict[str, tuple[int, bool, bool]],  # name -> (pid, its own CPU, its children's)
+    timelines: DecoderTimelines | None = None,
 ) -> list[Phase]:
     phases: list[Phase] = []
     options = [("grpc.max_receive_message_length", 256 << 20)]
@@ -334,7 +346,11 @@ async def service_phases(
                 cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
                 steps_before = step_counts(metrics_url)
                 count = work.counts[width]
+                if timelines is not None:
+                    timelines.start()
                 phase = await closed_loop(send, count, args.concurrency, Phase(path, width))
+                if timelines is not None:
+                    phase.timeline = await asyncio.to_thread(timelines.stop)
                 answered = max(len(phase.latencies_ms), 1)
                 phase.cpu_ms_per_request = {
                     name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
@@ -506,6 +522,10 @@ def main() -> None:
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
+    parser.add_argument("--timeline", type=Path,
+                        help="record a device timeline (torch profiler) of every closed-loop "
+                        "phase, the decoder's into this folder: busy share, idle time by "
+                        "engine phase")  # fmt: skip
     parser.add_argument("--max-rows", type=int, default=16384)
     parser.add_argument("--max-kv-slots", type=int, default=120_000)
     parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
@@ -535,6 +555,7 @@ def main() -> None:
         "--capture-beam-widths", ",".join(map(str, args.widths)),
         "--api-processes", str(args.api_processes),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
+        *(["--profile-dir", str(args.timeline / "decoder")] if args.timeline else []),
         env=decoder_env,
     )  # fmt: skip
     gateway = sweep_gateway = None
@@ -554,8 +575,11 @@ def main() -> None:
             start_profiler(args.profile / f"{name}.spy", pid)
             for name, pid in (("decoder", decoder.proc.pid), ("gateway", gateway.proc.pid))
         ]  # fmt: skip
+        timelines = None
+        if args.timeline:
+            timelines = DecoderTimelines(decoder.proc.pid, args.timeline / "decoder")
         phases += asyncio.run(
-            service_phases(args, work, decoder.address, gateway.url, metrics_url, pids)
+            service_phases(args, work, decoder.address, gateway.url, metrics_url, pids, timelines)
         )
         for profiler in profilers:
             stop_profiler(profiler)
@@ -617,6 +641,13 @@ def report(
         [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
           r["p50_ms"], r["p99_ms"], r["statuses"]] for r in sweep_rows],
     ))  # fmt: skip
+    if any(r["timeline"] for r in rows):
+        print(markdown_table(
+            ["path", "width", "req/s", *TIMELINE_HEADERS],
+            [[r["path"], r["width"], r["answered_rps"],
+              *timeline_cells(r["timeline"], len(p.latencies_ms))]
+             for r, p in zip(rows, phases, strict=True)],
+        ))  # fmt: skip
     in_sweep = sweep_rows[0]["captures_in_sweep"] if sweep_rows else 0
     print(f"graph captures after ready: decoder {sum(captures.values())} {captures} "
           f"({in_sweep} in the sweep), in-process engine {engine_captures}")

@@ -9,10 +9,12 @@ row, beam and ordinary requests together.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -51,6 +53,12 @@ from widebeam.services.decoder.scheduler.scheduler import Scheduler
 from widebeam.services.decoder.search.beam_search import BeamSearch
 
 log = logging.getLogger(__name__)
+_NO_ANNOTATION = contextlib.nullcontext()
+
+
+def no_annotation(_phase: str) -> AbstractContextManager[object]:
+    """`Engine.annotate` outside a timeline capture: nothing to record."""
+    return _NO_ANNOTATION
 
 
 def _missing_catalog_message(name: str | None, loaded: dict[str, TrieConstraint]) -> str:
@@ -161,6 +169,9 @@ class Engine:
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
         self.last_step_rows = 0  # rows the last step advanced by a token (throughput meters)
         self.step_counts = StepCounts()
+        # Marks each phase of a step on a device timeline (`profiling/capture.py` swaps in
+        # torch's record_function while it captures); "engine.<phase>" names.
+        self.annotate: Callable[[str], AbstractContextManager[object]] = no_annotation
 
     # ----- public API -------------------------------------------------------------------------
     @property
@@ -246,7 +257,8 @@ class Engine:
         what arrived meanwhile, so it joins this step instead of the next."""
         started = time.perf_counter()
         try:
-            return self._step(intake)
+            with self.annotate("engine.step"):
+                return self._step(intake)
         finally:
             self.step_counts.step_seconds += time.perf_counter() - started
 
@@ -263,26 +275,36 @@ class Engine:
         done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
+        annotate = self.annotate
         if self.config.overlap_scheduling:
             candidates = self._decode_candidates()
-            prepared = self._prepare_decode(candidates) if candidates else None
+            if candidates:
+                with annotate("engine.prepare"):
+                    prepared = self._prepare_decode(candidates)
             done += self._resolve()
         if intake is not None:
-            intake()
-        admitted = self.scheduler.admit()
+            with annotate("engine.intake"):
+                intake()
+        with annotate("engine.admit"):
+            admitted = self.scheduler.admit()
         self.last_step_rows = sum(s.num_rows for s in admitted)
         if admitted:
-            done += self._prefill(admitted)
+            with annotate("engine.prefill"):
+                done += self._prefill(admitted)
             if self.config.overlap_scheduling:  # the host prepares while the device prefills
                 candidates = self._decode_candidates()
-                prepared = self._prepare_decode(candidates) if candidates else None
+                if candidates:
+                    with annotate("engine.prepare"):
+                        prepared = self._prepare_decode(candidates)
             done += self._resolve()  # a new request's first decision: needed for this batch
         active = self._decode_candidates()
         self.last_step_rows += sum(s.num_rows for s in active)
         if active:
             if prepared is None or [id(s) for s in active] != [id(s) for s in candidates]:
-                prepared = self._prepare_decode(active)
-            hidden = self.runner.launch_decode(prepared)
+                with annotate("engine.prepare"):
+                    prepared = self._prepare_decode(active)
+            with annotate("engine.decode"):
+                hidden = self.runner.launch_decode(prepared)
             self.step_counts.decode_forwards += 1
             self.step_counts.decode_rows += prepared.inputs.tokens.shape[0]
             chunks, row = [], 0
@@ -338,6 +360,12 @@ class Engine:
         """chunks: each request with its rows' final hidden states [rows, hidden]. Queues every
         request's step (lockstep beam requests as one cohort); beam requests' stop flags are
         read later (`_resolve`)."""
+        with self.annotate("engine.select"):
+            return self._select_steps(chunks)
+
+    def _select_steps(
+        self, chunks: list[tuple[RequestState, torch.Tensor]]
+    ) -> list[RequestOutput]:
         streamed = advance_cohorts(chunks, self.step_policy, self.config.batch_beam_steps)
         self.step_counts.beam_expansions += streamed.cohorts
         finished, beams = [], []
@@ -366,10 +394,12 @@ class Engine:
     def _resolve(self) -> list[RequestOutput]:
         finished = []
         for staged in self._pending:
-            resolve_flags(staged)
-            for state in staged.states:
-                if not state.finished and state.search.done:  # (an abort finished it already)
-                    finished.append(self._finish(state))
+            with self.annotate("engine.wait_flags"):
+                resolve_flags(staged)
+            with self.annotate("engine.finish"):
+                for state in staged.states:
+                    if not state.finished and state.search.done:  # (an abort finished it)
+                        finished.append(self._finish(state))
         self._pending.clear()
         return finished
 

@@ -2,7 +2,8 @@
 route, and the open-loop sweep, end to end on CPU with the tiny model, the decoder's port served
 by an API process (`--api-processes 1`; the port in the engine's process is every other
 decoder test's); its JSON report holds every path and width, every closed-loop request
-answered, and no graph capture after ready."""
+answered, a device timeline of each phase (`--timeline`: the decoder's through its SIGUSR1
+recorder; on CPU only the host's phases), and no graph capture after ready."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat"}
 
 def test_stack_smoke_run(tmp_path: Path) -> None:
     report, stdout = run_smoke(
-        "stack.py", tmp_path, "--cache", str(tmp_path), "--api-processes", "1"
-    )
+        "stack.py", tmp_path, "--cache", str(tmp_path), "--api-processes", "1",
+        "--timeline", str(tmp_path / "timelines"),
+    )  # fmt: skip
     assert report["env"]["api_processes"] == 1
     rows = report["closed_loop"]
     assert {(r["path"], r["width"]) for r in rows} == {(p, w) for p in PATHS for w in (4,)}
@@ -29,6 +31,9 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         assert batching["requests_per_prefill"] >= 1 and batching["rows_per_decode"] >= 4, row
         assert batching["decodes_per_request"] > 0 and batching["expansions_per_request"] >= 0
         assert 0 < batching["busy"] <= 1.05, row  # a share of the phase's wall time
+        timeline = row["timeline"]  # the engine thread's steps over the timed loop
+        assert timeline["steps"] >= 2, row  # 4 requests of 3 tokens each
+        assert {"prefill", "decode", "select", "finish"} <= set(timeline["host_ms_by_phase"])
         if row["path"] != "engine":  # each server process's host time per request (its
             # size depends on the machine, and /proc counts in 10 ms ticks: only that it is read)
             assert set(row["cpu_ms_per_request"]) == {"decoder", "decoder API", "gateway"}, row
@@ -43,3 +48,6 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     assert set(report["decoder_captures_after_ready_by_kind"]) == {"decode", "prefill", "expansion"}
     assert report["engine_captures_after_ready"] == 0
     assert "graph captures after ready: decoder 0" in stdout
+    written = sorted(p.name for p in (tmp_path / "timelines" / "decoder").iterdir())
+    assert written == [f"timeline-{k}.json" for k in (1, 2, 3)]  # one per service phase
+    assert "| device busy |" in stdout

@@ -39,6 +39,7 @@ from widebeam.services.decoder.server.metrics import DecoderMetrics
 from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
+from widebeam.services.decoder.server.timeline_recorder import TimelineRecorder
 
 log = logging.getLogger("widebeam.decoder")
 
@@ -111,7 +112,10 @@ class DecoderServer:
             )
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
             log.info("decoder metrics on http://%s:%d/metrics", s.host, self.metrics_port)
-        self.engine = AsyncEngine(engine, s.max_waiting, s.max_queue_wait_s).start()
+        timeline = None if s.profile_dir is None else TimelineRecorder(engine, s.profile_dir)
+        self.engine = AsyncEngine(
+            engine, s.max_waiting, s.max_queue_wait_s, timeline=timeline
+        ).start()
         if s.redis_url:
             self.catalog_sync = CatalogSync(
                 self.engine, s.redis_url, s.catalogs, layout, engine.device, s.catalog_namespace
@@ -142,6 +146,17 @@ class DecoderServer:
         log.info("decoder serving on %s:%d", s.host, self.port)
         return self.port
 
+    def toggle_timeline(self) -> None:
+        """SIGUSR1: start a device timeline, or stop and write it (with profile_dir)."""
+        if self.settings.profile_dir is None:
+            log.warning("SIGUSR1 ignored: device timelines need --profile-dir")
+            return
+        if self.engine is None:
+            log.warning("device timeline: the engine is not loaded yet; signal ignored")
+            return
+        self.engine.toggle_timeline()
+        log.info("device timeline toggled")
+
     async def stop(self, grace: float | None = None) -> None:
         grace = self.settings.grace_period_s if grace is None else grace
         if self.health is not None:
@@ -168,6 +183,7 @@ async def serve(settings: DecoderSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, server.toggle_timeline)
     start = asyncio.create_task(server.start())
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)

@@ -12,6 +12,9 @@ Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread 
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
 queue and whose predicted finish is past its timeout, or whose predicted queue wait exceeds
 `max_queue_wait_s`.
+
+Device timelines (`timeline_recorder.py`): `toggle_timeline` starts or stops one; the engine
+thread applies it between steps.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from widebeam.services.decoder.server.async_types import (
     ShuttingDown,
 )
 from widebeam.services.decoder.server.served_catalog import ServedCatalog
+from widebeam.services.decoder.server.timeline_recorder import TimelineRecorder
 from widebeam.services.decoder.server.version_reaper import VersionReaper
 
 log = logging.getLogger(__name__)
@@ -68,8 +72,10 @@ class AsyncEngine:
         max_waiting: int,
         max_queue_wait_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timeline: TimelineRecorder | None = None,
     ) -> None:
         self.engine = engine
+        self.timeline = timeline  # device timelines on request, started between steps
         self.max_waiting = max_waiting
         self.max_queue_wait_s = max_queue_wait_s
         self.meter = ThroughputMeter(clock)  # written by the engine thread only
@@ -132,6 +138,14 @@ class AsyncEngine:
     def abort(self, rid: str) -> None:
         with self._cond:
             self._aborts.append(rid)
+            self._cond.notify_all()
+
+    def toggle_timeline(self) -> None:
+        """Start a device timeline, or stop the running one and write it (`timeline`)."""
+        if self.timeline is None:
+            raise RuntimeError("no timeline recorder (the decoder's profile_dir is not set)")
+        with self._cond:
+            self.timeline.toggle()
             self._cond.notify_all()
 
     # ----- event loop -------------------------------------------------------------------------
@@ -205,6 +219,8 @@ class AsyncEngine:
                 self._in_transit = len(jobs)
                 self._in_transit_work, self._inbox_work = self._inbox_work, 0
             try:
+                if self.timeline is not None:
+                    self.timeline.apply()
                 self._apply_swaps(swaps)
                 for job in jobs:
                     if job.rid in aborts:
@@ -221,7 +237,8 @@ class AsyncEngine:
 
     def _has_work(self) -> bool:
         queued = self._inbox or self._aborts or self._swaps
-        return bool(queued) or self._stopping or self.engine.has_unfinished()
+        toggled = self.timeline is not None and self.timeline.pending
+        return bool(queued) or toggled or self._stopping or self.engine.has_unfinished()
 
     def _apply_swaps(self, swaps: list[tuple[str, ServedCatalog | None]]) -> None:
         for name, served in swaps:
@@ -321,6 +338,8 @@ class AsyncEngine:
             self._load = load
 
     def _shutdown(self) -> None:
+        if self.timeline is not None:
+            self.timeline.stop()
         with self._cond:
             pending, self._inbox = self._inbox, []
         for rid, job in list(self._jobs.items()):

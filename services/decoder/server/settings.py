@@ -94,6 +94,12 @@ class DecoderSettings(_EngineSettings):
         description="serve Prometheus /metrics on this port, on host (0: a free one, logged); "
         "default: no metrics endpoint",
     )
+    profile_dir: Path | None = Field(
+        None,
+        description="on SIGUSR1 start a device timeline of the engine (torch profiler), on the "
+        "next SIGUSR1 stop it and write its summary here (timeline-<k>.json: device busy share, "
+        "idle time by engine phase, top kernels); default: off",
+    )
     max_message_bytes: int = Field(16 << 20, ge=1024, description="gRPC message size limit")
     api_processes: int = Field(
         0,

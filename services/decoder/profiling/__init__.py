@@ -1,0 +1,1 @@
+"""Device timelines of the running engine (torch profiler), summarized in plain Python."""

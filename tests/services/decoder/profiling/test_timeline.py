@@ -1,0 +1,77 @@
+"""The timeline summary on hand-made spans: busy time is the union of device spans, each idle
+gap is charged to the engine thread's innermost phase when it began, host time per phase is
+exclusive of nested phases, and only the thread that ran the steps counts."""
+
+from __future__ import annotations
+
+from widebeam.services.decoder.profiling.timeline import (
+    BETWEEN_STEPS,
+    MIN_GAP_NS,
+    Span,
+    busy_intervals,
+    engine_thread,
+    summarize,
+)
+
+US = 1_000  # ns
+MS = 1_000_000
+
+
+def test_busy_intervals_merge_overlaps_and_touching_spans() -> None:
+    spans = [Span(50, 60, "c"), Span(0, 10, "a"), Span(5, 20, "b"), Span(20, 30, "d")]
+    assert busy_intervals(spans) == [(0, 30), (50, 60)]
+    assert busy_intervals([Span(0, 100, "long"), Span(10, 20, "inside")]) == [(0, 100)]
+    assert busy_intervals([]) == []
+
+
+def test_engine_thread_is_the_one_with_most_steps() -> None:
+    host = [
+        Span(0, 1, "engine.step", 7),
+        Span(2, 3, "engine.step", 9),
+        Span(4, 5, "engine.step", 9),
+    ]
+    assert engine_thread(host) == 9
+    assert engine_thread([Span(0, 1, "engine.finish", 3)]) is None
+
+
+def test_idle_gaps_charged_to_the_innermost_phase() -> None:
+    t = 7
+    host = [
+        Span(0, 10 * MS, "engine.step", t),
+        Span(1 * MS, 3 * MS, "engine.finish", t),  # the device idles 2 ms from 1 ms
+        Span(4 * MS, 9 * MS, "engine.prefill", t),
+        Span(5 * MS, 6 * MS, "engine.select", t),  # nested in prefill: 0.5 ms idle from 5.5
+        Span(12 * MS, 13 * MS, "engine.step", t),
+        # another thread's marks never count
+        Span(0, 20 * MS, "engine.finish", t + 1),
+    ]
+    device = [
+        Span(0, 1 * MS, "gemm"),
+        Span(3 * MS, 5 * MS + 500 * US, "gemm"),
+        Span(6 * MS, 10 * MS, "attention"),
+        Span(11 * MS, 11 * MS + MIN_GAP_NS // 2, "tiny"),  # 1 ms after the step: between steps
+        Span(11 * MS + MIN_GAP_NS, 12 * MS, "gemm"),  # a gap too short to charge
+    ]
+    summary = summarize(device, host)
+    assert summary.window_ms == 12.0
+    busy = 1 + 2.5 + 4 + (1 - MIN_GAP_NS / MS) + (MIN_GAP_NS / 2) / MS
+    assert abs(summary.device_busy_ms - busy) < 1e-3
+    assert abs(summary.device_busy_share - busy / 12) < 1e-4
+    assert summary.idle_gaps == 3
+    assert summary.idle_ms_by_phase == {"finish": 2.0, BETWEEN_STEPS: 1.0, "select": 0.5}
+    assert summary.largest_gaps_ms == [(2.0, "finish"), (1.0, BETWEEN_STEPS), (0.5, "select")]
+    assert summary.steps == 2
+    # exclusive host time: the step less its finish and prefill; prefill less its select
+    assert summary.host_ms_by_phase == {"step": 4.0, "prefill": 4.0, "finish": 2.0, "select": 1.0}
+    assert summary.top_kernels_ms["gemm"] == round(1 + 2.5 + 1 - MIN_GAP_NS / MS, 3)
+    assert set(summary.to_json()) >= {"device_busy_share", "idle_ms_by_phase", "top_kernels_ms"}
+
+
+def test_without_device_spans_only_the_host_side() -> None:
+    host = [Span(0, 5 * MS, "engine.step", 1), Span(1 * MS, 2 * MS, "engine.decode", 1)]
+    summary = summarize([], host)
+    assert summary.window_ms == summary.device_busy_ms == 0 and summary.idle_gaps == 0
+    assert summary.steps == 1
+    assert summary.host_ms_by_phase == {"step": 4.0, "decode": 1.0}
+    empty = summarize([], [])
+    assert empty.steps == 0 and empty.host_ms_by_phase == {}
