@@ -60,6 +60,34 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(1)
+    _share_default_ssl_context()
+
+
+def _share_default_ssl_context() -> None:
+    """Every `httpx.Client` (each `TestClient`, each `httpx.get(...)`) builds a new default
+    SSLContext, parsing the whole CA bundle: 20-25 ms of CPU on a quiet core, hundreds of times
+    a run, for plain-HTTP calls to local test servers. The tests' processes build it once per
+    CA location and hand the same (real, read-only once built) context to every client that asks
+    for the default one; explicit `verify=` or `cert=` arguments still go to httpx as given. The
+    processes the tests start (services, CLIs) are untouched."""
+    try:
+        import httpx._transports.default as transports
+    except ImportError:  # httpx is a dev dependency; GPU machines may lack it
+        return
+    from httpx._config import create_ssl_context
+
+    built: dict[tuple[bool, str | None, str | None], Any] = {}
+
+    def shared(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is not True or cert is not None:
+            return create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+        # Keyed on what picks the bundle, so a test that changes the environment gets its own.
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in built:
+            built[key] = create_ssl_context(verify=True, trust_env=trust_env)
+        return built[key]
+
+    transports.create_ssl_context = shared  # type: ignore[assignment]
 
 
 # Folders of long modules (whole stacks started, models trained, fault scenarios), collected
