@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -78,9 +78,106 @@ def _recommend(url: str, sid_model: SidModel) -> httpx.Response:
     return httpx.post(f"{url}/v1/recommend", timeout=60, json=body)
 
 
-def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_path: Path) -> None:
-    port = free_port()
-    proc, log = _start(sid_model, port, tmp_path)
+class SharedStack:
+    """One `widebeam up` for the tests that only look at a running stack: each start costs five
+    processes importing their libraries (13-20 s on two busy cores). `running()` starts it when
+    none runs (first use, or a test before stopped it), so the tests pass in any order alone."""
+
+    def __init__(self, sid_model: SidModel, root: Path) -> None:
+        self.sid_model, self.root, self.starts = sid_model, root, 0
+        self.stack: tuple[subprocess.Popen, Path, int, Path] | None = None
+
+    def running(self) -> tuple[subprocess.Popen, Path, int, Path]:
+        """(launcher, its log, the gateway's port, its tmp dir) of a running stack."""
+        if self.stack is None or self.stack[0].poll() is not None:
+            self.starts += 1
+            tmp = self.root / f"stack{self.starts}"
+            tmp.mkdir()
+            port = free_port()
+            proc, log = _start(self.sid_model, port, tmp)
+            self.stack = (proc, log, port, tmp)
+        return self.stack
+
+    def close(self) -> None:
+        if self.stack is not None and self.stack[0].poll() is None:
+            stop_stack(self.stack[0])
+
+
+@pytest.fixture(scope="module")
+def shared(sid_model: SidModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
+    holder = SharedStack(sid_model, tmp_path_factory.mktemp("up"))
+    yield holder
+    holder.close()
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+
+
+def _decoder_info_code(address: str, token: str | None) -> grpc.StatusCode:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    with grpc.insecure_channel(address) as channel:
+        try:
+            pb_grpc.DecoderStub(channel).GetInfo(empty_pb2.Empty(), metadata=metadata, timeout=60)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_up_redis_password_and_decoder_token_are_required_and_on_no_command_line(
+    sid_model: SidModel, shared: SharedStack
+) -> None:
+    # Looks only: the stack keeps running for the next test, which stops it (and says how).
+    proc, log, port, _ = shared.running()
+    gateway = _child(proc.pid, b"widebeam\0gateway\0serve")
+    environ = _environ(gateway)
+    url = environ[b"WIDEBEAM_GATEWAY_REDIS_URL"].decode()
+    password = redis.Redis.from_url(url).connection_pool.connection_kwargs["password"]
+    assert password and len(password) >= 24
+    redis_port = redis.Redis.from_url(url).connection_pool.connection_kwargs["port"]
+    anonymous = redis.Redis(port=redis_port, socket_timeout=10)
+    with anonymous, pytest.raises(redis.AuthenticationError):
+        anonymous.set("widebeam:catalog:default:current", "forged")
+    with redis.Redis.from_url(url, socket_timeout=10) as member:
+        assert member.ping()
+    # The decoder requires the token generated for this run; gateway and worker have it.
+    token = environ[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode()
+    assert len(token) >= 32
+    worker = _child(proc.pid, b"widebeam\0worker")
+    decoder = _child(proc.pid, b"widebeam\0decoder\0serve")
+    for pid in (worker, decoder):
+        assert _environ(pid)[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode() == token
+    assert _environ(decoder)[b"OMP_NUM_THREADS"] == b"1"  # --decoder-threads' default
+    address = summary_urls(log)["decoder (gRPC)"]
+    assert _decoder_info_code(address, None) == grpc.StatusCode.UNAUTHENTICATED
+    assert _decoder_info_code(address, "not-the-token-0123456789") == (
+        grpc.StatusCode.UNAUTHENTICATED
+    )
+    assert _decoder_info_code(address, token) == grpc.StatusCode.OK
+    base = f"http://127.0.0.1:{port}"
+    assert _recommend(base, sid_model).status_code == 200
+    rows = [{"history": [item], "n": 2} for item, _ in sid_model.catalog[:2]]
+    job = httpx.post(f"{base}/v1/batch-jobs", json={"requests": rows}, timeout=60).json()
+    status_url = f"{base}/v1/batch-jobs/{job['id']}"
+
+    def job_status() -> str:
+        return str(httpx.get(status_url, timeout=60).json()["status"])
+
+    _wait(lambda: job_status() not in ("queued", "running"), "the batch job (the worker)")
+    assert job_status() == "succeeded"
+    every = [proc.pid, *_children_of(proc.pid)]
+    assert len(every) == 1 + len(SERVICES)
+    for pid in every:
+        for secret in (password, token):
+            assert secret.encode() not in _cmdline(pid), _cmdline(pid)
+    assert password not in log.read_text() and token not in log.read_text()
+
+
+def test_up_serves_recommendations_and_stops_cleanly(
+    sid_model: SidModel, shared: SharedStack
+) -> None:
+    proc, log, port, tmp_path = shared.running()
     children = _children_of(proc.pid)
     try:
         assert len(children) == len(SERVICES)
@@ -105,73 +202,6 @@ def test_up_serves_recommendations_and_stops_cleanly(sid_model: SidModel, tmp_pa
         code = stop_stack(proc)
     assert code == 0, log.read_text()[-3000:]
     assert not any(_alive(pid) for pid in children)
-
-
-def _environ(pid: int) -> dict[bytes, bytes]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
-
-
-def _decoder_info_code(address: str, token: str | None) -> grpc.StatusCode:
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    with grpc.insecure_channel(address) as channel:
-        try:
-            pb_grpc.DecoderStub(channel).GetInfo(empty_pb2.Empty(), metadata=metadata, timeout=60)
-        except grpc.RpcError as exc:
-            return exc.code()
-    return grpc.StatusCode.OK
-
-
-def test_up_redis_password_and_decoder_token_are_required_and_on_no_command_line(
-    sid_model: SidModel, tmp_path: Path
-) -> None:
-    port = free_port()
-    proc, log = _start(sid_model, port, tmp_path)
-    try:
-        gateway = _child(proc.pid, b"widebeam\0gateway\0serve")
-        environ = _environ(gateway)
-        url = environ[b"WIDEBEAM_GATEWAY_REDIS_URL"].decode()
-        password = redis.Redis.from_url(url).connection_pool.connection_kwargs["password"]
-        assert password and len(password) >= 24
-        redis_port = redis.Redis.from_url(url).connection_pool.connection_kwargs["port"]
-        anonymous = redis.Redis(port=redis_port, socket_timeout=10)
-        with anonymous, pytest.raises(redis.AuthenticationError):
-            anonymous.set("widebeam:catalog:default:current", "forged")
-        with redis.Redis.from_url(url, socket_timeout=10) as member:
-            assert member.ping()
-        # The decoder requires the token generated for this run; gateway and worker have it.
-        token = environ[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode()
-        assert len(token) >= 32
-        worker = _child(proc.pid, b"widebeam\0worker")
-        decoder = _child(proc.pid, b"widebeam\0decoder\0serve")
-        for pid in (worker, decoder):
-            assert _environ(pid)[b"WIDEBEAM_DECODER_AUTH_TOKEN"].decode() == token
-        assert _environ(decoder)[b"OMP_NUM_THREADS"] == b"1"  # --decoder-threads' default
-        address = summary_urls(log)["decoder (gRPC)"]
-        assert _decoder_info_code(address, None) == grpc.StatusCode.UNAUTHENTICATED
-        assert _decoder_info_code(address, "not-the-token-0123456789") == (
-            grpc.StatusCode.UNAUTHENTICATED
-        )
-        assert _decoder_info_code(address, token) == grpc.StatusCode.OK
-        base = f"http://127.0.0.1:{port}"
-        assert _recommend(base, sid_model).status_code == 200
-        rows = [{"history": [item], "n": 2} for item, _ in sid_model.catalog[:2]]
-        job = httpx.post(f"{base}/v1/batch-jobs", json={"requests": rows}, timeout=60).json()
-        status_url = f"{base}/v1/batch-jobs/{job['id']}"
-
-        def job_status() -> str:
-            return str(httpx.get(status_url, timeout=60).json()["status"])
-
-        _wait(lambda: job_status() not in ("queued", "running"), "the batch job (the worker)")
-        assert job_status() == "succeeded"
-        every = [proc.pid, *_children_of(proc.pid)]
-        assert len(every) == 1 + len(SERVICES)
-        for pid in every:
-            for secret in (password, token):
-                assert secret.encode() not in _cmdline(pid), _cmdline(pid)
-        assert password not in log.read_text() and token not in log.read_text()
-    finally:
-        stop_stack(proc)
 
 
 def test_up_restarts_a_child_that_dies(sid_model: SidModel, tmp_path: Path) -> None:
