@@ -60,12 +60,18 @@ class DecoderTimelines:
 
 
 def timeline_cells(timeline: dict, answered: int) -> list[str]:
-    """Busy share, then the largest idle phases as `phase ms/req`."""
+    """Busy share, the largest idle phases as `phase ms/req`, the collector's passes."""
     if not timeline:
-        return ["-"] * (1 + IDLE_COLUMNS)
+        return ["-"] * len(TIMELINE_HEADERS)
     idle = list(timeline["idle_ms_by_phase"].items())[:IDLE_COLUMNS]
     cells = [f"{name} {ms / max(answered, 1):.2f}" for name, ms in idle]
-    return [f"{timeline['device_busy_share']:.2f}", *cells, *["-"] * (IDLE_COLUMNS - len(cells))]
+    gc = f"{timeline['gc_passes']}: {timeline['gc_ms']:.0f} ({timeline['gc_max_ms']:.0f})"
+    return [
+        f"{timeline['device_busy_share']:.2f}", *cells, *["-"] * (IDLE_COLUMNS - len(cells)), gc
+    ]
 
 
-TIMELINE_HEADERS = ["device busy", *(f"idle #{i + 1} ms/req" for i in range(IDLE_COLUMNS))]
+TIMELINE_HEADERS = [
+    "device busy", *(f"idle #{i + 1} ms/req" for i in range(IDLE_COLUMNS)),
+    "gc passes: ms (longest)",
+]  # fmt: skip

@@ -3,11 +3,16 @@
 `start` and `stop` run on the engine's thread: the profiler records host annotations of the
 thread that started it, and the device's activity of the whole process. While capturing, the
 engine's `annotate` is torch's `record_function`, so each phase of its steps shows on the
-timeline; outside a capture it is a no-op. `summary` (the costly part: a Python pass over every
-event) may run on any thread after `stop`.
+timeline; outside a capture it is a no-op. The collector's passes are timed on every thread,
+and marked `engine.gc` on the engine's (a pass holds the GIL: the engine waits for any thread's).
+`summary` (the costly part: a Python pass over every event) may run on any thread after `stop`.
 """
 
 from __future__ import annotations
+
+import gc
+import threading
+import time
 
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -20,12 +25,19 @@ from widebeam.services.decoder.profiling.timeline import (
     summarize,
 )
 
+RUNTIME_PREFIX = (
+    "cu"  # the CUDA runtime's and driver's calls, as CUPTI names them (cudaMemcpyAsync)
+)
+
 
 class TimelineCapture:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._profile: profile | None = None
         self._stopped = False
+        self._engine_thread = 0
+        self._gc_open: dict[int, tuple[float, record_function | None]] = {}  # thread -> pass
+        self._gc_ms: list[float] = []  # each finished pass' wall time
 
     @property
     def running(self) -> bool:
@@ -39,6 +51,8 @@ class TimelineCapture:
             activities.append(ProfilerActivity.CUDA)
         self._profile = profile(activities=activities)
         self._profile.__enter__()
+        self._engine_thread = threading.get_ident()
+        gc.callbacks.append(self._on_gc)
         self.engine.annotate = record_function
 
     def stop(self) -> None:
@@ -46,18 +60,46 @@ class TimelineCapture:
             raise RuntimeError("no timeline capture is running")
         assert self._profile is not None
         self.engine.annotate = no_annotation
+        gc.callbacks.remove(self._on_gc)
+        for _, mark in self._gc_open.values():
+            if mark is not None:
+                mark.__exit__(None, None, None)
+        self._gc_open.clear()
         self._profile.__exit__(None, None, None)
         self._stopped = True
+
+    def _on_gc(self, phase: str, _info: dict[str, int]) -> None:
+        thread = threading.get_ident()
+        if phase == "start":
+            mark = None
+            if thread == self._engine_thread:
+                mark = record_function(ANNOTATION_PREFIX + "gc")
+                mark.__enter__()
+            self._gc_open[thread] = (time.perf_counter(), mark)
+            return
+        opened = self._gc_open.pop(thread, None)
+        if opened is None:  # began before the capture did
+            return
+        started, mark = opened
+        if mark is not None:
+            mark.__exit__(None, None, None)
+        self._gc_ms.append((time.perf_counter() - started) * 1000)
 
     def summary(self) -> TimelineSummary:
         if self._profile is None or not self._stopped:
             raise RuntimeError("the capture has not been stopped")
         device: list[Span] = []
         host: list[Span] = []
+        runtime: list[Span] = []  # CUDA runtime calls of every thread (only the engine's call)
         for event in self._profile.profiler.kineto_results.events():  # type: ignore[union-attr]
             name = event.name()
-            if event.device_type() == DeviceType.CUDA:
+            on_device = event.device_type() == DeviceType.CUDA
+            if name.startswith(ANNOTATION_PREFIX):  # the device's copy of a mark is no work
+                if not on_device:
+                    thread = event.start_thread_id()
+                    host.append(Span(event.start_ns(), event.end_ns(), name, thread))
+            elif on_device:
                 device.append(Span(event.start_ns(), event.end_ns(), name))
-            elif name.startswith(ANNOTATION_PREFIX):
-                host.append(Span(event.start_ns(), event.end_ns(), name, event.start_thread_id()))
-        return summarize(device, host)
+            elif name.startswith(RUNTIME_PREFIX):
+                runtime.append(Span(event.start_ns(), event.end_ns(), name))
+        return summarize(device, host, self._gc_ms, runtime)

@@ -34,37 +34,57 @@ def test_engine_thread_is_the_one_with_most_steps() -> None:
     assert engine_thread([Span(0, 1, "engine.finish", 3)]) is None
 
 
-def test_idle_gaps_charged_to_the_innermost_phase() -> None:
+def test_idle_gaps_split_over_the_innermost_phases() -> None:
     t = 7
     host = [
         Span(0, 10 * MS, "engine.step", t),
-        Span(1 * MS, 3 * MS, "engine.finish", t),  # the device idles 2 ms from 1 ms
+        Span(1 * MS, 3 * MS, "engine.finish", t),
         Span(4 * MS, 9 * MS, "engine.prefill", t),
-        Span(5 * MS, 6 * MS, "engine.select", t),  # nested in prefill: 0.5 ms idle from 5.5
+        Span(5 * MS, 6 * MS, "engine.select", t),  # nested in prefill
         Span(12 * MS, 13 * MS, "engine.step", t),
+        Span(12 * MS, 12 * MS + 500 * US, "engine.gc", t),  # starts with its step
         # another thread's marks never count
         Span(0, 20 * MS, "engine.finish", t + 1),
     ]
     device = [
-        Span(0, 1 * MS, "gemm"),
-        Span(3 * MS, 5 * MS + 500 * US, "gemm"),
-        Span(6 * MS, 10 * MS, "attention"),
-        Span(11 * MS, 11 * MS + MIN_GAP_NS // 2, "tiny"),  # 1 ms after the step: between steps
+        Span(0, 500 * US, "gemm"),  # idle from 0.5 ms: 0.5 ms in the step, 2 ms in finish
+        Span(3 * MS, 5 * MS + 500 * US, "gemm"),  # idle 0.5 ms in select
+        Span(6 * MS, 10 * MS, "attention"),  # idle 1 ms after the step: between steps
+        Span(11 * MS, 11 * MS + MIN_GAP_NS // 2, "tiny"),
         Span(11 * MS + MIN_GAP_NS, 12 * MS, "gemm"),  # a gap too short to charge
+        Span(12 * MS + 250 * US, 12 * MS + 300 * US, "gemm"),  # idle 0.25 ms in gc
     ]
-    summary = summarize(device, host)
-    assert summary.window_ms == 12.0
-    busy = 1 + 2.5 + 4 + (1 - MIN_GAP_NS / MS) + (MIN_GAP_NS / 2) / MS
+    runtime = [
+        Span(1 * MS + 100 * US, 2 * MS, "cudaStreamSynchronize", 99),  # in finish
+        Span(2 * MS, 2 * MS + 300 * US, "cudaStreamSynchronize", 99),  # in finish
+        Span(5 * MS, 5 * MS + 10 * US, "cudaGraphLaunch", 99),  # select
+        Span(10 * MS + 100 * US, 10 * MS + 200 * US, "cudaMemcpyAsync", 99),  # between steps
+    ]
+    summary = summarize(device, host, gc_ms=[0.5, 1.5], runtime=runtime)
+    assert summary.window_ms == 12.3
+    busy = 0.5 + 2.5 + 4 + (1 - MIN_GAP_NS / MS) + (MIN_GAP_NS / 2) / MS + 0.05
     assert abs(summary.device_busy_ms - busy) < 1e-3
-    assert abs(summary.device_busy_share - busy / 12) < 1e-4
-    assert summary.idle_gaps == 3
-    assert summary.idle_ms_by_phase == {"finish": 2.0, BETWEEN_STEPS: 1.0, "select": 0.5}
-    assert summary.largest_gaps_ms == [(2.0, "finish"), (1.0, BETWEEN_STEPS), (0.5, "select")]
+    assert abs(summary.device_busy_share - busy / 12.3) < 1e-4
+    assert summary.idle_gaps == 4
+    assert summary.idle_ms_by_phase == {
+        "finish": 2.0, BETWEEN_STEPS: 1.0, "step": 0.5, "select": 0.5, "gc": 0.25
+    }  # fmt: skip
+    assert summary.largest_gaps_ms == [
+        (2.5, "finish"), (1.0, BETWEEN_STEPS), (0.5, "select"), (0.25, "gc")
+    ]  # fmt: skip
     assert summary.steps == 2
-    # exclusive host time: the step less its finish and prefill; prefill less its select
-    assert summary.host_ms_by_phase == {"step": 4.0, "prefill": 4.0, "finish": 2.0, "select": 1.0}
-    assert summary.top_kernels_ms["gemm"] == round(1 + 2.5 + 1 - MIN_GAP_NS / MS, 3)
-    assert set(summary.to_json()) >= {"device_busy_share", "idle_ms_by_phase", "top_kernels_ms"}
+    # exclusive host time: each step less its phases; prefill less its select
+    assert summary.host_ms_by_phase == {
+        "step": 3.5, "prefill": 4.0, "finish": 2.0, "select": 1.0, "gc": 0.5
+    }  # fmt: skip
+    assert summary.top_kernels_ms["gemm"] == round(0.5 + 2.5 + 1 - MIN_GAP_NS / MS + 0.05, 3)
+    assert (summary.gc_passes, summary.gc_ms, summary.gc_max_ms) == (2, 2.0, 1.5)
+    assert summary.runtime_ms == {
+        "cudaStreamSynchronize in finish": 1.2,
+        f"cudaMemcpyAsync in {BETWEEN_STEPS}": 0.1,
+        "cudaGraphLaunch in select": 0.01,
+    }
+    assert set(summary.to_json()) >= {"device_busy_share", "idle_ms_by_phase", "gc_ms"}
 
 
 def test_without_device_spans_only_the_host_side() -> None:
