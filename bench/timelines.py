@@ -38,7 +38,7 @@ class EngineTimeline:
 class DecoderTimelines:
     """Toggle the decoder's recorder; each stop's summary is its next `timeline-<k>.json`."""
 
-    def __init__(self, pid: int, directory: Path, timeout_s: float = 300.0) -> None:
+    def __init__(self, pid: int, directory: Path, timeout_s: float = 120.0) -> None:
         self.pid = pid
         self.directory = directory
         self.timeout_s = timeout_s
@@ -54,7 +54,9 @@ class DecoderTimelines:
         deadline = time.monotonic() + self.timeout_s
         while not path.exists():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the decoder wrote no {path} in {self.timeout_s:.0f} s")
+                raise TimeoutError(
+                    f"the decoder wrote no {path} in {self.timeout_s:.0f} s (its log says why)"
+                )
             time.sleep(0.2)
         return json.loads(path.read_text())
 

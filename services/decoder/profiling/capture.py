@@ -3,8 +3,9 @@
 `start` and `stop` run on the engine's thread: the profiler records host annotations of the
 thread that started it, and the device's activity of the whole process. While capturing, the
 engine's `annotate` is torch's `record_function`, so each phase of its steps shows on the
-timeline; outside a capture it is a no-op. The collector's passes are timed on every thread,
-and marked `engine.gc` on the engine's (a pass holds the GIL: the engine waits for any thread's).
+timeline; outside a capture it is a no-op. The collector's passes are timed on every thread (a
+pass holds the GIL: the engine waits for any thread's); the callback only reads a clock, as
+code run from inside a collection must not call into torch.
 `summary` (the costly part: a Python pass over every event) may run on any thread after `stop`.
 """
 
@@ -35,8 +36,7 @@ class TimelineCapture:
         self.engine = engine
         self._profile: profile | None = None
         self._stopped = False
-        self._engine_thread = 0
-        self._gc_open: dict[int, tuple[float, record_function | None]] = {}  # thread -> pass
+        self._gc_started: dict[int, float] = {}  # thread -> its running pass' start
         self._gc_ms: list[float] = []  # each finished pass' wall time
 
     @property
@@ -51,7 +51,6 @@ class TimelineCapture:
             activities.append(ProfilerActivity.CUDA)
         self._profile = profile(activities=activities)
         self._profile.__enter__()
-        self._engine_thread = threading.get_ident()
         gc.callbacks.append(self._on_gc)
         self.engine.annotate = record_function
 
@@ -61,29 +60,18 @@ class TimelineCapture:
         assert self._profile is not None
         self.engine.annotate = no_annotation
         gc.callbacks.remove(self._on_gc)
-        for _, mark in self._gc_open.values():
-            if mark is not None:
-                mark.__exit__(None, None, None)
-        self._gc_open.clear()
+        self._gc_started.clear()
         self._profile.__exit__(None, None, None)
         self._stopped = True
 
     def _on_gc(self, phase: str, _info: dict[str, int]) -> None:
         thread = threading.get_ident()
         if phase == "start":
-            mark = None
-            if thread == self._engine_thread:
-                mark = record_function(ANNOTATION_PREFIX + "gc")
-                mark.__enter__()
-            self._gc_open[thread] = (time.perf_counter(), mark)
+            self._gc_started[thread] = time.perf_counter()
             return
-        opened = self._gc_open.pop(thread, None)
-        if opened is None:  # began before the capture did
-            return
-        started, mark = opened
-        if mark is not None:
-            mark.__exit__(None, None, None)
-        self._gc_ms.append((time.perf_counter() - started) * 1000)
+        started = self._gc_started.pop(thread, None)
+        if started is not None:  # (None: the pass began before the capture did)
+            self._gc_ms.append((time.perf_counter() - started) * 1000)
 
     def summary(self) -> TimelineSummary:
         if self._profile is None or not self._stopped:

@@ -3,6 +3,8 @@ while it captures and cost nothing after; misuse is refused with an error that s
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from tests.services.decoder.conftest import SidModel
@@ -33,6 +35,7 @@ def requests(count: int) -> list[GenerationRequest]:
 
 def test_capture_records_every_phase_of_the_steps(sid_model: SidModel) -> None:
     engine = sid_model.engine(max_rows=64, max_kv_slots=4096)
+    gc_callbacks = list(gc.callbacks)
     capture = TimelineCapture(engine)
     capture.start()
     assert capture.running and engine.annotate is not no_annotation
@@ -42,12 +45,15 @@ def test_capture_records_every_phase_of_the_steps(sid_model: SidModel) -> None:
     while engine.has_unfinished():
         engine.step(intake=lambda: None)
         steps += 1
+    gc.collect()  # a full pass during the capture is counted
     capture.stop()
+    gc.collect()  # and one after it is not
     assert not capture.running and engine.annotate is no_annotation
     summary = capture.summary()
     assert summary.steps == steps
     assert set(summary.host_ms_by_phase) >= PHASES, summary.host_ms_by_phase
     assert all(ms >= 0 for ms in summary.host_ms_by_phase.values())
+    assert summary.gc_passes >= 1 and summary.gc_max_ms > 0 and gc_callbacks == gc.callbacks
     # A CPU engine has no device spans: the device's side stays empty.
     assert summary.window_ms == summary.device_busy_ms == 0 and summary.idle_gaps == 0
     # The engine is unchanged afterwards: it still answers.
