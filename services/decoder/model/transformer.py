@@ -137,7 +137,11 @@ class DecoderModel(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Weights always come from a checkpoint (`from_pretrained` builds on meta), so the
+        # table is left uninitialized: Embedding's own normal_ init on meta imports torch's
+        # compiler stack, about a second of every decoder and CLI start.
+        table = torch.empty(config.vocab_size, config.hidden_size)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=table)
         self.layers = nn.ModuleList(
             DecoderLayer(config, i) for i in range(config.num_hidden_layers)
         )
