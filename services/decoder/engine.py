@@ -167,9 +167,6 @@ class Engine:
             )
         self._arrivals = itertools.count()
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
-        # Finished this step, rows and KV released, answer not built yet: (request, the prompt
-        # tokens its prefix cache held)
-        self._unanswered: list[tuple[RequestState, int]] = []
         self.last_step_rows = 0  # rows the last step advanced by a token (throughput meters)
         self.step_counts = StepCounts()
         # Marks each phase of a step on a device timeline (`profiling/capture.py` swaps in
@@ -274,13 +271,7 @@ class Engine:
         prepares the batch with the new requests while the device prefills them, before their
         first flags are read. Admission and the decode set are decided after those flags in both
         modes (a batch prepared for requests that turned out done is prepared again), so both
-        modes run the same batches and compute exactly the same thing.
-
-        A request found finished releases its rows and KV at once (this step's admission may
-        take them), but its answer is built at the step's end, once the step's forwards are
-        queued: building the answers of wide beams (results, item ids) is host work the device
-        would otherwise wait for between two steps."""
-        self._unanswered.clear()  # (left by a step that raised: its requests failed with it)
+        modes run the same batches and compute exactly the same thing."""
         done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
@@ -290,7 +281,7 @@ class Engine:
             if candidates:
                 with annotate("engine.prepare"):
                     prepared = self._prepare_decode(candidates)
-            self._resolve()
+            done += self._resolve()
         if intake is not None:
             with annotate("engine.intake"):
                 intake()
@@ -305,7 +296,7 @@ class Engine:
                 if candidates:
                     with annotate("engine.prepare"):
                         prepared = self._prepare_decode(candidates)
-            self._resolve()  # a new request's first decision: needed for this batch
+            done += self._resolve()  # a new request's first decision: needed for this batch
         active = self._decode_candidates()
         self.last_step_rows += sum(s.num_rows for s in active)
         if active:
@@ -322,8 +313,8 @@ class Engine:
                 row += state.num_rows
             done += self._select(chunks)
         if not self.config.overlap_scheduling:
-            self._resolve()
-        return done + self._answers()
+            done += self._resolve()
+        return done
 
     def _decode_candidates(self) -> list[RequestState]:
         # A request at its last token is done whatever its flag says: never prepared.
@@ -368,7 +359,7 @@ class Engine:
     def _select(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
         """chunks: each request with its rows' final hidden states [rows, hidden]. Queues every
         request's step (lockstep beam requests as one cohort); beam requests' stop flags are
-        read later (`_resolve`). Returns the error answers of requests whose step failed."""
+        read later (`_resolve`). Returns the answers of requests it finished."""
         with self.annotate("engine.select"):
             return self._select_steps(chunks)
 
@@ -377,7 +368,7 @@ class Engine:
     ) -> list[RequestOutput]:
         streamed = advance_cohorts(chunks, self.step_policy, self.config.batch_beam_steps)
         self.step_counts.beam_expansions += streamed.cohorts
-        failed, beams = [], []
+        finished, beams = [], []
         for i, (state, hidden) in enumerate(chunks):
             failure = streamed.failures.get(i)
             if i not in streamed.advanced and failure is None:
@@ -390,43 +381,35 @@ class Engine:
                     failure = exc
             if failure is not None:
                 self.scheduler.finish(state)
-                failed.append(RequestOutput(state.request_id, error=f"internal error: {failure}"))
+                finished.append(RequestOutput(state.request_id, error=f"internal error: {failure}"))
                 continue
             if isinstance(state.search, BeamSearch):
                 beams.append(state)
             elif state.search.done:  # greedy / sampled: decided on the host already
-                self._finish(state)
+                finished.append(self._finish(state))
         if beams:
             self._pending.append(stage_flags(beams))
-        return failed
+        return finished
 
-    def _resolve(self) -> None:
+    def _resolve(self) -> list[RequestOutput]:
+        finished = []
         for staged in self._pending:
             with self.annotate("engine.wait_flags"):
                 resolve_flags(staged)
             with self.annotate("engine.finish"):
                 for state in staged.states:
                     if not state.finished and state.search.done:  # (an abort finished it)
-                        self._finish(state)
+                        finished.append(self._finish(state))
         self._pending.clear()
+        return finished
 
-    def _finish(self, state: RequestState) -> None:
-        """Release the request's rows and KV; its answer waits for `_answers`."""
+    def _finish(self, state: RequestState) -> RequestOutput:
+        """Release the request's rows and KV, and build its answer (from its search's host
+        copies); an answer that cannot be built fails this request alone."""
         cached = state.cached_prompt_tokens  # read before finish releases the reservation
         self.scheduler.finish(state)
-        self._unanswered.append((state, cached))
-
-    def _answers(self) -> list[RequestOutput]:
-        """The answers of the requests this step finished (from their searches' host copies:
-        the device may already run the next forward over their freed rows)."""
-        answers = []
-        with self.annotate("engine.answers"):
-            for state, cached in self._unanswered:
-                try:
-                    answer = replace(state.output(), cached_prompt_tokens=cached)
-                except Exception as exc:  # one answer's failure must not take the others down
-                    log.exception("request %s: its answer could not be built", state.request_id)
-                    answer = RequestOutput(state.request_id, error=f"internal error: {exc}")
-                answers.append(answer)
-        self._unanswered.clear()
-        return answers
+        try:
+            return replace(state.output(), cached_prompt_tokens=cached)
+        except Exception as exc:  # one answer's failure must not take its step down
+            log.exception("request %s: its answer could not be built", state.request_id)
+            return RequestOutput(state.request_id, error=f"internal error: {exc}")
