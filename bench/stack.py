@@ -38,6 +38,7 @@ import httpx
 import torch
 from catalogs import random_catalog
 from e2e import DecoderProcess, free_port
+from gpu_clocks import GpuSampler
 from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
 from replicas import GatewayProcess
@@ -98,6 +99,7 @@ class Phase:
     # each step with c - 1 others: 1 / c of a step per token)
     batching: dict[str, float] = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)  # with --timeline: the timed loop's summary
+    gpu: dict = field(default_factory=dict)  # the timed loop's SM clock, power, temperature
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -112,6 +114,7 @@ class Phase:
             "cpu_ms_per_request": self.cpu_ms_per_request,
             "batching": self.batching,
             "timeline": self.timeline,
+            "gpu": self.gpu,
         }
 
 
@@ -168,7 +171,9 @@ def build_workload(args: argparse.Namespace) -> Workload:
 
 
 # ----- in-process engine ----------------------------------------------------------------------
-def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase], int]:
+def engine_phases(
+    args: argparse.Namespace, work: Workload, sampler: GpuSampler
+) -> tuple[list[Phase], int]:
     engine = make_engine(
         work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog),
         capture_at_start=True, capture_beam_widths=tuple(args.widths),
@@ -200,6 +205,7 @@ def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase]
         cpu_before = time.process_time()  # every thread of this process: the engine's host cost
         steps_before = dataclasses.replace(engine.step_counts)
         timed = requests("timed")[: work.counts[width]]
+        started = time.monotonic()
         timeline: dict = {}
         if args.timeline:
             with EngineTimeline(engine) as recorded:
@@ -209,6 +215,7 @@ def engine_phases(args: argparse.Namespace, work: Workload) -> tuple[list[Phase]
             stats = drive(engine, timed, None, args.concurrency)
         n = len(stats.latencies_ms)
         phase = Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s)
+        phase.gpu = sampler.window(started, time.monotonic())
         phase.timeline = timeline
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
         phase.batching = batching(steps_before, engine.step_counts, n, stats.wall_s)
@@ -317,6 +324,7 @@ async def service_phases(
     gateway: str,
     metrics_url: str,
     servers: dict[str, tuple[int, bool, bool]],  # name -> (pid, its own CPU, its children's)
+    sampler: GpuSampler,
     timelines: DecoderTimelines | None = None,
 ) -> list[Phase]:
     phases: list[Phase] = []
@@ -348,7 +356,9 @@ async def service_phases(
                 count = work.counts[width]
                 if timelines is not None:
                     timelines.start()
+                started = time.monotonic()
                 phase = await closed_loop(send, count, args.concurrency, Phase(path, width))
+                phase.gpu = sampler.window(started, time.monotonic())
                 if timelines is not None:
                     phase.timeline = await asyncio.to_thread(timelines.stop)
                 answered = max(len(phase.latencies_ms), 1)
@@ -547,7 +557,12 @@ def main() -> None:
         args.requests, args.phase_seconds, args.loads, args.sweep_seconds = 36, 3.0, [0.5, 2.0], 8.0
     args.widths = args.widths or [50, 512, 1000]
     work = build_workload(args)
-    phases, engine_captures = engine_phases(args, work)
+    sampler = GpuSampler().start()
+    try:
+        phases, engine_captures = engine_phases(args, work, sampler)
+    except BaseException:
+        sampler.stop()
+        raise
     metrics_port = free_port()
     decoder = DecoderProcess(
         work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
@@ -579,7 +594,9 @@ def main() -> None:
         if args.timeline:
             timelines = DecoderTimelines(decoder.proc.pid, args.timeline / "decoder")
         phases += asyncio.run(
-            service_phases(args, work, decoder.address, gateway.url, metrics_url, pids, timelines)
+            service_phases(
+                args, work, decoder.address, gateway.url, metrics_url, pids, sampler, timelines
+            )
         )
         for profiler in profilers:
             stop_profiler(profiler)
@@ -596,6 +613,7 @@ def main() -> None:
         for row in sweep_rows:  # the sweep's captures, not split by load
             row["captures_in_sweep"] = sum(captures.values()) - before_sweep
     finally:
+        sampler.stop()
         for process in (gateway, sweep_gateway, decoder):
             if process is not None:
                 process.stop()
@@ -641,6 +659,12 @@ def report(
         [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
           r["p50_ms"], r["p99_ms"], r["statuses"]] for r in sweep_rows],
     ))  # fmt: skip
+    if any(r["gpu"] for r in rows):  # did the device run alike in every phase?
+        print(markdown_table(
+            ["path", "width", "req/s", "SM MHz", "power W", "max °C"],
+            [[r["path"], r["width"], r["answered_rps"], *(r["gpu"].get(k, "-") for k in
+              ("sm_mhz", "power_w", "max_temp_c"))] for r in rows],
+        ))  # fmt: skip
     if any(r["timeline"] for r in rows):
         print(markdown_table(
             ["path", "width", "req/s", *TIMELINE_HEADERS],
