@@ -15,6 +15,8 @@
 #   stack-api-profile [260]  the same with --api-processes 1
 #   stack-timeline [300]   stack.py --quick --timeline: a device timeline (torch profiler) of
 #                          every closed-loop phase, the in-process engine's and the decoder's
+#   stack-deadline [260]   stack.py --quick --sweep-deadline-ms ${WIDEBEAM_SWEEP_DEADLINE_MS:-300}:
+#                          the sweep's clients send their own deadline (timeout_ms)
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
 #   kernels-padding [120]  kernels.py --only padding
@@ -63,6 +65,8 @@ step_command() {
             -k 'not flashinfer'" ;;
         stack) echo "cd bench && python3 stack.py --quick" ;;
         stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
+        stack-deadline) echo "cd bench && python3 stack.py --quick \
+            --sweep-deadline-ms ${WIDEBEAM_SWEEP_DEADLINE_MS:-300}" ;;
         stack-timeline) echo "cd bench && python3 stack.py --quick --timeline \$OUT/timelines" ;;
         stack-api-bounded) echo "cd bench && python3 stack.py --quick --api-processes 1 \
             --max-queue-wait-s ${WIDEBEAM_QUEUE_WAIT_S:-0.1}" ;;

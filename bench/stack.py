@@ -415,9 +415,10 @@ def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: floa
     mix = [(w, share) for w, share in zip(widths, SWEEP_MIX, strict=False)]
     rng = random.Random(1)
     bodies = []
+    deadline = {} if args.sweep_deadline_ms is None else {"timeout_ms": args.sweep_deadline_ms}
     for width, share in mix:
         count = max(1, round(share * 100))
-        bodies += [recommend_body(rng.choice(work.histories[width]), width)] * count
+        bodies += [recommend_body(rng.choice(work.histories[width]), width) | deadline] * count
     rows = []
     with multiprocessing.get_context("spawn").Pool(args.clients) as pool:
         for load in args.loads:
@@ -524,6 +525,10 @@ def main() -> None:
     parser.add_argument("--sweep-timeout", type=float, default=1.0,
                         help="the gateway's request timeout in the sweep: the deadline the "
                         "decoder's admission by predicted wait sheds against")  # fmt: skip
+    parser.add_argument("--sweep-deadline-ms", type=int,
+                        help="the sweep's clients' own deadline (/v1/recommend's timeout_ms, "
+                        "a latency budget below the gateway's timeout): the decoder refuses at "
+                        "once what it predicts would finish later")  # fmt: skip
     parser.add_argument("--api-processes", type=int, default=0,
                         help="the decoder's --api-processes (0: gRPC in the engine's process)")
     parser.add_argument("--max-queue-wait-s", type=float,
@@ -637,7 +642,8 @@ def report(
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "api_processes": args.api_processes,
-                                "max_queue_wait_s": args.max_queue_wait_s},
+                                "max_queue_wait_s": args.max_queue_wait_s,
+                                "sweep_deadline_ms": args.sweep_deadline_ms},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
         "decoder_captures_after_ready": sum(captures.values()),
         "decoder_captures_after_ready_by_kind": captures,

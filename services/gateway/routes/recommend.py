@@ -31,8 +31,9 @@ def create_router() -> APIRouter:
             503, "no answer within the request deadline", "deadline_exceeded",
             settings.retry_after_s,
         )  # fmt: skip
-        return await state.recommender.recommend(
-            body, beam, timeout_s=settings.request_timeout_s, late=late
-        )
+        timeout_s = settings.request_timeout_s
+        if body.timeout_ms is not None:  # the caller's own deadline, within the gateway's
+            timeout_s = min(timeout_s, body.timeout_ms / 1000)
+        return await state.recommender.recommend(body, beam, timeout_s=timeout_s, late=late)
 
     return router

@@ -51,6 +51,14 @@ class RecommendRequest(BaseModel):
         "next-item distribution)",
     )
     normalization: Normalization = Field("vocab", description=NORMALIZATION_DOC)
+    timeout_ms: Int | None = Field(
+        None,
+        ge=1,
+        description="this request's deadline in milliseconds (at most the gateway's request "
+        "timeout, its default): a decoder that predicts it cannot answer in time refuses it at "
+        "once (429 with Retry-After) instead of queueing it; an answer later than the deadline "
+        "is a 503",
+    )
 
 
 class RecommendedItem(BaseModel):
