@@ -9,12 +9,11 @@ from setuptools import find_packages, setup
 PACKAGE_ROOTS = {
     "widebeam": "widebeam",
     "widebeam.services": "services",
-    "widebeam.kernels": "kernels",
 }
 
 
 def _packages() -> list[str]:
-    found = ["widebeam", "widebeam.services", "widebeam.kernels"]
+    found = ["widebeam", "widebeam.services"]
     for name, folder in PACKAGE_ROOTS.items():
         found += [f"{name}.{sub}" for sub in find_packages(where=folder)]
     return sorted(set(found))

@@ -1,7 +1,8 @@
 """FP8 GEMM error (issue 20): per decoder layer, each of its four GEMMs (fused q/k/v, o, fused
 gate/up, down) in W8A8 FP8 against the exact product of the bf16 weights, on the W3 model's
 random weights and random activations; beside it the bf16 GEMM's own error, and on CUDA how far
-`torch._scaled_mm` is from the plain-torch reference of the same math (`kernels/fp8/`). With
+`torch._scaled_mm` is from the plain-torch reference of the same math
+(`widebeam/kernels/fp8/`). With
 `--time` (CUDA): each GEMM's bf16 and FP8 time at `--rows` rows.
 
     python bench/fp8_error.py [--rows 6144] [--time] [--smoke]

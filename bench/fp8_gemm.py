@@ -12,7 +12,8 @@ each printed as a table with its legend as soon as it is measured and written to
    12288 x 2048, down 2048 x 6144; out x in) at each row count M, run every way we have: bf16,
    the activation quantization alone, `torch._scaled_mm` row-wise (serving) and per-tensor,
    each with and without fast accumulation, the Triton FP8 GEMM in each tile configuration
-   (`kernels/fp8/triton_gemm.py`), and today's unfused FP8 linear (quantization + row-wise).
+   (`widebeam/kernels/fp8/triton_gemm.py`), and today's unfused FP8 linear (quantization +
+   row-wise).
    Each variant is checked against the torch reference on the GPU before it is timed.
 2. layers: the kernels that feed the GEMMs (RMSNorm, add + RMSNorm, SiLU product) with a
    separate quantization pass against the fused kernels that write FP8 (bit-identity checked),
@@ -444,7 +445,8 @@ torch._scaled_mm with a per-token and a per-channel scale, bf16 out (fp8_accumul
 promoted to fp32 as K goes: fp8_accumulation=fast, the serving default); tensorwise =
 _scaled_mm with one scale per matrix (scales computed outside the timed call; to see whether
 the row-wise kernel itself is the slower one);
-triton:BMxBNxBK wW sS [-p persistent] [-x promoted accumulation] = kernels/fp8/triton_gemm.py;
+triton:BMxBNxBK wW sS [-p persistent] [-x promoted accumulation] =
+widebeam/kernels/fp8/triton_gemm.py;
 today = quant + rowwise as one FP8 linear runs it unfused (o_proj keeps paying this)."""
 
 

@@ -1,4 +1,5 @@
-"""Tile sweep of the ragged causal prefill kernel (`kernels/attention/triton_prefill.py`) at
+"""Tile sweep of the ragged causal prefill kernel
+(`widebeam/kernels/attention/triton_prefill.py`) at
 Qwen3-1.7B's heads (16 query / 8 KV heads of 128), one prompt of 1,000 and of 5,000 tokens,
 bf16 K/V and FP8 K/V: for each (query block, key block, warps, stages), the median µs of one
 call (`triton.testing.do_bench`), TFLOP/s over the causal half, and the error against the

@@ -21,7 +21,7 @@ from pathlib import Path
 # a command line may hold ';' (a spawned child's `-c` code): process frames are cut out first
 PROCESS = re.compile(r'process (\d+):"([^"]*)";?')
 THREAD = re.compile(r"^thread \((\w+)\)(?:: (.*))?$")
-OWN_CODE = ("widebeam/", "services/", "kernels/")
+OWN_CODE = ("widebeam/", "services/")
 
 
 def process_name(pid: str, command: str) -> str:

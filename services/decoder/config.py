@@ -55,7 +55,7 @@ class KVDType(StrEnum):
 
     # in the model dtype
     AUTO = "auto"
-    # float8_e4m3fn with static fp32 scales per layer and KV head (kernels/kv/fp8_kv.py)
+    # float8_e4m3fn with static fp32 scales per layer and KV head (widebeam/kernels/kv/fp8_kv.py)
     FP8 = "fp8"
 
 

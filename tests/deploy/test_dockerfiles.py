@@ -155,7 +155,7 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
         "README.md",
         "widebeam/cli.py",
         "services/gateway/app.py",
-        "kernels/__init__.py",
+        "widebeam/kernels/__init__.py",
         "deploy/healthcheck.py",
     ]
     for path in needed:

@@ -29,7 +29,6 @@ from tests.deploy.helpers import ROOT, pyproject_version
 PACKAGE_ROOTS = {
     "widebeam": "widebeam",
     "services": "widebeam.services",
-    "kernels": "widebeam.kernels",
 }
 PACKAGE_DATA_SUFFIXES = (".html", ".js", ".css", ".proto", ".pyi")
 

@@ -5,8 +5,8 @@ written once per request; decode steps write one slot per row. Attention reads b
 so re-parenting a beam only rewrites the integer slot tables, never this storage.
 
 `kv_dtype="fp8"`: K and V are stored in float8_e4m3fn with static per-(layer, KV head) scales
-(`kernels/kv/fp8_kv.py`, chosen by `model/kv_scales.py`), half the bytes of bfloat16; writes
-quantize, every attention read dequantizes.
+(`widebeam/kernels/kv/fp8_kv.py`, chosen by `model/kv_scales.py`), half the bytes of
+bfloat16; writes quantize, every attention read dequantizes.
 """
 
 from __future__ import annotations

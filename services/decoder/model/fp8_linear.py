@@ -1,5 +1,5 @@
 """A linear layer served in FP8 (W8A8): the weight quantized per output channel, activations
-per token at each call, the GEMM on the path `kernels/fp8/backend.py` chose for the device.
+per token at each call, the GEMM on the path `widebeam/kernels/fp8/backend.py` chose for the device.
 
 Its input is either model-dtype activations, which it quantizes, or rows the previous layer
 kernel already quantized (`Fp8Rows`, `quantized_input_cols` tells that kernel the width): the

@@ -23,7 +23,7 @@ The bound is loose (it assumes every input aligns with its weights), which costs
 is a floating-point format whose relative precision (3 mantissa bits) does not depend on the
 scale for values above 2^-6 × scale, i.e. down to 1/28672 of the bound. Values past the
 bound (rounding of the model-dtype or FP8 GEMMs, a checkpoint scale that is too small)
-saturate at ±448 × scale (`kernels/kv/fp8_kv.py`).
+saturate at ±448 × scale (`widebeam/kernels/kv/fp8_kv.py`).
 """
 
 from __future__ import annotations

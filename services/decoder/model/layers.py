@@ -1,7 +1,7 @@
 """Building blocks shared by the supported decoder families.
 
-Rope itself (HF's ``x * cos + rotate_half(x) * sin``) lives in kernels/layers with the q/k norm
-it is fused with: ``qk_norm_rope``; this module computes its cos/sin tables."""
+Rope itself (HF's ``x * cos + rotate_half(x) * sin``) lives in widebeam/kernels/layers with the
+q/k norm it is fused with: ``qk_norm_rope``; this module computes its cos/sin tables."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ over every row and token and keeps the best `keep`. This computes the same set c
 
 * per chunk of at most `chunk_elems` logits: the LM head in the model's dtype, then one pass for
   each row's log-sum-exp over the full vocabulary (transformers' normalisation) and its block
-  maxima (`kernels/beam`); log-probs `logit - lse` only for the candidates: the row's best
+  maxima (`widebeam/kernels/beam`); log-probs `logit - lse` only for the candidates: the row's best
   blocks (unconstrained) or the trie's allowed tokens of the row's node (constrained);
 * narrow enough requests (a trie's children, or few rows) rank each row's top `keep` at once;
 * wide ones rank blocks, not rows: each of the chunk's (row, block) pairs scores its block's

@@ -1,10 +1,11 @@
 """Each row's best log-probs from model-dtype logits, its log-sum-exp and its block maxima.
 
 A row's best `count` tokens lie in at most `count` blocks, and those blocks are among the
-`count` blocks with the largest maxima (`kernels/beam/logits_stats.py` computes the maxima in
-the same pass as the log-sum-exp). Banned tokens (EOS before min_new_tokens) may hold a block's
-maximum, so one extra block per banned token keeps the result exact. Only the chosen blocks are
-read again and turned into fp32 log-probs: the [rows, vocab] fp32 matrix never exists.
+`count` blocks with the largest maxima (`widebeam/kernels/beam/logits_stats.py` computes the
+maxima in the same pass as the log-sum-exp). Banned tokens (EOS before min_new_tokens) may hold a
+block's maximum, so one extra block per banned token keeps the result exact. Only the chosen
+blocks are read again and turned into fp32 log-probs: the [rows, vocab] fp32 matrix never
+exists.
 """
 
 from __future__ import annotations

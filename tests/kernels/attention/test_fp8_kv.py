@@ -1,4 +1,4 @@
-"""Attention over an FP8 KV cache (`kernels/kv/fp8_kv.py`).
+"""Attention over an FP8 KV cache (`widebeam/kernels/kv/fp8_kv.py`).
 
 The torch reference reads FP8 K and V as their dequantized values: it equals the same attention
 over fp32 caches holding `stored × scale` (bit for bit: the same fp32 operations). Against the

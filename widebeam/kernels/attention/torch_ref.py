@@ -1,6 +1,6 @@
 """Plain-torch reference attention: the oracle for every GPU kernel and the CPU path.
 
-Computes in fp32. An FP8 cache (`kernels/kv/fp8_kv.py`) is read as its stored values times
+Computes in fp32. An FP8 cache (`widebeam/kernels/kv/fp8_kv.py`) is read as its stored values times
 its layer's per-head scales, in fp32, before anything else. Decode is two-level ("cascade"):
 attention of a request's rows over its shared prompt KV, attention of each row over its private
 suffix, merged by log-sum-exp.

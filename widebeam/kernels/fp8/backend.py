@@ -9,8 +9,8 @@ FP8's own 3.75% against bf16; decoder layers 1.46x bf16 against 1.31x). The engi
 `fp8_accumulation` chooses; the CPU reference sums in fp32 either way.
 
 A path is its activation quantizer and its GEMM on already-quantized rows: the model hands an
-FP8 linear rows its previous kernel quantized (`kernels/layers/dispatch.py`'s `*_fp8` layers)
-and the linear skips its own quantization.
+FP8 linear rows its previous kernel quantized (`widebeam/kernels/layers/dispatch.py`'s `*_fp8`
+layers) and the linear skips its own quantization.
 
 A third GEMM, `triton_gemm.py`, serves the weight shapes listed in `TRITON_FROM_ROWS` from the
 row count given there (`gemm_for_weight`, applied per linear at load); `torch._scaled_mm` serves

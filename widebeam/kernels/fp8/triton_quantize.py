@@ -21,8 +21,8 @@ division is a product with the row's reciprocal corrected twice with fused multi
 same IEEE result), and on CUDA the cast to e4m3 rounds by itself.
 
 `_store_fp8_row` is that arithmetic for one row already in registers: the layer kernels that
-produce a GEMM's input (`kernels/layers/triton_fp8_layers.py`) end with it instead of storing
-the row in the model dtype for this pass to read back."""
+produce a GEMM's input (`widebeam/kernels/layers/triton_fp8_layers.py`) end with it instead of
+storing the row in the model dtype for this pass to read back."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 importable and no gradient is wanted (they have no backward), the torch reference otherwise
 (CPU, training, and the parity tests).
 
-The `*_fp8` layers feed an FP8 GEMM: their output quantized per row (`kernels/fp8/quantize`).
+The `*_fp8` layers feed an FP8 GEMM: their output quantized per row
+(`widebeam/kernels/fp8/quantize`).
 On CUDA one kernel computes the layer and quantizes it (`triton_fp8_layers`); the reference is
 the layer, then `quantize_rows`: the values the FP8 GEMM would have quantized itself."""
 

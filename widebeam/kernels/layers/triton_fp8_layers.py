@@ -3,8 +3,8 @@ the residual add + RMSNorm) before the q/k/v and gate/up GEMMs, the SiLU product
 
 Each program computes one row as `triton_layers` does (same rounding points: the model-dtype
 value the unfused kernel would store), then that row's scale and FP8 values as
-`kernels/fp8/triton_quantize` does (a row held whole in registers; a SiLU product wider than
-SILU_MAX_CHUNK is computed in chunks twice, once for its amax, once to quantize). The FP8
+`widebeam/kernels/fp8/triton_quantize` does (a row held whole in registers; a SiLU product
+wider than SILU_MAX_CHUNK is computed in chunks twice, once for its amax, once to quantize). The FP8
 bytes and scales are those of the layer kernel followed by the quantization pass, without the
 model-dtype row written by one and read back by the other (at 6,144 decode rows and the 1.7B
 shape: 25 MB each way per norm, 75 MB per SiLU product). The residual stream stays in the

@@ -14,7 +14,7 @@ replay (`prepare_*_replay`). The kernels of a captured step read only those stat
 `prefill` / `decode` must accept them and must not read the device from the host. Eager padded
 steps (graphs switched off) run the same path without the capture.
 
-FP8 KV (`kernels/kv/fp8_kv.py`): `prefill` and `decode` then take K and V in float8_e4m3fn
+FP8 KV (`widebeam/kernels/kv/fp8_kv.py`): `prefill` and `decode` then take K and V in float8_e4m3fn
 with the layer's `KvScales`, and attend over the stored values times their head's scale,
 accumulating in fp32 as ever (a prefill's fresh K and V arrive as the cache holds them, so a
 prompt's tokens see the same keys whether prefilled now or read from cached pages). A backend
