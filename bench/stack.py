@@ -10,7 +10,11 @@ host cost), and the decoder's CUDA-graph captures after ready, per phase
     python bench/stack.py [--quick]                     # one H200: W3 model and catalog
     python bench/stack.py --smoke                       # CPU, tiny model: seconds, a smoke test
 
-The engine runs first and is freed before the decoder process starts on the same device. The
+The engine runs first, then the servers (the engine idle beside them on the same device), then
+the engine again: every service rate is divided by the mean of the engine's two, and the
+engine's second ÷ first rate ("engine drift") says how much the device or host moved over the
+run. Every phase sends histories no earlier phase sent, so no path reads its prompts from a
+prefix cache an earlier one filled; the sweep's requests are all new too. The
 chat route's prompt is the history's SID text in the gateway's chat template, so its prompt
 has a few more tokens than Recommend's; its decoding (constrained, beam = n) is the same.
 """
@@ -20,13 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import json
+import math
 import multiprocessing
 import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +50,7 @@ from replicas import GatewayProcess
 from timelines import TIMELINE_HEADERS, DecoderTimelines, EngineTimeline, timeline_cells
 
 from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.requests.spec import GenerationRequest
@@ -70,10 +76,17 @@ class Workload:
     catalog: Path
     layout: SidLayout
     sids: dict[str, tuple[int, ...]]  # item id -> SID codes
-    histories: dict[int, list[list[str]]]  # width -> a pool of distinct histories
+    items: list[str]  # the catalog's item ids, histories' population
     token_text: dict[int, str]  # the tokenizer's added tokens (the SID tokens among them)
     # width -> timed requests per closed-loop phase: what the engine answers in --phase-seconds
     counts: dict[int, int] = field(default_factory=dict)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def fresh_histories(self, count: int) -> list[list[str]]:
+        """Histories no phase has sent yet: each phase and each sweep request gets its own, so
+        no path finds its prompts in a prefix cache a path before it filled (a reused history
+        would skip its prefill there, and that path would look faster than it is)."""
+        return [self.rng.sample(self.items, HISTORY_ITEMS) for _ in range(count)]
 
     def prompt(self, history: list[str]) -> list[int]:
         return history_prompt(self.layout, [self.sids[item] for item in history])
@@ -125,8 +138,11 @@ def batching(
     prefills = max(after.prefill_forwards - before.prefill_forwards, 1)
     decodes = after.decode_forwards - before.decode_forwards
     answered = max(answered, 1)
+    prefilled = max(after.prefilled_requests - before.prefilled_requests, 1)
     return {
         "requests_per_prefill": (after.prefilled_requests - before.prefilled_requests) / prefills,
+        # prompt tokens computed per request: lower than the prompt where a prefix was cached
+        "prefill_tokens_per_request": (after.prefill_tokens - before.prefill_tokens) / prefilled,
         "rows_per_decode": (after.decode_rows - before.decode_rows) / max(decodes, 1),
         "decodes_per_request": decodes / answered,
         "expansions_per_request": (after.beam_expansions - before.beam_expansions) / answered,
@@ -136,6 +152,7 @@ def batching(
 
 BATCHING_COLUMNS = {  # `batching`'s keys, as the table names them
     "requests_per_prefill": "prefill batch",
+    "prefill_tokens_per_request": "prefill tok/req",
     "rows_per_decode": "rows/decode",
     "decodes_per_request": "decodes/req",
     "expansions_per_request": "expansions/req",
@@ -159,21 +176,17 @@ def build_workload(args: argparse.Namespace) -> Workload:
     for line in catalog.open():
         entry = json.loads(line)
         sids[entry["item_id"]] = tuple(entry["sid"])
-    items = list(sids)
-    rng = random.Random(0)
-    histories = {
-        w: [rng.sample(items, HISTORY_ITEMS) for _ in range(args.history_pool)]
-        for w in args.widths
-    }
     added = json.loads((model / "tokenizer.json").read_text())["added_tokens"]
     token_text = {int(t["id"]): str(t["content"]) for t in added}
-    return Workload(model, catalog, layout, sids, histories, token_text)
+    return Workload(model, catalog, layout, sids, list(sids), token_text)
 
 
 # ----- in-process engine ----------------------------------------------------------------------
-def engine_phases(
-    args: argparse.Namespace, work: Workload, sampler: GpuSampler
-) -> tuple[list[Phase], int]:
+ENGINE = "engine"
+ENGINE_AGAIN = "engine (again)"  # the same engine after the service phases: the run's drift
+
+
+def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
     engine = make_engine(
         work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog),
         capture_at_start=True, capture_beam_widths=tuple(args.widths),
@@ -182,29 +195,40 @@ def engine_phases(
     engine.mark_ready()
     print(f"[engine] start-up captures {sum(engine.runner.capture_counts.counts.values())} "
           f"in {warm_s:.1f} s", flush=True)  # fmt: skip
+    return engine
+
+
+def engine_phases(
+    args: argparse.Namespace, work: Workload, sampler: GpuSampler, engine: Engine, path: str
+) -> list[Phase]:
+    """One closed-loop phase per width through the engine in this process. The first pass
+    (`ENGINE`) sizes every path's timed phase from its warm-up's rate; the second
+    (`ENGINE_AGAIN`, after the servers' phases, the decoder idle meanwhile) times as many: the
+    services are compared with both, so a device or host that ran faster late in the run than
+    early shows as the engine's own spread instead of moving every ratio one way."""
     steps = work.layout.path_length(include_begin=False)  # the prompt ends with the begin token
     phases = []
     for width in args.widths:
 
-        def requests(tag: str, width: int = width) -> list[GenerationRequest]:
+        def requests(tag: str, count: int, width: int = width) -> list[GenerationRequest]:
             return [
                 GenerationRequest(
                     f"{tag}-{width}-{i}", tuple(work.prompt(h)), beam_width=width, n=width,
                     max_new_tokens=steps, eos_token_id=(), constrained=True,
                 )
-                for i, h in enumerate(work.histories[width])
+                for i, h in enumerate(work.fresh_histories(count))
             ]  # fmt: skip
 
-        # The warm-up's rate sizes every path's timed phase for this width: a fixed count
-        # would time 0.2 s at n = 50 and several seconds at n = 1000.
-        warm = drive(engine, requests("warm")[: 2 * args.concurrency], None, args.concurrency)
-        rate = len(warm.latencies_ms) / max(warm.wall_s, 1e-9)
-        work.counts[width] = min(
-            max(args.requests, round(rate * args.phase_seconds)), args.history_pool
-        )
+        warm = drive(engine, requests(f"{path}-warm", 2 * args.concurrency), None,
+                     args.concurrency)  # fmt: skip
+        if path == ENGINE:
+            # The warm-up's rate sizes every path's timed phase for this width: a fixed count
+            # would time 0.2 s at n = 50 and several seconds at n = 1000.
+            rate = len(warm.latencies_ms) / max(warm.wall_s, 1e-9)
+            work.counts[width] = max(args.requests, round(rate * args.phase_seconds))
         cpu_before = time.process_time()  # every thread of this process: the engine's host cost
         steps_before = dataclasses.replace(engine.step_counts)
-        timed = requests("timed")[: work.counts[width]]
+        timed = requests(f"{path}-timed", work.counts[width])
         started = time.monotonic()
         timeline: dict = {}
         if args.timeline:
@@ -214,28 +238,26 @@ def engine_phases(
         else:
             stats = drive(engine, timed, None, args.concurrency)
         n = len(stats.latencies_ms)
-        phase = Phase("engine", width, stats.latencies_ms, {"ok": n}, stats.wall_s)
+        phase = Phase(path, width, stats.latencies_ms, {"ok": n}, stats.wall_s)
         phase.gpu = sampler.window(started, time.monotonic())
         phase.timeline = timeline
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
         phase.batching = batching(steps_before, engine.step_counts, n, stats.wall_s)
         phases.append(phase)
-    captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
-    del engine
-    gc.unfreeze()  # make_engine froze what was alive: the engine must go before the decoder
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return phases, captures
+        print(phase.row() | {"timeline": {}}, flush=True)
+    return phases
 
 
 # ----- clients ------------------------------------------------------------------------------
 Send = Callable[[int], Awaitable[str]]  # request index -> status ("200", "429", grpc code...)
 
 
-async def closed_loop(send: Send, count: int, concurrency: int, phase: Phase) -> Phase:
-    """`concurrency` clients, each sends its next request when its last one is answered."""
-    order = list(reversed(range(count)))
+async def closed_loop(
+    send: Send, count: int, concurrency: int, phase: Phase, first: int = 0
+) -> Phase:
+    """`concurrency` clients, each sends its next request when its last one is answered;
+    requests `first` .. `first + count - 1`."""
+    order = list(reversed(range(first, first + count)))
 
     async def client() -> None:
         while order:
@@ -337,27 +359,29 @@ async def service_phases(
         stub = pb_grpc.DecoderStub(channel)
         model_name = (await http.get("/v1/models")).json()["data"][0]["id"]
         for width in args.widths:
-            histories = work.histories[width]
-            senders: dict[str, Send] = {
-                "grpc Recommend": grpc_sender(stub, histories, width),
-                "REST /v1/recommend": http_sender(
-                    http, "/v1/recommend", [recommend_body(h, width) for h in histories]
+            count = work.counts[width]
+            senders: dict[str, Callable[[list[list[str]]], Send]] = {
+                "grpc Recommend": lambda hs, w=width: grpc_sender(stub, hs, w),
+                "REST /v1/recommend": lambda hs, w=width: http_sender(
+                    http, "/v1/recommend", [recommend_body(h, w) for h in hs]
                 ),
-                "REST chat": http_sender(
-                    http, "/v1/chat/completions",
-                    [chat_body(work, model_name, h, width) for h in histories],
+                "REST chat": lambda hs, w=width: http_sender(
+                    http, "/v1/chat/completions", [chat_body(work, model_name, h, w) for h in hs]
                 ),
             }  # fmt: skip
-            for path, send in senders.items():
+            for path, sender in senders.items():
+                # The warm-up's requests first, then the timed ones: all new to the decoder.
+                send = sender(work.fresh_histories(args.concurrency + count))
                 before = sum(serving_captures(metrics_url).values())
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
                 cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
                 steps_before = step_counts(metrics_url)
-                count = work.counts[width]
                 if timelines is not None:
                     timelines.start()
                 started = time.monotonic()
-                phase = await closed_loop(send, count, args.concurrency, Phase(path, width))
+                phase = await closed_loop(
+                    send, count, args.concurrency, Phase(path, width), first=args.concurrency
+                )
                 phase.gpu = sampler.window(started, time.monotonic())
                 if timelines is not None:
                     phase.timeline = await asyncio.to_thread(timelines.stop)
@@ -404,29 +428,41 @@ def _sweep_client(
         limits = httpx.Limits(max_connections=1024)
         async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
             t0 = time.perf_counter()
-            await asyncio.gather(*(one(http, a, rng.choice(bodies)) for a in arrivals))
+            # Each arrival its own body (a client given fewer than it draws arrivals would
+            # repeat them; sweep_bodies sizes the lists far past the Poisson tail).
+            await asyncio.gather(
+                *(one(http, a, bodies[i % len(bodies)]) for i, a in enumerate(arrivals))
+            )
         return latencies, statuses
 
     return asyncio.run(run())
 
 
-def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: float) -> list[dict]:
-    widths = sorted(args.widths)
-    mix = [(w, share) for w, share in zip(widths, SWEEP_MIX, strict=False)]
-    rng = random.Random(1)
-    bodies = []
+def sweep_bodies(args: argparse.Namespace, work: Workload, expected: float) -> list[dict]:
+    """A sweep client's request bodies, one per arrival it may draw (`expected` on average):
+    new histories (none cached by an earlier phase or request), widths drawn by the mix."""
+    widths = sorted(args.widths)[: len(SWEEP_MIX)]
+    shares = SWEEP_MIX[: len(widths)]
     deadline = {} if args.sweep_deadline_ms is None else {"timeout_ms": args.sweep_deadline_ms}
-    for width, share in mix:
-        count = max(1, round(share * 100))
-        bodies += [recommend_body(rng.choice(work.histories[width]), width) | deadline] * count
+    count = math.ceil(expected + 5 * math.sqrt(expected) + 10)
+    drawn = work.rng.choices(widths, weights=shares, k=count)
+    return [
+        recommend_body(history, width) | deadline
+        for history, width in zip(work.fresh_histories(count), drawn, strict=True)
+    ]
+
+
+def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: float) -> list[dict]:
     rows = []
     with multiprocessing.get_context("spawn").Pool(args.clients) as pool:
         for load in args.loads:
             offered = load * capacity_rps
+            rate = offered / args.clients
             jobs = [
-                (url, bodies, offered / args.clients, args.sweep_seconds, seed)
+                (url, sweep_bodies(args, work, rate * args.sweep_seconds), rate,
+                 args.sweep_seconds, seed)
                 for seed in range(args.clients)
-            ]
+            ]  # fmt: skip
             t0 = time.perf_counter()
             results = pool.starmap(_sweep_client, jobs)
             wall = time.perf_counter() - t0
@@ -515,9 +551,7 @@ def main() -> None:
                         help="the fewest timed requests per width and path")
     parser.add_argument("--phase-seconds", type=float, default=10.0,
                         help="timed requests per width and path: what the engine answers in "
-                        "this long (at least --requests, at most --history-pool)")
-    parser.add_argument("--history-pool", type=int, default=3000,
-                        help="distinct histories per width")  # fmt: skip
+                        "this long (at least --requests)")
     parser.add_argument("--clients", type=int, default=4, help="sweep client processes")
     parser.add_argument("--loads", type=lambda s: [float(x) for x in s.split(",")],
                         default=[0.25, 0.5, 1.0, 1.5, 2.0, 2.5])  # fmt: skip
@@ -551,7 +585,7 @@ def main() -> None:
     if args.smoke:
         args.widths = args.widths or [4]
         args.concurrency, args.requests, args.clients = 2, 4, 1
-        args.phase_seconds, args.history_pool = 0.0, 8
+        args.phase_seconds = 0.0
         args.loads, args.sweep_seconds, args.sweep_timeout = [2.0], 1.0, 5.0
         args.max_rows, args.max_kv_slots = 64, 16384
         # One torch thread per process: on a shared CPU, spinning thread pools of the bench
@@ -564,7 +598,9 @@ def main() -> None:
     work = build_workload(args)
     sampler = GpuSampler().start()
     try:
-        phases, engine_captures = engine_phases(args, work, sampler)
+        # The engine stays (idle) beside the decoder: measured again after the servers.
+        engine = start_engine(args, work)
+        phases = engine_phases(args, work, sampler, engine, ENGINE)
     except BaseException:
         sampler.stop()
         raise
@@ -607,6 +643,8 @@ def main() -> None:
             stop_profiler(profiler)
         gateway.stop()
         gateway = None
+        phases += engine_phases(args, work, sampler, engine, ENGINE_AGAIN)
+        engine_captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
         capacity = mixed_capacity(phases, args.widths)
         sweep_gateway = GatewayProcess(
             [decoder.address], max(args.widths), request_timeout_s=args.sweep_timeout
@@ -625,6 +663,33 @@ def main() -> None:
     report(args, phases, sweep_rows, capacity, captures, engine_captures)
 
 
+def engine_passes(rows: list[dict]) -> dict[int, list[dict]]:
+    """width -> the engine's rows, first pass first."""
+    passes: dict[int, list[dict]] = {}
+    for r in rows:
+        if r["path"] in (ENGINE, ENGINE_AGAIN):
+            passes.setdefault(r["width"], []).append(r)
+    return passes
+
+
+def engine_baseline(rows: list[dict]) -> dict[int, tuple[float, float]]:
+    """width -> what the services are compared with: the mean req/s and p99 of the engine's
+    passes."""
+    return {
+        width: (statistics.fmean(float(r["answered_rps"]) for r in runs),
+                statistics.fmean(float(r["p99_ms"]) for r in runs))
+        for width, runs in engine_passes(rows).items()
+    }  # fmt: skip
+
+
+def engine_drift(rows: list[dict]) -> dict[int, float]:
+    """width -> the engine's second pass ÷ its first, in req/s (1.0: the run held still)."""
+    return {
+        width: float(runs[-1]["answered_rps"]) / max(float(runs[0]["answered_rps"]), 1e-9)
+        for width, runs in engine_passes(rows).items()
+    }
+
+
 def report(
     args: argparse.Namespace,
     phases: list[Phase],
@@ -634,11 +699,12 @@ def report(
     engine_captures: int,
 ) -> None:
     rows = [p.row() for p in phases]
-    engine = {r["width"]: r for r in rows if r["path"] == "engine"}
+    baseline = engine_baseline(rows)
     for r in rows:
-        base = engine[r["width"]]
-        r["vs_engine"] = float(r["answered_rps"]) / max(float(base["answered_rps"]), 1e-9)  # type: ignore[arg-type]
-        r["p99_vs_engine"] = float(r["p99_ms"]) / max(float(base["p99_ms"]), 1e-9)  # type: ignore[arg-type]
+        rps, p99 = baseline[r["width"]]
+        r["vs_engine"] = float(r["answered_rps"]) / max(rps, 1e-9)  # type: ignore[arg-type]
+        r["p99_vs_engine"] = float(r["p99_ms"]) / max(p99, 1e-9)  # type: ignore[arg-type]
+    drift = engine_drift(rows)
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "api_processes": args.api_processes,
@@ -648,6 +714,7 @@ def report(
         "decoder_captures_after_ready": sum(captures.values()),
         "decoder_captures_after_ready_by_kind": captures,
         "engine_captures_after_ready": engine_captures,
+        "engine_drift": drift,
     }  # fmt: skip
     write_result("stack", result)
     print(markdown_table(
@@ -678,6 +745,8 @@ def report(
               *timeline_cells(r["timeline"], len(p.latencies_ms))]
              for r, p in zip(rows, phases, strict=True)],
         ))  # fmt: skip
+    print("engine drift (second pass ÷ first, req/s): "
+          + ", ".join(f"n = {w}: {d:.2f}" for w, d in drift.items()))
     in_sweep = sweep_rows[0]["captures_in_sweep"] if sweep_rows else 0
     print(f"graph captures after ready: decoder {sum(captures.values())} {captures} "
           f"({in_sweep} in the sweep), in-process engine {engine_captures}")

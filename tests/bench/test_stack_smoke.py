@@ -2,7 +2,9 @@
 route, and the open-loop sweep, end to end on CPU with the tiny model, the decoder's port served
 by an API process (`--api-processes 1`; the port in the engine's process is every other
 decoder test's); its JSON report holds every path and width, every closed-loop request
-answered, a device timeline of each phase (`--timeline`: the decoder's through its SIGUSR1
+answered, the engine measured before and after the servers (its drift), every phase's
+prompts prefilled whole (new histories: none found in a cache an earlier phase filled), a
+device timeline of each phase (`--timeline`: the decoder's through its SIGUSR1
 recorder; on CPU only the host's phases), and no graph capture after ready."""
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from pathlib import Path
 
 from tests.bench.smoke import run_smoke
 
-PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat"}
+PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat", "engine (again)"}
+PROMPT_TOKENS = 60 * 5 + 1  # 60 items of <begin> 3 codes <end>, then the begin token
 
 
 def test_stack_smoke_run(tmp_path: Path) -> None:
@@ -32,12 +35,16 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         assert batching["requests_per_prefill"] >= 1 and batching["rows_per_decode"] >= 4, row
         assert batching["decodes_per_request"] > 0 and batching["expansions_per_request"] >= 0
         assert 0 < batching["busy"] <= 1.05, row  # a share of the phase's wall time
+        if row["path"] != "REST chat":  # (its chat template's tokens are every prompt's prefix)
+            # each phase sends new histories: no prompt is found in a cache an earlier one filled
+            assert batching["prefill_tokens_per_request"] == PROMPT_TOKENS, row
         assert row["gpu"] == {}  # no nvidia-smi on a CPU machine: no clock samples
         timeline = row["timeline"]  # the engine thread's steps over the timed loop
         assert timeline["steps"] >= 2, row  # 4 requests of 3 tokens each
         assert {"prefill", "decode", "select", "finish"} <= set(timeline["host_ms_by_phase"])
-        if row["path"] != "engine":  # each server process's host time per request (its
-            # size depends on the machine, and /proc counts in 10 ms ticks: only that it is read)
+        if not row["path"].startswith("engine"):  # each server process's host time per
+            # request (its size depends on the machine, and /proc counts in 10 ms ticks: only
+            # that it is read)
             assert set(row["cpu_ms_per_request"]) == {"decoder", "decoder API", "gateway"}, row
             assert min(row["cpu_ms_per_request"].values()) >= 0, row
     # The sweep's outcome depends on speed (its deadlines are short on purpose): only that it
@@ -49,6 +56,9 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     assert report["decoder_captures_after_ready"] == 0
     assert set(report["decoder_captures_after_ready_by_kind"]) == {"decode", "prefill", "expansion"}
     assert report["engine_captures_after_ready"] == 0
+    # the engine measured again after the servers: its second rate ÷ its first, per width
+    assert set(report["engine_drift"]) == {"4"} and report["engine_drift"]["4"] > 0
+    assert "engine drift (second pass ÷ first, req/s): n = 4:" in stdout
     assert "graph captures after ready: decoder 0" in stdout
     written = sorted(p.name for p in (tmp_path / "timelines" / "decoder").iterdir())
     assert written == [f"timeline-{k}.json" for k in (1, 2, 3)]  # one per service phase
