@@ -64,6 +64,7 @@ W3_LEVELS = (512, 512, 512)  # workload 3's catalog: 430k SIDs, codebook 512
 SMOKE_LEVELS = (16, 16, 16)
 HISTORY_ITEMS = 60
 SWEEP_MIX = (0.5, 0.3, 0.2)  # share of each width (narrowest first) in the open-loop sweep
+LATENCY_PARTS = ("decoder", "gateway", "outside")  # of a sweep's answered latency
 CPU_COLUMNS = ("engine", "decoder", "decoder API", "gateway")  # host CPU per request, by process
 SERVING_CAPTURES = re.compile(
     r'^widebeam_decoder_graph_captures_total\{kind="(\w+)",phase="serving"\} ([0-9.e+]+)$', re.M
@@ -400,26 +401,44 @@ async def service_phases(
 
 
 # ----- open-loop sweep ------------------------------------------------------------------------
+SERVER_TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
+
+
+@dataclass
+class SweepAnswers:
+    """One sweep client's outcome at one load: each answered request's latency as the client
+    saw it and the parts of it the gateway's Server-Timing header names."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    app_ms: list[float] = field(default_factory=list)  # in the gateway's app
+    decoder_ms: list[float] = field(default_factory=list)  # in its decoder calls
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
 def _sweep_client(
     url: str, bodies: list[dict], rate: float, duration_s: float, seed: int
-) -> tuple[list[float], dict[str, int]]:
+) -> SweepAnswers:
     """One client process: Poisson arrivals at `rate` for `duration_s`; answered latencies."""
 
-    async def run() -> tuple[list[float], dict[str, int]]:
+    async def run() -> SweepAnswers:
         rng = random.Random(seed)
-        latencies: list[float] = []
-        statuses: dict[str, int] = {}
+        answers = SweepAnswers()
+        statuses = answers.statuses
 
         async def one(http: httpx.AsyncClient, at: float, body: dict) -> None:
             await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
             start = time.perf_counter()
             try:
-                status = str((await http.post("/v1/recommend", json=body)).status_code)
+                response = await http.post("/v1/recommend", json=body)
+                status = str(response.status_code)
             except httpx.HTTPError as exc:
                 status = type(exc).__name__
             statuses[status] = statuses.get(status, 0) + 1
             if status == "200":
-                latencies.append((time.perf_counter() - start) * 1000)
+                answers.latencies_ms.append((time.perf_counter() - start) * 1000)
+                parts = dict(SERVER_TIMING.findall(response.headers.get("server-timing", "")))
+                answers.app_ms.append(float(parts.get("app", "nan")))
+                answers.decoder_ms.append(float(parts.get("decoder", "nan")))
 
         arrivals, at = [], rng.expovariate(rate)
         while at < duration_s:
@@ -433,7 +452,7 @@ def _sweep_client(
             await asyncio.gather(
                 *(one(http, a, bodies[i % len(bodies)]) for i, a in enumerate(arrivals))
             )
-        return latencies, statuses
+        return answers
 
     return asyncio.run(run())
 
@@ -466,10 +485,10 @@ def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: floa
             t0 = time.perf_counter()
             results = pool.starmap(_sweep_client, jobs)
             wall = time.perf_counter() - t0
-            latencies = [ms for lat, _ in results for ms in lat]
+            latencies = [ms for r in results for ms in r.latencies_ms]
             statuses: dict[str, int] = {}
-            for _, st in results:
-                for key, n in st.items():
+            for r in results:
+                for key, n in r.statuses.items():
                     statuses[key] = statuses.get(key, 0) + n
             stats = RunStats(latencies or [0.0], wall).summary()
             row = {
@@ -478,10 +497,30 @@ def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: floa
                 "goodput_of_capacity": len(latencies) / args.sweep_seconds / capacity_rps,
                 "p50_ms": stats["p50_ms"], "p99_ms": stats["p99_ms"],
                 "statuses": dict(sorted(statuses.items())),
+                "latency_parts": latency_parts(results),
             }  # fmt: skip
             rows.append(row)
             print(row, flush=True)
     return rows
+
+
+def latency_parts(results: list[SweepAnswers]) -> dict[str, dict[str, float]]:
+    """p50 / p99 of each part of the answered requests' latency: the decoder calls, the rest
+    of the gateway's app, and what lies outside the app (the client's queue, the connection,
+    the gateway's event loop before the app saw the request)."""
+    parts: dict[str, list[float]] = {"decoder": [], "gateway": [], "outside": []}
+    for r in results:
+        for total, app, decoder in zip(r.latencies_ms, r.app_ms, r.decoder_ms, strict=True):
+            if math.isnan(app) or math.isnan(decoder):  # no header: nothing to split
+                continue
+            parts["decoder"].append(decoder)
+            parts["gateway"].append(app - decoder)
+            parts["outside"].append(total - app)
+    return {
+        name: {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]}
+        for name, values in parts.items() if values
+        for s in [RunStats(values, 1.0).summary()]
+    }  # fmt: skip
 
 
 def mixed_capacity(phases: list[Phase], widths: list[int]) -> float:
@@ -728,9 +767,13 @@ def report(
             for k in BATCHING_COLUMNS)] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
-        ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses"],
+        ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses",
+         *(f"{part} p50 / p99 ms" for part in LATENCY_PARTS)],
         [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
-          r["p50_ms"], r["p99_ms"], r["statuses"]] for r in sweep_rows],
+          r["p50_ms"], r["p99_ms"], r["statuses"],
+          *(f"{r['latency_parts'][part]['p50_ms']:.1f} / {r['latency_parts'][part]['p99_ms']:.1f}"
+            if part in r["latency_parts"] else "-" for part in LATENCY_PARTS)]
+         for r in sweep_rows],
     ))  # fmt: skip
     if any(r["gpu"] for r in rows):  # did the device run alike in every phase?
         print(markdown_table(

@@ -32,6 +32,7 @@ from widebeam.services.gateway.routes import (
     playground,
     recommend,
 )
+from widebeam.services.gateway.server_timing import ServerTimingMiddleware
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.gateway.shedding import LoadShedMiddleware
 from widebeam.services.gateway.state import GatewayState
@@ -90,6 +91,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Before the body limit reads a body: no body is read for a request without a valid key.
     app.add_middleware(KeyBeforeBodyMiddleware, api_keys=api_keys, needs_key=_under_v1)
+    if settings.server_timing:  # from the request's arrival in the app: body reading included
+        app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost
     return app
 

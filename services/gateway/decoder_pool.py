@@ -39,6 +39,7 @@ from widebeam.services.gateway.replica_choice import (
     call_work,
     replica_order,
 )
+from widebeam.services.gateway.server_timing import record_decoder_call
 from widebeam.services.gateway.settings import GatewaySettings
 from widebeam.services.http.errors import ApiError, retry_later
 
@@ -272,11 +273,14 @@ class DecoderPool:
     ) -> Any:
         replica.in_flight += 1
         replica.outstanding_work += work
+        started = time.perf_counter()
         try:
             return await getattr(replica.stub, method)(request, timeout=timeout)
         finally:
             replica.in_flight -= 1
             replica.outstanding_work -= work
+            if method != "GetInfo":  # a request's own work, not the poller's
+                record_decoder_call(time.perf_counter() - started)
 
     def _exhausted(self, failures: dict[grpc.StatusCode, str], retry_after_s: int) -> ApiError:
         # Overload anywhere wins: the client should slow down, not assume an outage.

@@ -88,6 +88,12 @@ class GatewaySettings(ClientGuardSettings):
         description="gateway processes serving the one port (SO_REUSEPORT), each with its own "
         "decoder pool, poller, metrics and limits (max_in_flight_per_decoder is per worker)",
     )
+    server_timing: bool = Field(
+        True,
+        description="a Server-Timing header on every response: the gateway's time to the "
+        "response's start (app) and its decoder calls' (decoder), for a client to see where "
+        "its latency went; off hides the decoders' timing from callers",
+    )
     log_level: str = "INFO"
 
     @model_validator(mode="before")

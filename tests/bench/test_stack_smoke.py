@@ -52,6 +52,10 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     # the shedding rule's counts.
     [sweep] = report["sweep"]
     assert sweep["load"] == 2.0 and sweep["statuses"].get("200", 0) > 0, sweep
+    # the answered latency split by the gateway's Server-Timing header
+    parts = sweep["latency_parts"]
+    assert set(parts) == {"decoder", "gateway", "outside"}, sweep
+    assert parts["decoder"]["p50_ms"] > 0 and parts["gateway"]["p50_ms"] >= 0, sweep
     assert sweep["captures_in_sweep"] == 0
     assert report["decoder_captures_after_ready"] == 0
     assert set(report["decoder_captures_after_ready_by_kind"]) == {"decode", "prefill", "expansion"}
