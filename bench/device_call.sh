@@ -39,6 +39,8 @@
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
 #                          --quantization fp8 --kv-dtype fp8
+# Every stack* step appends $WIDEBEAM_STACK_ARGS to its stack.py command (e.g.
+# "--gateway-workers 2").
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
 # log are printed at the end, so the call's reply carries a summary.
 set -u
@@ -58,18 +60,20 @@ started=$(date +%s)
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 echo "setup: $(( $(date +%s) - started )) s" >> "$OUT/setup.log"
 
+STACK_ARGS=${WIDEBEAM_STACK_ARGS:-}
 step_command() {
     case "$1" in
         gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels \
             tests/services/decoder tests/services/gateway/test_wide_beams_gpu.py \
             -k 'not flashinfer'" ;;
-        stack) echo "cd bench && python3 stack.py --quick" ;;
-        stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1" ;;
+        stack) echo "cd bench && python3 stack.py --quick $STACK_ARGS" ;;
+        stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1 $STACK_ARGS" ;;
         stack-deadline) echo "cd bench && python3 stack.py --quick \
-            --sweep-deadline-ms ${WIDEBEAM_SWEEP_DEADLINE_MS:-300}" ;;
-        stack-timeline) echo "cd bench && python3 stack.py --quick --timeline \$OUT/timelines" ;;
+            --sweep-deadline-ms ${WIDEBEAM_SWEEP_DEADLINE_MS:-300} $STACK_ARGS" ;;
+        stack-timeline) echo "cd bench && python3 stack.py --quick --timeline \$OUT/timelines \
+            $STACK_ARGS" ;;
         stack-api-bounded) echo "cd bench && python3 stack.py --quick --api-processes 1 \
-            --max-queue-wait-s ${WIDEBEAM_QUEUE_WAIT_S:-0.1}" ;;
+            --max-queue-wait-s ${WIDEBEAM_QUEUE_WAIT_S:-0.1} $STACK_ARGS" ;;
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;

@@ -604,6 +604,8 @@ def main() -> None:
                         "once what it predicts would finish later")  # fmt: skip
     parser.add_argument("--api-processes", type=int, default=0,
                         help="the decoder's --api-processes (0: gRPC in the engine's process)")
+    parser.add_argument("--gateway-workers", type=int, default=1,
+                        help="the gateways' --workers (processes on one port)")
     parser.add_argument("--max-queue-wait-s", type=float,
                         help="the decoder's bound on a request's predicted queue wait (an "
                         "operator's latency budget below the clients' deadline)")
@@ -656,7 +658,9 @@ def main() -> None:
     gateway = sweep_gateway = None
     try:
         decoder.wait_ready()
-        gateway = GatewayProcess([decoder.address], max(args.widths), request_timeout_s=600.0)
+        gateway = GatewayProcess(
+            [decoder.address], max(args.widths), args.gateway_workers, request_timeout_s=600.0
+        )
         gateway.wait_ready()
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         # The decoder's own CPU apart from its children's: its API processes with
@@ -686,8 +690,9 @@ def main() -> None:
         engine_captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
         capacity = mixed_capacity(phases, args.widths)
         sweep_gateway = GatewayProcess(
-            [decoder.address], max(args.widths), request_timeout_s=args.sweep_timeout
-        )
+            [decoder.address], max(args.widths), args.gateway_workers,
+            request_timeout_s=args.sweep_timeout,
+        )  # fmt: skip
         sweep_gateway.wait_ready()
         before_sweep = sum(serving_captures(metrics_url).values())
         sweep_rows = sweep(args, work, sweep_gateway.url, capacity)
@@ -747,6 +752,7 @@ def report(
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "api_processes": args.api_processes,
+                                "gateway_workers": args.gateway_workers,
                                 "max_queue_wait_s": args.max_queue_wait_s,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
