@@ -26,7 +26,10 @@ TIMEOUT_S = 2.0
 # Not a whole number of deadlines: the app asks for the body half a deadline after the body
 # timer's last check, so a client answering the `100 Continue` a little late is past that
 # timer's next check (the guard must count its time from the 100, not from that check).
-APP_PAUSE_S = 4.5 * TIMEOUT_S
+# 2.5 deadlines: the body timer finds the app holding the body back twice in a row (a re-armed
+# hold is covered) before the half-deadline offset; more whole deadlines add only waiting
+# (each test sleeps this once or twice), no case the guard would meet differently.
+APP_PAUSE_S = 2.5 * TIMEOUT_S
 CONTINUE_REPLY_S = 0.6 * TIMEOUT_S  # how long the client takes to send its body after the 100
 BODY = 1 << 20  # over uvicorn's 64 KiB read-ahead: reading pauses until the app asks
 
