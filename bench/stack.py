@@ -191,6 +191,8 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
     engine = make_engine(
         work.model, args.max_rows, args.max_kv_slots, catalog_path=str(work.catalog),
         capture_at_start=True, capture_beam_widths=tuple(args.widths),
+        admission_ratio=args.admission_ratio,
+        admission_max_wait_steps=args.admission_max_wait_steps,
     )  # fmt: skip
     warm_s = engine.warm_up()
     engine.mark_ready()
@@ -604,6 +606,9 @@ def main() -> None:
                         "once what it predicts would finish later")  # fmt: skip
     parser.add_argument("--api-processes", type=int, default=0,
                         help="the decoder's --api-processes (0: gRPC in the engine's process)")
+    parser.add_argument("--admission-ratio", type=float, default=0.0,
+                        help="batched admission, the engine's and the decoder's (EngineConfig)")
+    parser.add_argument("--admission-max-wait-steps", type=int, default=2)
     parser.add_argument("--gateway-workers", type=int, default=1,
                         help="the gateways' --workers (processes on one port)")
     parser.add_argument("--max-queue-wait-s", type=float,
@@ -651,6 +656,8 @@ def main() -> None:
         "--metrics-port", str(metrics_port), "--capture-at-start",
         "--capture-beam-widths", ",".join(map(str, args.widths)),
         "--api-processes", str(args.api_processes),
+        "--admission-ratio", str(args.admission_ratio),
+        "--admission-max-wait-steps", str(args.admission_max_wait_steps),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
         *(["--profile-dir", str(args.timeline / "decoder")] if args.timeline else []),
         env=decoder_env,
@@ -753,6 +760,8 @@ def report(
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "api_processes": args.api_processes,
                                 "gateway_workers": args.gateway_workers,
+                                "admission_ratio": args.admission_ratio,
+                                "admission_max_wait_steps": args.admission_max_wait_steps,
                                 "max_queue_wait_s": args.max_queue_wait_s,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,

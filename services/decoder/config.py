@@ -140,6 +140,18 @@ class EngineConfig:
         default=8192,
         metadata=_help("prompt tokens prefilled in one step (one request may exceed it)"),
     )
+    admission_ratio: float = field(
+        default=0.0,
+        metadata=_help(
+            "batched admission: while requests run, hold waiting ones back until their rows "
+            "reach this share of the running rows (0: admit at every step), so arrivals a few "
+            "ms apart share one prefill forward and decode in step"
+        ),
+    )
+    admission_max_wait_steps: int = field(
+        default=2,
+        metadata=_help("engine steps batched admission holds a waiting request back at most"),
+    )
     attention_backend: str = field(
         default="auto",
         metadata=_help(
@@ -280,6 +292,10 @@ class EngineConfig:
                 )
         if self.dense_expansion_limit < 0:
             raise ValueError("dense_expansion_limit must be >= 0")
+        if not 0 <= self.admission_ratio < float("inf"):  # (NaN fails too)
+            raise ValueError("admission_ratio must be a finite number >= 0")
+        if self.admission_max_wait_steps < 0:
+            raise ValueError("admission_max_wait_steps must be >= 0")
         for name in (
             "max_rows", "max_kv_slots", "page_size", "max_prefill_tokens", "max_capture_rows"
         ):  # fmt: skip

@@ -155,8 +155,9 @@ class Engine:
             config.dense_expansion_limit,
         )
         self.scheduler: Scheduler[RequestState] = Scheduler(
-            config.max_rows, pages, config.max_prefill_tokens, config.prefix_cache
-        )
+            config.max_rows, pages, config.max_prefill_tokens, config.prefix_cache,
+            config.admission_ratio, config.admission_max_wait_steps,
+        )  # fmt: skip
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.
         self.catalogs: dict[str, TrieConstraint] = {}
         self.sid_layout = None

@@ -21,8 +21,10 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     report, stdout = run_smoke(
         "stack.py", tmp_path, "--cache", str(tmp_path), "--api-processes", "1",
         "--timeline", str(tmp_path / "timelines"), "--sweep-deadline-ms", "60000",
+        "--admission-ratio", "1.0",
     )  # fmt: skip
     assert report["env"]["api_processes"] == 1
+    assert report["env"]["admission_ratio"] == 1.0  # the engine's and the decoder's
     assert report["env"]["sweep_deadline_ms"] == 60000  # the sweep's bodies carry timeout_ms
     rows = report["closed_loop"]
     assert {(r["path"], r["width"]) for r in rows} == {(p, w) for p in PATHS for w in (4,)}

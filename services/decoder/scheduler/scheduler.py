@@ -4,6 +4,13 @@ Budget per request: k rows and prompt + k x max_new_tokens KV slots, both reserv
 and held until the request finishes, so a running request is never retracted or aborted for
 memory. Strict FIFO keeps wide requests from starving behind a stream of narrow ones.
 
+Batched admission (`admission_ratio` > 0): while requests run, waiting ones are held back until
+their rows reach that share of the running rows, or the oldest has been held
+`admission_max_wait_steps` steps, or nothing runs. Requests that arrive a few milliseconds
+apart (the next requests of clients whose answers left together) are then prefilled in one
+forward and decode in step with each other, instead of each small group adding a prefill
+forward and a decode cohort of its own; an idle engine admits at once.
+
 With the prompt-prefix cache (`kv/prefix_cache.py`) a request's cached prefix pages are shared,
 not reserved again, and unheld cached pages are evicted to make room; a running request's pages
 never are.
@@ -55,20 +62,30 @@ class Scheduler(Generic[Request]):
         pages: PageAllocator,
         max_prefill_tokens: int,
         prefix_cache: bool = False,
+        admission_ratio: float = 0.0,
+        admission_max_wait_steps: int = 0,
     ) -> None:
         self.max_rows = max_rows
         self.pages = pages
         self.kv = PrefixCache(pages, enabled=prefix_cache)
         self.max_prefill_tokens = max_prefill_tokens
+        self.admission_ratio = admission_ratio
+        self.admission_max_wait_steps = admission_max_wait_steps
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.rows_in_use = 0
+        self.held_steps = 0  # consecutive admit() calls that held the waiting requests back
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
 
     def admit(self) -> list[Request]:
-        """Move waiting requests to running while their rows and KV slots fit."""
+        """Move waiting requests to running while their rows and KV slots fit (once per engine
+        step; batched admission may hold them back for this step)."""
+        if self._holds_back():
+            self.held_steps += 1
+            return []
+        self.held_steps = 0
         admitted: list[Request] = []
         prefill_tokens = 0
         while self.waiting:
@@ -90,6 +107,14 @@ class Scheduler(Generic[Request]):
             self.running.append(head)
             admitted.append(head)
         return admitted
+
+    def _holds_back(self) -> bool:
+        if self.admission_ratio <= 0 or not self.waiting or not self.running:
+            return False
+        if self.held_steps >= self.admission_max_wait_steps:
+            return False
+        waiting_rows = sum(request.num_rows for request in self.waiting)
+        return waiting_rows < self.admission_ratio * self.rows_in_use
 
     def finish(self, request: Request) -> None:
         if request in self.running:

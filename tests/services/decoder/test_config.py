@@ -24,6 +24,10 @@ def test_strings_become_the_enums() -> None:
         ({"max_model_len": 1}, "max_model_len must be >= 2"),
         ({"device": "cuda", "kv_memory_fraction": 0.0}, r"kv_memory_fraction must be in \(0, 1\]"),
         ({"kv_memory_fraction": 0.5}, "device 'cpu' has none to measure: give max_kv_slots"),
+        ({"admission_ratio": -0.5}, "admission_ratio must be a finite number >= 0"),
+        ({"admission_ratio": float("nan")}, "admission_ratio must be a finite number >= 0"),
+        ({"admission_ratio": float("inf")}, "admission_ratio must be a finite number >= 0"),
+        ({"admission_max_wait_steps": -1}, "admission_max_wait_steps must be >= 0"),
     ],
 )
 def test_bad_values_are_named(overrides: dict[str, object], message: str) -> None:

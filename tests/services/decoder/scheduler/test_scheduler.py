@@ -79,3 +79,52 @@ def test_prefix_cache_shares_pages_and_counts_only_prefilled_tokens() -> None:
     for s in (first, *others):
         sched.finish(s)
     assert sched.pages.free_pages == 8 and sched.kv.free_slots == 160  # 2 cached, evictable
+
+
+def _batched(ratio: float, max_wait_steps: int) -> Scheduler[RequestState]:
+    return Scheduler(
+        max_rows=100, pages=PageAllocator(100, 16), max_prefill_tokens=10_000,
+        admission_ratio=ratio, admission_max_wait_steps=max_wait_steps,
+    )  # fmt: skip
+
+
+def test_batched_admission_holds_a_small_group_back_while_others_run() -> None:
+    sched = _batched(ratio=1.0, max_wait_steps=5)
+    running = [_state(f"run{i}", 4, 8, 3, i) for i in range(4)]  # 16 rows
+    for s in running:
+        sched.add(s)
+    assert sched.admit() == running  # nothing ran: admitted at once
+    late = [_state(f"late{i}", 4, 8, 3, 10 + i) for i in range(2)]  # 8 rows < 1.0 x 16
+    for s in late:
+        sched.add(s)
+    assert sched.admit() == [] and sched.held_steps == 1
+    later = [_state(f"later{i}", 4, 8, 3, 20 + i) for i in range(2)]  # 16 rows waiting now
+    for s in later:
+        sched.add(s)
+    assert sched.admit() == late + later  # the waiting rows reached the running ones
+    assert sched.held_steps == 0
+
+
+def test_batched_admission_waits_at_most_its_steps_and_never_on_an_idle_engine() -> None:
+    sched = _batched(ratio=2.0, max_wait_steps=2)
+    first = _state("first", 8, 8, 3, 0)
+    sched.add(first)
+    assert sched.admit() == [first]
+    small = _state("small", 1, 8, 3, 1)
+    sched.add(small)
+    assert sched.admit() == [] and sched.admit() == []  # held for two steps
+    assert sched.admit() == [small]  # the third admits it whatever the ratio says
+    other = _state("other", 1, 8, 3, 2)
+    sched.add(other)
+    sched.finish(first)
+    sched.finish(small)
+    assert sched.admit() == [other]  # nothing runs: no reason to wait
+
+
+def test_ratio_zero_admits_at_every_step() -> None:
+    sched = _batched(ratio=0.0, max_wait_steps=5)
+    a, b = _state("a", 8, 8, 3, 0), _state("b", 1, 8, 3, 1)
+    sched.add(a)
+    assert sched.admit() == [a]
+    sched.add(b)
+    assert sched.admit() == [b]
