@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import grpc
 import redis
@@ -11,6 +10,8 @@ from google.protobuf import empty_pb2
 
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.server.conftest import make_settings, wait_until
+from tests.support.held_relay import HeldRelay
+from tests.support.redis_server import RedisServer
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.store import CatalogStore
 from widebeam.services.catalog.trie import SidTrie
@@ -84,24 +85,14 @@ def test_catalog_with_another_layout_is_not_served(
         assert [i.item_id for i in response.items] == ["a"]
 
 
-PAUSE_MS = 20_000  # how long the new version's load is held up; the old one must answer meanwhile
-
-
-def activate_while_pausing_redis(client: redis.Redis, name: str, version: int) -> float:
-    """Make ``version`` current and pause every Redis client for PAUSE_MS, in one transaction:
-    the decoder hears of the version (or sees ``current`` move) but cannot read it until the
-    pause ends, as a load that takes that long would. Returns the monotonic time by which the
-    pause had begun."""
-    with client.pipeline(transaction=True) as pipe:
-        CatalogStore(pipe).activate(name, version)  # queued; runs inside the transaction
-        pipe.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
-        assert pipe.execute() == [1, b"OK"]
-    return time.monotonic()
-
-
 def test_the_old_version_answers_until_the_new_one_is_loaded(
-    sid_model: SidModel, redis_url: str, redis_client: redis.Redis
+    sid_model: SidModel, redis_server: RedisServer, redis_url: str, redis_client: redis.Redis
 ) -> None:
+    """The decoder reaches Redis through a relay the test holds: the new version is made
+    current, and the decoder hears of it (or sees `current` move) but cannot read it until the
+    test has its answers and releases the relay, as a load that takes that long would. (A
+    `CLIENT PAUSE` of fixed length did this before; it cannot be ended early, since an UNPAUSE
+    waits out the pause too, so every run waited all of it, 20 s.)"""
     layout = SidLayout.from_tokenizer(sid_model.model_dir)
     assert layout is not None
     store = CatalogStore(redis_client)
@@ -109,38 +100,44 @@ def test_the_old_version_answers_until_the_new_one_is_loaded(
     new = [CatalogEntry(f"v2-{item}", sid) for item, sid in sid_model.catalog]
     store.publish("default", SidTrie.build(old, layout))
     store.publish("default", SidTrie.build(new, layout), activate=False)  # complete, not current
-    settings = make_settings(sid_model, catalog_file=None, redis_url=redis_url)
     history = [item for item, _ in sid_model.catalog[:3]]  # items of the old version only
     request = pb.RecommendRequest(history_item_ids=history, n=4)
-    with BackgroundServer(settings) as server, grpc.insecure_channel(server.address) as channel:
-        stub = pb_grpc.DecoderStub(channel)
-        assert stub.Recommend(request, timeout=30).catalog.version == "1"
-        paused_at = activate_while_pausing_redis(redis_client, "default", 2)
-        during: list[tuple[float, pb.RecommendResponse]] = []
-        for _ in range(3):  # answered while the new version cannot be read
-            response = stub.Recommend(request, timeout=30)
-            during.append((time.monotonic(), response))
-        info = stub.GetInfo(empty_pb2.Empty(), timeout=30)
-        info_at = time.monotonic()
-        # Only what was answered before the pause could have ended proves anything; at least
-        # the first answer is (a tiny model answers in well under 20 s).
-        in_pause = [r for at, r in during if at < paused_at + PAUSE_MS / 1000]
-        assert in_pause, "no answer came back during the pause"
-        for response in in_pause:
-            assert response.catalog.version == "1"
-            assert [i.item_id for i in response.items] and not response.skipped_history_item_ids
-        if info_at < paused_at + PAUSE_MS / 1000:
+    with HeldRelay(redis_server.port) as relay:
+        relayed_url = f"redis://127.0.0.1:{relay.port}/0"
+        assert redis_url == redis_server.url  # the relay stands in for this URL, db 0
+        settings = make_settings(sid_model, catalog_file=None, redis_url=relayed_url)
+        with (
+            BackgroundServer(settings) as server,
+            grpc.insecure_channel(server.address) as channel,
+        ):
+            stub = pb_grpc.DecoderStub(channel)
+            assert stub.Recommend(request, timeout=30).catalog.version == "1"
+            relay.hold()
+            store.activate("default", 2)  # the test's own client goes to Redis directly
+            assert store.current_version("default") == 2
+            # The decoder is waiting on Redis now (it polls the catalog events with a blocking
+            # read of 1 s, so it is at once, and almost always its read of the new `current`).
+            relay.wait_holding(60)
+            for _ in range(3):  # answered while the new version cannot be read
+                response = stub.Recommend(request, timeout=30)
+                assert response.catalog.version == "1"
+                assert [i.item_id for i in response.items]
+                assert not response.skipped_history_item_ids
+            info = stub.GetInfo(empty_pb2.Empty(), timeout=30)
             assert [(c.name, c.version) for c in info.catalogs] == [("default", "1")]
-        # The pause ends, the decoder reads the new version and swaps it in; the old version's
-        # items are unknown to it, so the same request now skips them (and still answers).
-        wait_until(
-            lambda: stub.GetInfo(empty_pb2.Empty(), timeout=30).catalogs[0].version == "2",
-            PAUSE_MS / 1000 + 60,
-            "the new version after the pause",
-        )
-        response = stub.Recommend(
-            pb.RecommendRequest(history_item_ids=history, n=4, skip_unknown_items=True), timeout=30
-        )
-        assert response.catalog.version == "2"
-        assert list(response.skipped_history_item_ids) == history
-        assert all(i.item_id.startswith("v2-") for i in response.items)
+            # The hold ends, the decoder reads the new version and swaps it in; the old
+            # version's items are unknown to it, so the same request now skips them (and
+            # still answers).
+            relay.release()
+            wait_until(
+                lambda: stub.GetInfo(empty_pb2.Empty(), timeout=30).catalogs[0].version == "2",
+                120,
+                "the new version after the hold",
+            )
+            response = stub.Recommend(
+                pb.RecommendRequest(history_item_ids=history, n=4, skip_unknown_items=True),
+                timeout=30,
+            )
+            assert response.catalog.version == "2"
+            assert list(response.skipped_history_item_ids) == history
+            assert all(i.item_id.startswith("v2-") for i in response.items)
