@@ -5,8 +5,9 @@ A dict returned without a `response_model` is walked by FastAPI's `jsonable_enco
 `json.dumps`: pure-Python work per value, which for the OpenAI and SGLang routes' n choices
 costs several times the dump itself (`bench/gateway_json.py` measures both). Those routes
 build their answers from plain values, so they skip the walk, and are dumped by pydantic's
-Rust serialiser.
-(`/v1/recommend` keeps its `response_model`: pydantic validates and serialises it in Rust.)
+Rust serialiser. `/v1/recommend` too: its `response_model` (which documents the answer) would
+validate one model object per item first (a 1,000-item answer 2.1 -> 1.2 ms on this project's
+machine, `bench/gateway_json.py --n 1000`).
 """
 
 from __future__ import annotations

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from fastapi.responses import Response
 
 from widebeam.services.gateway.recommender import ROUTE, RecommendLimits, check_limits
 from widebeam.services.gateway.schemas.common import ERROR_RESPONSES
 from widebeam.services.gateway.schemas.recommend import RecommendRequest, RecommendResponse
 from widebeam.services.gateway.state import State
 from widebeam.services.http.errors import retry_later
+from widebeam.services.http.plain_json import plain_json
 from widebeam.services.http.strict_json_route import StrictJsonRoute
 
 
@@ -23,7 +23,7 @@ def create_router() -> APIRouter:
         responses=ERROR_RESPONSES,
         summary="Next items for a user's history (SID-constrained beam search)",
     )
-    async def recommend(body: RecommendRequest, state: State) -> dict[str, Any]:
+    async def recommend(body: RecommendRequest, state: State) -> Response:
         settings = state.settings
         cap, who = await state.recommender.beam_cap()
         beam = check_limits(body, RecommendLimits.from_settings(settings), cap, who)
@@ -34,6 +34,9 @@ def create_router() -> APIRouter:
         timeout_s = settings.request_timeout_s
         if body.timeout_ms is not None:  # the caller's own deadline, within the gateway's
             timeout_s = min(timeout_s, body.timeout_ms / 1000)
-        return await state.recommender.recommend(body, beam, timeout_s=timeout_s, late=late)
+        # The answer is built of plain values by the recommender: sent as it is, without a
+        # model object per item (response_model documents it).
+        answer = await state.recommender.recommend(body, beam, timeout_s=timeout_s, late=late)
+        return plain_json(answer)
 
     return router
