@@ -46,6 +46,7 @@ from e2e import DecoderProcess, free_port
 from gpu_clocks import GpuSampler
 from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
+from host_probe import probe_ms
 from replicas import GatewayProcess
 from timelines import TIMELINE_HEADERS, DecoderTimelines, EngineTimeline, timeline_cells
 
@@ -114,6 +115,7 @@ class Phase:
     batching: dict[str, float] = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)  # with --timeline: the timed loop's summary
     gpu: dict = field(default_factory=dict)  # the timed loop's SM clock, power, temperature
+    host_probe_ms: float = 0.0  # `host_probe.probe_ms()` right before the timed loop
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -129,6 +131,7 @@ class Phase:
             "batching": self.batching,
             "timeline": self.timeline,
             "gpu": self.gpu,
+            "host_probe_ms": self.host_probe_ms,
         }
 
 
@@ -232,6 +235,7 @@ def engine_phases(
         cpu_before = time.process_time()  # every thread of this process: the engine's host cost
         steps_before = dataclasses.replace(engine.step_counts)
         timed = requests(f"{path}-timed", work.counts[width])
+        probe = probe_ms()
         started = time.monotonic()
         timeline: dict = {}
         if args.timeline:
@@ -243,6 +247,7 @@ def engine_phases(
         n = len(stats.latencies_ms)
         phase = Phase(path, width, stats.latencies_ms, {"ok": n}, stats.wall_s)
         phase.gpu = sampler.window(started, time.monotonic())
+        phase.host_probe_ms = probe
         phase.timeline = timeline
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
         phase.batching = batching(steps_before, engine.step_counts, n, stats.wall_s)
@@ -379,6 +384,7 @@ async def service_phases(
                 await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
                 cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
                 steps_before = step_counts(metrics_url)
+                probe = probe_ms()  # (this process idle meanwhile: the servers are too)
                 if timelines is not None:
                     timelines.start()
                 started = time.monotonic()
@@ -386,6 +392,7 @@ async def service_phases(
                     send, count, args.concurrency, Phase(path, width), first=args.concurrency
                 )
                 phase.gpu = sampler.window(started, time.monotonic())
+                phase.host_probe_ms = probe
                 if timelines is not None:
                     phase.timeline = await asyncio.to_thread(timelines.stop)
                 answered = max(len(phase.latencies_ms), 1)
@@ -790,12 +797,12 @@ def report(
             if part in r["latency_parts"] else "-" for part in LATENCY_PARTS)]
          for r in sweep_rows],
     ))  # fmt: skip
-    if any(r["gpu"] for r in rows):  # did the device run alike in every phase?
-        print(markdown_table(
-            ["path", "width", "req/s", "SM MHz", "power W", "max °C"],
-            [[r["path"], r["width"], r["answered_rps"], *(r["gpu"].get(k, "-") for k in
-              ("sm_mhz", "power_w", "max_temp_c"))] for r in rows],
-        ))  # fmt: skip
+    # Did the device and the host run alike in every phase?
+    print(markdown_table(
+        ["path", "width", "req/s", "SM MHz", "power W", "max °C", "host probe ms"],
+        [[r["path"], r["width"], r["answered_rps"], *(r["gpu"].get(k, "-") for k in
+          ("sm_mhz", "power_w", "max_temp_c")), f"{r['host_probe_ms']:.2f}"] for r in rows],
+    ))  # fmt: skip
     if any(r["timeline"] for r in rows):
         print(markdown_table(
             ["path", "width", "req/s", *TIMELINE_HEADERS],

@@ -41,6 +41,7 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
             # each phase sends new histories: no prompt is found in a cache an earlier one filled
             assert batching["prefill_tokens_per_request"] == PROMPT_TOKENS, row
         assert row["gpu"] == {}  # no nvidia-smi on a CPU machine: no clock samples
+        assert row["host_probe_ms"] > 0, row  # the host's speed right before the phase
         timeline = row["timeline"]  # the engine thread's steps over the timed loop
         assert timeline["steps"] >= 2, row  # 4 requests of 3 tokens each
         assert {"prefill", "decode", "select", "finish"} <= set(timeline["host_ms_by_phase"])
@@ -69,3 +70,4 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     written = sorted(p.name for p in (tmp_path / "timelines" / "decoder").iterdir())
     assert written == [f"timeline-{k}.json" for k in (1, 2, 3)]  # one per service phase
     assert "| device busy |" in stdout
+    assert "| host probe ms |" in stdout
