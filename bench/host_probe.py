@@ -1,8 +1,8 @@
 """How fast the host's CPU runs Python right now: the median wall time of a fixed workload.
 
 The in-process engine's rate at n = 50 moved 175-256 req/s between passes of one run while
-the GPU's SM clock held at ~1,975 MHz and its power fell with the rate: the host, not the
-device, ran slower. A bench that times this probe before each phase can tell a phase run on a
+the GPU's SM clock held at ~1,975 MHz and its power fell with the rate, which points to the
+host. A bench that times this probe before each phase can tell a phase run on a
 slow host (another tenant, a lower CPU clock) from a change of its own: the same workload, the
 same interpreter, so only the machine moves it.
 """
