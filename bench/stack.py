@@ -11,12 +11,13 @@ host cost), and the decoder's CUDA-graph captures after ready, per phase
     python bench/stack.py --smoke                       # CPU, tiny model: seconds, a smoke test
 
 The engine runs first, then the servers (the engine idle beside them on the same device), then
-the engine again: every service rate is divided by the mean of the engine's two, and the
-engine's second ÷ first rate ("engine drift") says how much the device or host moved over the
-run. Every phase sends histories no earlier phase sent, so no path reads its prompts from a
-prefix cache an earlier one filled; the sweep's requests are all new too. The
-chat route's prompt is the history's SID text in the gateway's chat template, so its prompt
-has a few more tokens than Recommend's; its decoding (constrained, beam = n) is the same.
+the engine again, `--rounds` times: each round's service rates are divided by the mean of the
+engine's passes before and after it (the median over rounds is reported too), and the engine's
+last ÷ first rate ("engine drift") says how much the device or host moved over the run. Every
+phase sends histories no earlier phase sent, so no path reads its prompts from a prefix cache
+an earlier one filled; the sweep's requests are all new too. The chat route runs in round 0
+only; its prompt is the history's SID text in the gateway's chat template, so it has a few more
+tokens than Recommend's; its decoding (constrained, beam = n) is the same.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class Phase:
     latencies_ms: list[float] = field(default_factory=list)  # answered requests only
     statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    rnd: int = 0  # the round (engine: its pass; 0 .. --rounds)
     captures: int = 0  # the decoder's graph captures during the phase, its warm-up loop included
     # CPU time of each server process (its worker processes included) over the timed loop, per
     # answered request: where each hop's host time goes
@@ -122,6 +124,7 @@ class Phase:
         return {
             "path": self.path,
             "width": self.width,
+            "round": self.rnd,
             "answered_rps": len(self.latencies_ms) / self.wall_s if self.wall_s else 0.0,
             "p50_ms": ok["p50_ms"],
             "p99_ms": ok["p99_ms"],
@@ -187,7 +190,6 @@ def build_workload(args: argparse.Namespace) -> Workload:
 
 # ----- in-process engine ----------------------------------------------------------------------
 ENGINE = "engine"
-ENGINE_AGAIN = "engine (again)"  # the same engine after the service phases: the run's drift
 
 
 def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
@@ -205,13 +207,14 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
 
 
 def engine_phases(
-    args: argparse.Namespace, work: Workload, sampler: GpuSampler, engine: Engine, path: str
+    args: argparse.Namespace, work: Workload, sampler: GpuSampler, engine: Engine, rnd: int
 ) -> list[Phase]:
-    """One closed-loop phase per width through the engine in this process. The first pass
-    (`ENGINE`) sizes every path's timed phase from its warm-up's rate; the second
-    (`ENGINE_AGAIN`, after the servers' phases, the decoder idle meanwhile) times as many: the
-    services are compared with both, so a device or host that ran faster late in the run than
-    early shows as the engine's own spread instead of moving every ratio one way."""
+    """One closed-loop phase per width through the engine in this process, pass `rnd`. The
+    first (0) sizes every path's timed phase from its warm-up's rate; pass r + 1 runs after the
+    servers' round r (the decoder idle meanwhile) and times as many: each round of the services
+    is compared with the engine's passes on both sides of it, so a device or host that ran
+    faster late in the run than early shows as the engine's own spread instead of moving every
+    ratio one way."""
     steps = work.layout.path_length(include_begin=False)  # the prompt ends with the begin token
     phases = []
     for width in args.widths:
@@ -225,16 +228,16 @@ def engine_phases(
                 for i, h in enumerate(work.fresh_histories(count))
             ]  # fmt: skip
 
-        warm = drive(engine, requests(f"{path}-warm", 2 * args.concurrency), None,
+        warm = drive(engine, requests(f"engine{rnd}-warm", 2 * args.concurrency), None,
                      args.concurrency)  # fmt: skip
-        if path == ENGINE:
+        if rnd == 0:
             # The warm-up's rate sizes every path's timed phase for this width: a fixed count
             # would time 0.2 s at n = 50 and several seconds at n = 1000.
             rate = len(warm.latencies_ms) / max(warm.wall_s, 1e-9)
             work.counts[width] = max(args.requests, round(rate * args.phase_seconds))
         cpu_before = time.process_time()  # every thread of this process: the engine's host cost
         steps_before = dataclasses.replace(engine.step_counts)
-        timed = requests(f"{path}-timed", work.counts[width])
+        timed = requests(f"engine{rnd}-timed", work.counts[width])
         probe = probe_ms()
         started = time.monotonic()
         timeline: dict = {}
@@ -245,7 +248,7 @@ def engine_phases(
         else:
             stats = drive(engine, timed, None, args.concurrency)
         n = len(stats.latencies_ms)
-        phase = Phase(path, width, stats.latencies_ms, {"ok": n}, stats.wall_s)
+        phase = Phase(ENGINE, width, stats.latencies_ms, {"ok": n}, stats.wall_s, rnd=rnd)
         phase.gpu = sampler.window(started, time.monotonic())
         phase.host_probe_ms = probe
         phase.timeline = timeline
@@ -356,7 +359,10 @@ async def service_phases(
     servers: dict[str, tuple[int, bool, bool]],  # name -> (pid, its own CPU, its children's)
     sampler: GpuSampler,
     timelines: DecoderTimelines | None = None,
+    rnd: int = 0,
 ) -> list[Phase]:
+    """Round `rnd` of the servers' closed-loop phases: gRPC and REST recommend per width, and
+    in round 0 the chat route too (it has no target of its own to pin down)."""
     phases: list[Phase] = []
     options = [("grpc.max_receive_message_length", 256 << 20)]
     limits = httpx.Limits(max_connections=args.concurrency * 2)
@@ -377,11 +383,15 @@ async def service_phases(
                     http, "/v1/chat/completions", [chat_body(work, model_name, h, w) for h in hs]
                 ),
             }  # fmt: skip
+            if rnd > 0:
+                del senders["REST chat"]
             for path, sender in senders.items():
                 # The warm-up's requests first, then the timed ones: all new to the decoder.
                 send = sender(work.fresh_histories(args.concurrency + count))
                 before = sum(serving_captures(metrics_url).values())
-                await closed_loop(send, args.concurrency, args.concurrency, Phase(path, width))
+                await closed_loop(
+                    send, args.concurrency, args.concurrency, Phase(path, width, rnd=rnd)
+                )
                 cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
                 steps_before = step_counts(metrics_url)
                 probe = probe_ms()  # (this process idle meanwhile: the servers are too)
@@ -389,7 +399,8 @@ async def service_phases(
                     timelines.start()
                 started = time.monotonic()
                 phase = await closed_loop(
-                    send, count, args.concurrency, Phase(path, width), first=args.concurrency
+                    send, count, args.concurrency, Phase(path, width, rnd=rnd),
+                    first=args.concurrency,
                 )
                 phase.gpu = sampler.window(started, time.monotonic())
                 phase.host_probe_ms = probe
@@ -533,8 +544,13 @@ def latency_parts(results: list[SweepAnswers]) -> dict[str, dict[str, float]]:
 
 
 def mixed_capacity(phases: list[Phase], widths: list[int]) -> float:
-    """REST throughput of the sweep's mix, from each width's closed-loop throughput."""
-    rest = {p.width: p.row()["answered_rps"] for p in phases if p.path == "REST /v1/recommend"}
+    """REST throughput of the sweep's mix, from each width's closed-loop throughput (the mean
+    of its rounds)."""
+    by_width: dict[int, list[float]] = {}
+    for p in phases:
+        if p.path == "REST /v1/recommend":
+            by_width.setdefault(p.width, []).append(len(p.latencies_ms) / max(p.wall_s, 1e-9))
+    rest = {width: statistics.fmean(rates) for width, rates in by_width.items()}
     shares = list(zip(sorted(widths), SWEEP_MIX, strict=False))
     total = sum(share for _, share in shares)
     seconds = sum(share / total / max(float(rest[w]), 1e-9) for w, share in shares)  # type: ignore[arg-type]
@@ -613,6 +629,9 @@ def main() -> None:
                         "once what it predicts would finish later")  # fmt: skip
     parser.add_argument("--api-processes", type=int, default=0,
                         help="the decoder's --api-processes (0: gRPC in the engine's process)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of the servers' closed-loop phases, each followed by an "
+                        "engine pass; ratios per round, and their median")  # fmt: skip
     parser.add_argument("--admission-ratio", type=float, default=0.0,
                         help="batched admission, the engine's and the decoder's (EngineConfig)")
     parser.add_argument("--admission-max-wait-steps", type=int, default=2)
@@ -651,9 +670,9 @@ def main() -> None:
     work = build_workload(args)
     sampler = GpuSampler().start()
     try:
-        # The engine stays (idle) beside the decoder: measured again after the servers.
+        # The engine stays (idle) beside the decoder: measured again after each round.
         engine = start_engine(args, work)
-        phases = engine_phases(args, work, sampler, engine, ENGINE)
+        phases = engine_phases(args, work, sampler, engine, 0)
     except BaseException:
         sampler.stop()
         raise
@@ -691,16 +710,18 @@ def main() -> None:
         timelines = None
         if args.timeline:
             timelines = DecoderTimelines(decoder.proc.pid, args.timeline / "decoder")
-        phases += asyncio.run(
-            service_phases(
-                args, work, decoder.address, gateway.url, metrics_url, pids, sampler, timelines
-            )
-        )
+        for rnd in range(args.rounds):
+            phases += asyncio.run(
+                service_phases(
+                    args, work, decoder.address, gateway.url, metrics_url, pids, sampler,
+                    timelines, rnd,
+                )
+            )  # fmt: skip
+            phases += engine_phases(args, work, sampler, engine, rnd + 1)
         for profiler in profilers:
             stop_profiler(profiler)
         gateway.stop()
         gateway = None
-        phases += engine_phases(args, work, sampler, engine, ENGINE_AGAIN)
         engine_captures = engine.runner.capture_counts.total(CapturePhase.SERVING)
         capacity = mixed_capacity(phases, args.widths)
         sweep_gateway = GatewayProcess(
@@ -722,30 +743,61 @@ def main() -> None:
 
 
 def engine_passes(rows: list[dict]) -> dict[int, list[dict]]:
-    """width -> the engine's rows, first pass first."""
+    """width -> the engine's rows in pass order."""
     passes: dict[int, list[dict]] = {}
-    for r in rows:
-        if r["path"] in (ENGINE, ENGINE_AGAIN):
-            passes.setdefault(r["width"], []).append(r)
+    for r in sorted((r for r in rows if r["path"] == ENGINE), key=lambda r: r["round"]):
+        passes.setdefault(r["width"], []).append(r)
     return passes
 
 
-def engine_baseline(rows: list[dict]) -> dict[int, tuple[float, float]]:
-    """width -> what the services are compared with: the mean req/s and p99 of the engine's
-    passes."""
-    return {
-        width: (statistics.fmean(float(r["answered_rps"]) for r in runs),
-                statistics.fmean(float(r["p99_ms"]) for r in runs))
-        for width, runs in engine_passes(rows).items()
-    }  # fmt: skip
+def engine_baseline(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
+    """(width, round) -> what that round of the services is compared with: the mean req/s and
+    p99 of the engine's passes on both sides of it (round r: passes r and r + 1)."""
+    baseline = {}
+    for width, runs in engine_passes(rows).items():
+        for rnd in range(len(runs) - 1):
+            pair = runs[rnd : rnd + 2]
+            baseline[width, rnd] = (statistics.fmean(float(r["answered_rps"]) for r in pair),
+                                    statistics.fmean(float(r["p99_ms"]) for r in pair))  # fmt: skip
+    return baseline
 
 
 def engine_drift(rows: list[dict]) -> dict[int, float]:
-    """width -> the engine's second pass ÷ its first, in req/s (1.0: the run held still)."""
+    """width -> the engine's last pass ÷ its first, in req/s (1.0: the run held still)."""
     return {
         width: float(runs[-1]["answered_rps"]) / max(float(runs[0]["answered_rps"]), 1e-9)
         for width, runs in engine_passes(rows).items()
     }
+
+
+def compare_with_engine(rows: list[dict]) -> None:
+    """Each row's `vs_engine` and `p99_vs_engine`: a service row against the engine's passes
+    around its round, an engine pass against the mean of all of them."""
+    baseline = engine_baseline(rows)
+    passes = engine_passes(rows)
+    for r in rows:
+        if r["path"] == ENGINE:
+            runs = passes[r["width"]]
+            rps = statistics.fmean(float(x["answered_rps"]) for x in runs)
+            p99 = statistics.fmean(float(x["p99_ms"]) for x in runs)
+        else:
+            rps, p99 = baseline[r["width"], r["round"]]
+        r["vs_engine"] = float(r["answered_rps"]) / max(rps, 1e-9)
+        r["p99_vs_engine"] = float(r["p99_ms"]) / max(p99, 1e-9)
+
+
+def median_over_rounds(rows: list[dict]) -> list[dict]:
+    """Per service path and width: the median over rounds of its ratios to the engine."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        if r["path"] != ENGINE:
+            groups.setdefault((r["path"], r["width"]), []).append(r)
+    return [
+        {"path": path, "width": width, "rounds": len(runs),
+         "vs_engine": statistics.median(r["vs_engine"] for r in runs),
+         "p99_vs_engine": statistics.median(r["p99_vs_engine"] for r in runs)}
+        for (path, width), runs in groups.items()
+    ]  # fmt: skip
 
 
 def report(
@@ -757,12 +809,9 @@ def report(
     engine_captures: int,
 ) -> None:
     rows = [p.row() for p in phases]
-    baseline = engine_baseline(rows)
-    for r in rows:
-        rps, p99 = baseline[r["width"]]
-        r["vs_engine"] = float(r["answered_rps"]) / max(rps, 1e-9)  # type: ignore[arg-type]
-        r["p99_vs_engine"] = float(r["p99_ms"]) / max(p99, 1e-9)  # type: ignore[arg-type]
+    compare_with_engine(rows)
     drift = engine_drift(rows)
+    medians = median_over_rounds(rows)
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "api_processes": args.api_processes,
@@ -776,12 +825,15 @@ def report(
         "decoder_captures_after_ready_by_kind": captures,
         "engine_captures_after_ready": engine_captures,
         "engine_drift": drift,
+        "median_over_rounds": medians,
     }  # fmt: skip
     write_result("stack", result)
     print(markdown_table(
-        ["path", "width", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine", "statuses",
+        ["path", "width", "round", "req/s", "÷ engine", "p50 ms", "p99 ms", "p99 ÷ engine",
+         "statuses",
          "captures", *(f"{k} CPU ms/req" for k in CPU_COLUMNS), *BATCHING_COLUMNS.values()],
-        [[r["path"], r["width"], r["answered_rps"], f"{r['vs_engine']:.2f}", r["p50_ms"],
+        [[r["path"], r["width"], r["round"], r["answered_rps"], f"{r['vs_engine']:.2f}",
+          r["p50_ms"],
           r["p99_ms"], f"{r['p99_vs_engine']:.2f}", r["statuses"], r["captures"],
           *(f"{r['cpu_ms_per_request'][k]:.1f}" if k in r["cpu_ms_per_request"] else "-"
             for k in CPU_COLUMNS),
@@ -799,18 +851,24 @@ def report(
     ))  # fmt: skip
     # Did the device and the host run alike in every phase?
     print(markdown_table(
-        ["path", "width", "req/s", "SM MHz", "power W", "max °C", "host probe ms"],
-        [[r["path"], r["width"], r["answered_rps"], *(r["gpu"].get(k, "-") for k in
+        ["path", "width", "round", "req/s", "SM MHz", "power W", "max °C", "host probe ms"],
+        [[r["path"], r["width"], r["round"], r["answered_rps"], *(r["gpu"].get(k, "-") for k in
           ("sm_mhz", "power_w", "max_temp_c")), f"{r['host_probe_ms']:.2f}"] for r in rows],
     ))  # fmt: skip
     if any(r["timeline"] for r in rows):
         print(markdown_table(
-            ["path", "width", "req/s", *TIMELINE_HEADERS],
-            [[r["path"], r["width"], r["answered_rps"],
+            ["path", "width", "round", "req/s", *TIMELINE_HEADERS],
+            [[r["path"], r["width"], r["round"], r["answered_rps"],
               *timeline_cells(r["timeline"], len(p.latencies_ms))]
              for r, p in zip(rows, phases, strict=True)],
         ))  # fmt: skip
-    print("engine drift (second pass ÷ first, req/s): "
+    if args.rounds > 1:
+        print(markdown_table(
+            ["path", "width", "rounds", "median ÷ engine", "median p99 ÷ engine"],
+            [[m["path"], m["width"], m["rounds"], f"{m['vs_engine']:.2f}",
+              f"{m['p99_vs_engine']:.2f}"] for m in medians],
+        ))  # fmt: skip
+    print("engine drift (last pass ÷ first, req/s): "
           + ", ".join(f"n = {w}: {d:.2f}" for w, d in drift.items()))
     in_sweep = sweep_rows[0]["captures_in_sweep"] if sweep_rows else 0
     print(f"graph captures after ready: decoder {sum(captures.values())} {captures} "

@@ -2,7 +2,8 @@
 route, and the open-loop sweep, end to end on CPU with the tiny model, the decoder's port served
 by an API process (`--api-processes 1`; the port in the engine's process is every other
 decoder test's); its JSON report holds every path and width, every closed-loop request
-answered, the engine measured before and after the servers (its drift), every phase's
+answered, the engine measured before, between and after two rounds of the servers (each
+round's ratios against the passes around it, their median, the drift), every phase's
 prompts prefilled whole (new histories: none found in a cache an earlier phase filled), a
 device timeline of each phase (`--timeline`: the decoder's through its SIGUSR1
 recorder; on CPU only the host's phases), and no graph capture after ready."""
@@ -13,7 +14,10 @@ from pathlib import Path
 
 from tests.bench.smoke import run_smoke
 
-PATHS = {"engine", "grpc Recommend", "REST /v1/recommend", "REST chat", "engine (again)"}
+# (path, round) with --rounds 2: the engine before, between and after the servers' two rounds;
+# the chat route in the first round only
+ROWS = {("engine", 0), ("engine", 1), ("engine", 2), ("grpc Recommend", 0), ("grpc Recommend", 1),
+        ("REST /v1/recommend", 0), ("REST /v1/recommend", 1), ("REST chat", 0)}  # fmt: skip
 PROMPT_TOKENS = 60 * 5 + 1  # 60 items of <begin> 3 codes <end>, then the begin token
 
 
@@ -21,13 +25,14 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     report, stdout = run_smoke(
         "stack.py", tmp_path, "--cache", str(tmp_path), "--api-processes", "1",
         "--timeline", str(tmp_path / "timelines"), "--sweep-deadline-ms", "60000",
-        "--admission-ratio", "1.0",
+        "--admission-ratio", "1.0", "--rounds", "2",
     )  # fmt: skip
     assert report["env"]["api_processes"] == 1
     assert report["env"]["admission_ratio"] == 1.0  # the engine's and the decoder's
     assert report["env"]["sweep_deadline_ms"] == 60000  # the sweep's bodies carry timeout_ms
     rows = report["closed_loop"]
-    assert {(r["path"], r["width"]) for r in rows} == {(p, w) for p in PATHS for w in (4,)}
+    assert sorted((r["path"], r["round"]) for r in rows) == sorted(ROWS)
+    assert {r["width"] for r in rows} == {4}
     for row in rows:
         answered = sum(row["statuses"].get(ok, 0) for ok in ("ok", "OK", "200"))
         assert answered == sum(row["statuses"].values()) == 4, row
@@ -63,11 +68,15 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     assert report["decoder_captures_after_ready"] == 0
     assert set(report["decoder_captures_after_ready_by_kind"]) == {"decode", "prefill", "expansion"}
     assert report["engine_captures_after_ready"] == 0
-    # the engine measured again after the servers: its second rate ÷ its first, per width
+    # the engine measured again after each round of the servers: last ÷ first, per width
     assert set(report["engine_drift"]) == {"4"} and report["engine_drift"]["4"] > 0
-    assert "engine drift (second pass ÷ first, req/s): n = 4:" in stdout
+    assert "engine drift (last pass ÷ first, req/s): n = 4:" in stdout
+    # each round against the engine's passes around it, and the median over the two rounds
+    medians = {(m["path"], m["rounds"]) for m in report["median_over_rounds"]}
+    assert medians == {("grpc Recommend", 2), ("REST /v1/recommend", 2), ("REST chat", 1)}
+    assert "| median ÷ engine |" in stdout
     assert "graph captures after ready: decoder 0" in stdout
     written = sorted(p.name for p in (tmp_path / "timelines" / "decoder").iterdir())
-    assert written == [f"timeline-{k}.json" for k in (1, 2, 3)]  # one per service phase
+    assert written == [f"timeline-{k}.json" for k in range(1, 6)]  # one per service phase
     assert "| device busy |" in stdout
     assert "| host probe ms |" in stdout
