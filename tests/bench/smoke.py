@@ -1,13 +1,16 @@
 """Runs one bench script at its CPU smoke size, as a user would (`python SCRIPT --smoke` in
-bench/), with its output folder and model cache under the test's tmp_path."""
+bench/), with its output folder and model cache under the test's tmp_path; or loads a bench
+module (bench/ is not a package) for tests of its functions."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -27,3 +30,12 @@ def run_smoke(
     done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads((out / f"{Path(script).stem}.json").read_text()), done.stdout
+
+
+def load_bench_module(name: str) -> ModuleType:
+    """bench/<name>.py as a module (one that imports no other bench module)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

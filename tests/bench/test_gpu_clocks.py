@@ -3,23 +3,18 @@ and a phase's window averaged from the samples that arrived inside it."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_clocks.py"
+from tests.bench.smoke import load_bench_module
 
 
 @pytest.fixture(scope="module")
 def gpu_clocks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_clocks", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_module("gpu_clocks")
 
 
 def test_lines_as_nvidia_smi_prints_them(gpu_clocks: ModuleType) -> None:
