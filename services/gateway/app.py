@@ -39,6 +39,7 @@ from widebeam.services.gateway.state import GatewayState
 from widebeam.services.http.api_keys import ApiKeyCheck
 from widebeam.services.http.handlers import install_error_handlers
 from widebeam.services.http.key_before_body import KeyBeforeBodyMiddleware
+from widebeam.services.long_lived import freeze_start_up_objects
 
 API_KEY_REALM = "widebeam"
 
@@ -56,6 +57,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         metrics.track_in_flight(pool.replicas)
         await poller.poll_once()  # limits and catalogs known before the first request
         poller.start()
+        freeze_start_up_objects()  # the app, its routes' models, imported code
         try:
             yield
         finally:

@@ -16,7 +16,6 @@ whose parent is gone stops.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import multiprocessing
 import signal
@@ -32,6 +31,7 @@ from widebeam.services.decoder.server.remote_engine import RemoteEngine
 from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
 from widebeam.services.listen_socket import bound_socket
+from widebeam.services.long_lived import freeze_start_up_objects
 
 log = logging.getLogger("widebeam.decoder")
 
@@ -140,11 +140,9 @@ async def _serve(settings: DecoderSettings, port: int, socket_path: Path) -> Non
         await set_health(checks, serving.SERVING if connected else serving.NOT_SERVING)
 
     link = asyncio.create_task(engine.run(on_change))
-    # What start-up made (modules, the server) lives as long as the process: kept out of the
-    # collector's full passes, which then walk only what requests allocated (a decoded wide
-    # answer is thousands of small objects; a full pass over everything took longer than
-    # decoding it).
-    gc.freeze()
+    # (a decoded wide answer is thousands of small objects: a full pass over everything took
+    # longer than decoding it)
+    freeze_start_up_objects()
     await stop.wait()
     await checks.enter_graceful_shutdown()
     await server.stop(settings.grace_period_s)

@@ -13,7 +13,6 @@ connected to the ready engine.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 from pathlib import Path
@@ -40,6 +39,7 @@ from widebeam.services.decoder.server.request_limits import RequestLimits
 from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
 from widebeam.services.decoder.server.timeline_recorder import TimelineRecorder
+from widebeam.services.long_lived import freeze_start_up_objects
 
 log = logging.getLogger("widebeam.decoder")
 
@@ -102,10 +102,7 @@ class DecoderServer:
             s.host, self.port, security_words(s), served_by, s.model,
         )  # fmt: skip
         engine, layout = await asyncio.to_thread(build_engine, s)
-        # What is alive now (the model's modules, the runner, imported code) lives as long as
-        # the server: kept out of the collector's full passes, which then walk only what
-        # requests allocated (results of wide beams are many small objects).
-        gc.freeze()
+        freeze_start_up_objects()  # the model, the runner, imported code
         if s.metrics_port is not None:
             self.metrics = DecoderMetrics(
                 engine.runner.capture_counts, engine.scheduler.kv, engine.step_counts
