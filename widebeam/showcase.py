@@ -21,6 +21,38 @@ import httpx
 from widebeam.launcher.readiness import free_port
 
 PY = [sys.executable, "-m", "widebeam"]
+BUSY_RETRY_S = 120.0  # how long a demo call retries a 429 / 503 (a busy or warming-up stack)
+
+
+def call(method: str, url: str, **kwargs: Any) -> httpx.Response:
+    """One request to the demo's stack. A 429 or 503 (overloaded, or not ready yet) is retried
+    after its Retry-After (0.2-5 s) for up to BUSY_RETRY_S; any other error status stops the
+    demo with the service's own message instead of a KeyError on an error body."""
+    deadline = time.monotonic() + BUSY_RETRY_S
+    while True:
+        reply = httpx.request(method, url, **kwargs)
+        if reply.status_code < 400:
+            return reply
+        if reply.status_code in (429, 503) and time.monotonic() < deadline:
+            time.sleep(_retry_after_s(reply))
+            continue
+        raise SystemExit(f"{method} {url}: HTTP {reply.status_code}: {_error_message(reply)}")
+
+
+def _retry_after_s(reply: httpx.Response) -> float:
+    try:
+        seconds = float(reply.headers.get("Retry-After", "1"))
+    except ValueError:  # an HTTP date: not worth parsing for a demo
+        seconds = 1.0
+    return min(max(seconds, 0.2), 5.0)
+
+
+def _error_message(reply: httpx.Response) -> str:
+    try:
+        error = reply.json().get("error", {})
+        return str(error.get("message") or reply.text[:500])
+    except (ValueError, AttributeError):
+        return reply.text[:500]
 
 
 def build_artifacts(out: Path, tiny: bool) -> tuple[Path, Path]:
@@ -91,7 +123,7 @@ def pick_user(out: Path, items: dict[str, dict[str, Any]]) -> tuple[str, list[st
 def show_recommendation(gateway: str, items: dict[str, dict[str, Any]], out: Path) -> list[str]:
     user_id, history, held_out = pick_user(out, items)
     body = {"user_id": user_id, "history": history, "n": 10, "beam_width": 32}
-    reply = httpx.post(f"{gateway}/v1/recommend", json=body, timeout=120).json()
+    reply = call("POST", f"{gateway}/v1/recommend", json=body, timeout=120).json()
     print("\n== POST /v1/recommend ==")
     print(f"{user_id}'s history (oldest first):")
     for item_id in history:
@@ -120,13 +152,11 @@ def show_recommendation(gateway: str, items: dict[str, dict[str, Any]], out: Pat
 def show_completion(gateway: str, history: list[str], items: dict[str, dict[str, Any]]) -> None:
     """An OpenAI-style completion with widebeam's beam fields, over plain HTTP (the OpenAI SDK
     sends the same body with `extra_body`; `make demo` installs runtime dependencies only)."""
-    model = httpx.get(f"{gateway}/v1/models", timeout=30).json()["data"][0]["id"]
+    model = call("GET", f"{gateway}/v1/models", timeout=30).json()["data"][0]["id"]
     prompt = "".join(_sid_text(items[i]["sid"]) for i in history) + "<|sid_begin|>"
     body = {"model": model, "prompt": prompt, "max_tokens": 5, "n": 4, "beam_width": 4,
             "constrained": True}  # fmt: skip
-    reply = httpx.post(f"{gateway}/v1/completions", json=body, timeout=120)
-    reply.raise_for_status()
-    completion = reply.json()
+    completion = call("POST", f"{gateway}/v1/completions", json=body, timeout=120).json()
     print("\n== POST /v1/completions (OpenAI-compatible, beam_width=4, constrained) ==")
     print(f"prompt: {prompt[:90]}{'…' if len(prompt) > 90 else ''}")
     for choice in completion["choices"]:
@@ -154,11 +184,11 @@ def show_batch(gateway: str, items: dict[str, dict[str, Any]]) -> None:
         {"user_id": f"user-{i}", "history": rng.sample(ids, 4), "n": 3, "beam_width": 8}
         for i in range(24)
     ]
-    job = httpx.post(f"{gateway}/v1/batch-jobs", json={"requests": rows}, timeout=60).json()
+    job = call("POST", f"{gateway}/v1/batch-jobs", json={"requests": rows}, timeout=60).json()
     print(f"\n== POST /v1/batch-jobs ({len(rows)} users) → job {job['id']} ==")
     tty, shown = sys.stdout.isatty(), ""
     while True:
-        status = httpx.get(f"{gateway}/v1/batch-jobs/{job['id']}", timeout=30).json()
+        status = call("GET", f"{gateway}/v1/batch-jobs/{job['id']}", timeout=30).json()
         bar = "#" * int(30 * status["done"] / status["total"])
         line = f"    [{bar:<30}] {status['done']}/{status['total']} {status['status']}"
         if tty:  # redraw one line in a terminal; a log gets one line per change
@@ -172,7 +202,7 @@ def show_batch(gateway: str, items: dict[str, dict[str, Any]]) -> None:
     if tty:
         print()
     # Users here have random histories: the batch shows the job machinery, not quality.
-    lines = httpx.get(f"{gateway}/v1/batch-jobs/{job['id']}/results", timeout=60).text
+    lines = call("GET", f"{gateway}/v1/batch-jobs/{job['id']}/results", timeout=60).text
     for line in lines.splitlines()[:3]:
         row = json.loads(line)
         print(f"    {row.get('user_id')}: {[x['item_id'] for x in row.get('items', [])]}")

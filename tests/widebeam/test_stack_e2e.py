@@ -110,8 +110,9 @@ def test_batch_job_of_200_rows_completes_in_order(stack: Stack) -> None:
 
 
 def test_catalog_swap_under_traffic(stack: Stack, tmp_path: Path) -> None:
-    """No request fails; every response's items belong to the version it reports; new requests
-    move to the new version within 2 seconds of the upload's answer."""
+    """No request fails; every response's items belong to the version it reports; traffic moves
+    to the new version (within a generous deadline: the swap's time is the machine's), and once
+    one answer has come back from it, every request sent afterwards is answered from it."""
     history = [item for item, _ in stack.model.catalog[:3]]
     new_catalog = tmp_path / "v2.jsonl"
     rng = random.Random(99)
@@ -122,22 +123,21 @@ def test_catalog_swap_under_traffic(stack: Stack, tmp_path: Path) -> None:
         "".join(json.dumps({"item_id": i, "sid": s}) + "\n" for i, s in new_rows)
     )
     new_ids = {item for item, _ in new_rows}
-    seen: list[tuple[float, int, str, list[str]]] = []
+    # (sent at, answered at, status, version, item ids), in the order they were sent
+    seen: list[tuple[float, float, int, str, list[str]]] = []
     stop = threading.Event()
 
     def traffic() -> None:
         while not stop.is_set():
+            sent = time.monotonic()
             reply = _recommend(stack, history=history, n=4, beam_width=8)
             body = reply.json() if reply.status_code == 200 else {}
             version = body.get("catalog", {}).get("version", "")
-            seen.append(
-                (
-                    time.time(),
-                    reply.status_code,
-                    version,
-                    [x["item_id"] for x in body.get("items", [])],
-                )
-            )
+            items = [x["item_id"] for x in body.get("items", [])]
+            seen.append((sent, time.monotonic(), reply.status_code, version, items))
+
+    def answered_after(at: float, version: str) -> int:
+        return sum(1 for sent, _, _, v, _ in list(seen) if sent > at and v == version)
 
     before = _recommend(stack, history=history, n=4, beam_width=8).json()["catalog"]["version"]
     thread = threading.Thread(target=traffic)
@@ -151,19 +151,27 @@ def test_catalog_swap_under_traffic(stack: Stack, tmp_path: Path) -> None:
                 timeout=60,
             )
         assert upload.status_code == 201, upload.text
-        published_at, new_version = time.time(), str(upload.json()["version"])
-        time.sleep(3)
+        new_version = str(upload.json()["version"])
+        deadline = time.monotonic() + 120
+        while not any(v == new_version for *_, v, _ in list(seen)):
+            assert time.monotonic() < deadline, "no answer from the new version in 120 s"
+            time.sleep(0.05)
+        first_new = min(answered for _, answered, _, v, _ in list(seen) if v == new_version)
+        while answered_after(first_new, new_version) < 5:  # more traffic after the swap
+            assert time.monotonic() < deadline, "the traffic stopped after the swap"
+            time.sleep(0.05)
     finally:
         stop.set()
         thread.join(60)
     assert new_version != before
-    assert seen and all(code == 200 for _, code, _, _ in seen), [s[:3] for s in seen if s[1] != 200]
-    for _, _, version, items in seen:
+    failed = [s[2:4] for s in seen if s[2] != 200]
+    assert seen and not failed, failed
+    for _, _, _, version, items in seen:
         assert version in (before, new_version)
         if version == new_version:
             assert set(items) <= new_ids
-    late = [version for at, _, version, _ in seen if at > published_at + 2.0]
-    assert late and all(version == new_version for version in late)
+    after_swap = [version for sent, _, _, version, _ in seen if sent > first_new]
+    assert len(after_swap) >= 5 and set(after_swap) == {new_version}, after_swap
 
 
 @pytest.mark.parametrize(
