@@ -653,6 +653,8 @@ def main() -> None:
     parser.add_argument("--catalog", type=Path, help="default: workload 3's 430k-SID catalog")
     parser.add_argument("--cache", default="/tmp/widebeam-bench")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     decoder_env = None
     if args.smoke:
         args.widths = args.widths or [4]
