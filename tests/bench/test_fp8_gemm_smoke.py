@@ -17,7 +17,7 @@ def test_fp8_gemm_smoke_run(tmp_path: Path) -> None:
     rows = report["gemm"]
     assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
     for gemm in ("qkv", "o", "gate_up", "down"):
-        for m in (8, 24):
+        for m in (24,):
             got = {r["variant"] for r in rows if r["gemm"] == gemm and r["m"] == m}
             assert got >= VARIANTS and sum(v.startswith("triton:") for v in got) == 2
     for r in rows:
@@ -27,7 +27,7 @@ def test_fp8_gemm_smoke_run(tmp_path: Path) -> None:
         if "err_ref" in r:  # the same FP8 operands: bf16 rounding apart
             assert r["err_ref"] < 1e-2, r
     assert {(r["family"], r["m"]) for r in report["layers"]} == {
-        (f, m) for f in ("rms_norm", "add_rms_norm", "silu_mul") for m in (8, 24)
+        (f, m) for f in ("rms_norm", "add_rms_norm", "silu_mul") for m in (24,)
     }
     assert all(r["mismatched_bytes"] == 0 and r["scales_equal"] for r in report["layers"])
     # the quantization pass alone, and the kernels the way serving does not run them
