@@ -14,6 +14,11 @@ from widebeam.services.catalog.store import CatalogStore, CatalogSubscriber, Loa
 SUB_NAME = b"widebeam-catalog-subscriber"
 
 
+# A deadline, not an expected time: each wait returns as soon as its condition holds, and a busy
+# machine (a CI runner, the suite's other worker) may need seconds for a reconnect and a load.
+WAIT_S = 30.0
+
+
 def wait_until(pred: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -48,7 +53,7 @@ def test_initial_load_follow_and_pin(
     assert pinned.version == 1
 
     pub = store.publish("c", make_trie(30, seed=2))
-    assert sub.wait_for_version("c", 2, timeout=30.0)
+    assert sub.wait_for_version("c", 2, timeout=WAIT_S)
     latest = sub.get("c")
     assert latest is not None and latest.content_hash == pub.content_hash
     # The reader that pinned v1 still has an intact v1.
@@ -68,9 +73,9 @@ def test_follow_all_and_rollback(
     sub = subscribe(None)
     assert sub.versions() == {"a": 2}
     store.publish("b", make_trie(10, seed=3))  # a catalog that did not exist at start
-    assert sub.wait_for_version("b", 1, timeout=1.0)
+    assert sub.wait_for_version("b", 1, timeout=WAIT_S)
     store.activate("a", 1)
-    assert sub.wait_for_version("a", 1, timeout=1.0)
+    assert sub.wait_for_version("a", 1, timeout=WAIT_S)
     assert sub.versions() == {"a": 1, "b": 1}
 
 
@@ -83,7 +88,7 @@ def test_corrupt_version_keeps_previous(
     store.client.set(key, b"garbage")
     sub = subscribe(["c"])
     store.activate("c", 1)
-    assert wait_until(lambda: sub.last_error is not None, 2.0)
+    assert wait_until(lambda: sub.last_error is not None, WAIT_S)
     assert "checksum mismatch" in str(sub.last_error)
     assert sub.versions() == {"c": 2}
 
@@ -101,9 +106,9 @@ def test_killed_connection_ends_on_newest(
     store.publish("c", make_trie(20, seed=2))
     last = store.publish("c", make_trie(20, seed=3))
     store.client.delete(store.keys.events)  # the events are lost; only `current` remains
-    assert sub.wait_for_version("c", 3, timeout=3.0)
+    assert sub.wait_for_version("c", 3, timeout=WAIT_S)
     assert sub.acquire("c").artifact_id == last.manifest["artifact_id"]
-    assert wait_until(lambda: sub.resyncs > resyncs, 2.0)
+    assert wait_until(lambda: sub.resyncs > resyncs, WAIT_S)
 
 
 def test_redis_restart_ends_on_newest(
@@ -119,14 +124,14 @@ def test_redis_restart_ends_on_newest(
     sub = subscribe(["c"], resync_interval_s=1.0)
     assert sub.versions() == {"c": 2}
     redis_server.restart()  # no persistence: catalog, counter and stream are all gone
-    assert wait_until(lambda: sub.last_error is not None, 3.0)
+    assert wait_until(lambda: sub.last_error is not None, WAIT_S)
     assert sub.versions() == {"c": 2}  # keeps serving what it has while Redis is empty
     # Version numbers restart at 1, so identity must come from artifact_id, not the number.
     store.publish("c", make_trie(20, seed=3))
     last = store.publish("c", make_trie(20, seed=4))
     store.client.delete(store.keys.events)
     newest = last.manifest["artifact_id"]
-    assert wait_until(lambda: sub.acquire("c").artifact_id == newest, 30.0)
+    assert wait_until(lambda: sub.acquire("c").artifact_id == newest, WAIT_S)
     assert sub.acquire("c").content_hash == last.content_hash
 
 

@@ -89,9 +89,16 @@ def test_recommend_equals_the_engine_process_answer(
     assert list(answer.skipped_history_item_ids) == ["no-such-item"]
 
 
+def _idle(now: pb.Load) -> bool:
+    return now.rows_in_use == now.running_requests == now.waiting_requests == 0
+
+
 def test_get_info_equals_the_engine_process_answer(
     stub: pb_grpc.DecoderStub, local_stub: pb_grpc.DecoderStub
 ) -> None:
+    # GetInfo carries the live load: both calls must see the engine idle (an earlier test's
+    # request may still be finishing on a busy machine).
+    wait_until(lambda: _idle(load(local_stub)), 60, "an idle engine")
     info = both(stub, local_stub, "GetInfo", empty_pb2.Empty())
     assert info.catalogs[0].name == "default" and info.limits.max_rows == 64
 

@@ -47,11 +47,11 @@ def test_new_versions_are_picked_up_while_requests_flow(
         thread = threading.Thread(target=traffic)
         thread.start()
         try:
-            wait_until(lambda: len(seen) >= 3, what="traffic before the publish")
+            wait_until(lambda: len(seen) >= 3, 60.0, "traffic before the publish")
             store.publish("default", SidTrie.build(items["2"], layout))
             wait_until(lambda: seen[-1].catalog.version == "2", 60.0, "the new version")
             count = len(seen)
-            wait_until(lambda: len(seen) >= count + 3, what="traffic after the swap")
+            wait_until(lambda: len(seen) >= count + 3, 60.0, "traffic after the swap")
         finally:
             stop.set()
             thread.join(30)
@@ -79,8 +79,13 @@ def test_catalog_with_another_layout_is_not_served(
         stub = pb_grpc.DecoderStub(channel)
         info = stub.GetInfo(empty_pb2.Empty(), timeout=5)
         assert [c.name for c in info.catalogs] == ["good"]
-        assert server.server.catalog_sync is not None
-        assert "differs from the model's" in server.server.catalog_sync.rejected["wrong"]
+        sync = server.server.catalog_sync
+        assert sync is not None
+        # (each catalog is looked at on its own: "good" may be served before "wrong" is judged)
+        wait_until(lambda: "wrong" in sync.rejected, 60, "the wrong layout's rejection")
+        assert "differs from the model's" in sync.rejected["wrong"]
+        info = stub.GetInfo(empty_pb2.Empty(), timeout=5)
+        assert [c.name for c in info.catalogs] == ["good"]  # and still not served
         response = stub.Recommend(pb.RecommendRequest(catalog="good", n=1), timeout=30)
         assert [i.item_id for i in response.items] == ["a"]
 
