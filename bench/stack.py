@@ -536,11 +536,8 @@ def latency_parts(results: list[SweepAnswers]) -> dict[str, dict[str, float]]:
             parts["decoder"].append(decoder)
             parts["gateway"].append(app - decoder)
             parts["outside"].append(total - app)
-    return {
-        name: {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]}
-        for name, values in parts.items() if values
-        for s in [RunStats(values, 1.0).summary()]
-    }  # fmt: skip
+    summaries = {name: RunStats(values, 1.0).summary() for name, values in parts.items() if values}
+    return {name: {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]} for name, s in summaries.items()}
 
 
 def mixed_capacity(phases: list[Phase], widths: list[int]) -> float:
