@@ -17,7 +17,10 @@ last ÷ first rate ("engine drift") says how much the device or host moved over 
 phase sends histories no earlier phase sent, so no path reads its prompts from a prefix cache
 an earlier one filled; the sweep's requests are all new too. The chat route runs in round 0
 only; its prompt is the history's SID text in the gateway's chat template, so it has a few more
-tokens than Recommend's; its decoding (constrained, beam = n) is the same.
+tokens than Recommend's; its decoding (constrained, beam = n) is the same. The services' closed-loop
+clients run in processes of their own (`closed_loop_clients.py`; one per client by default,
+as callers on machines of their own), so one client's host time never delays another's next
+request.
 """
 
 from __future__ import annotations
@@ -35,14 +38,14 @@ import signal
 import statistics
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import httpx
 import torch
 from catalogs import random_catalog
+from closed_loop_clients import GRPC_RECOMMEND, ClientProcesses
 from e2e import DecoderProcess, free_port
 from gpu_clocks import GpuSampler
 from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
@@ -53,12 +56,9 @@ from timelines import TIMELINE_HEADERS, DecoderTimelines, EngineTimeline, timeli
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.engine import Engine
-from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
-from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
 from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.runner.capture_counts import CapturePhase
 from widebeam.services.decoder.runner.step_counts import StepCounts
-from widebeam.services.decoder.security.client import ChannelSecurity
 from widebeam.services.decoder.server.prompting import history_prompt
 from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
@@ -261,57 +261,6 @@ def engine_phases(
 
 
 # ----- clients ------------------------------------------------------------------------------
-Send = Callable[[int], Awaitable[str]]  # request index -> status ("200", "429", grpc code...)
-
-
-async def closed_loop(
-    send: Send, count: int, concurrency: int, phase: Phase, first: int = 0
-) -> Phase:
-    """`concurrency` clients, each sends its next request when its last one is answered;
-    requests `first` .. `first + count - 1`."""
-    order = list(reversed(range(first, first + count)))
-
-    async def client() -> None:
-        while order:
-            i = order.pop()
-            start = time.perf_counter()
-            status = await send(i)
-            phase.statuses[status] = phase.statuses.get(status, 0) + 1
-            if status in ("200", "OK"):
-                phase.latencies_ms.append((time.perf_counter() - start) * 1000)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
-    phase.wall_s = time.perf_counter() - t0
-    return phase
-
-
-def grpc_sender(stub: pb_grpc.DecoderStub, histories: list[list[str]], width: int) -> Send:
-    async def send(i: int) -> str:
-        request = pb.RecommendRequest(history_item_ids=histories[i], n=width, beam_width=width)
-        try:
-            response = await stub.Recommend(request, timeout=600)
-        except grpc.aio.AioRpcError as exc:
-            return exc.code().name
-        return "OK" if response.items else "EMPTY"
-
-    return send
-
-
-def http_sender(http: httpx.AsyncClient, route: str, bodies: list[dict]) -> Send:
-    async def send(i: int) -> str:
-        response = await http.post(route, json=bodies[i])
-        if response.status_code == 200 and not _answered(route, response.json()):
-            return "200-empty"
-        return str(response.status_code)
-
-    return send
-
-
-def _answered(route: str, body: dict) -> bool:
-    return bool(body.get("items") if route == "/v1/recommend" else body.get("choices"))
-
-
 def recommend_body(history: list[str], width: int) -> dict:
     # The gateway would exclude the history's items by default and ask again at twice the beam
     # when that leaves fewer than n: the decoder's work would differ from Recommend's.
@@ -351,11 +300,11 @@ def process_cpu_s(pid: int, own: bool = True, children: bool = True) -> float:
     return total
 
 
-async def service_phases(
+def service_phases(
     args: argparse.Namespace,
     work: Workload,
-    decoder: str,
-    gateway: str,
+    clients: ClientProcesses,
+    model_name: str,
     metrics_url: str,
     servers: dict[str, tuple[int, bool, bool]],  # name -> (pid, its own CPU, its children's)
     sampler: GpuSampler,
@@ -365,59 +314,43 @@ async def service_phases(
     """Round `rnd` of the servers' closed-loop phases: gRPC and REST recommend per width, and
     in round 0 the chat route too (it has no target of its own to pin down)."""
     phases: list[Phase] = []
-    options = [("grpc.max_receive_message_length", 256 << 20)]
-    limits = httpx.Limits(max_connections=args.concurrency * 2)
-    async with (
-        ChannelSecurity.from_env().aio_channel(decoder, options) as channel,
-        httpx.AsyncClient(base_url=gateway, timeout=600, limits=limits) as http,
-    ):
-        stub = pb_grpc.DecoderStub(channel)
-        model_name = (await http.get("/v1/models")).json()["data"][0]["id"]
-        for width in args.widths:
-            count = work.counts[width]
-            senders: dict[str, Callable[[list[list[str]]], Send]] = {
-                "grpc Recommend": lambda hs, w=width: grpc_sender(stub, hs, w),
-                "REST /v1/recommend": lambda hs, w=width: http_sender(
-                    http, "/v1/recommend", [recommend_body(h, w) for h in hs]
-                ),
-                "REST chat": lambda hs, w=width: http_sender(
-                    http, "/v1/chat/completions", [chat_body(work, model_name, h, w) for h in hs]
-                ),
-            }  # fmt: skip
-            if rnd > 0:
-                del senders["REST chat"]
-            for path, sender in senders.items():
-                # The warm-up's requests first, then the timed ones: all new to the decoder.
-                send = sender(work.fresh_histories(args.concurrency + count))
-                before = sum(serving_captures(metrics_url).values())
-                await closed_loop(
-                    send, args.concurrency, args.concurrency, Phase(path, width, rnd=rnd)
-                )
-                cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
-                steps_before = step_counts(metrics_url)
-                probe = probe_ms()  # (this process idle meanwhile: the servers are too)
-                if timelines is not None:
-                    timelines.start()
-                started = time.monotonic()
-                phase = await closed_loop(
-                    send, count, args.concurrency, Phase(path, width, rnd=rnd),
-                    first=args.concurrency,
-                )
-                phase.gpu = sampler.window(started, time.monotonic())
-                phase.host_probe_ms = probe
-                if timelines is not None:
-                    phase.timeline = await asyncio.to_thread(timelines.stop)
-                answered = max(len(phase.latencies_ms), 1)
-                phase.cpu_ms_per_request = {
-                    name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
-                    for name, server in servers.items()
-                }
-                phase.batching = batching(
-                    steps_before, step_counts(metrics_url), answered, phase.wall_s
-                )
-                phase.captures = sum(serving_captures(metrics_url).values()) - before
-                phases.append(phase)
-                print(phase.row(), flush=True)
+    for width in args.widths:
+        count = work.counts[width]
+        payloads: dict[str, tuple[str, Callable[[list[str]], object]]] = {
+            GRPC_RECOMMEND: ("", lambda h: h),
+            "REST /v1/recommend": ("/v1/recommend", lambda h, w=width: recommend_body(h, w)),
+            "REST chat": (
+                "/v1/chat/completions", lambda h, w=width: chat_body(work, model_name, h, w)
+            ),
+        }  # fmt: skip
+        if rnd > 0:
+            del payloads["REST chat"]
+        for path, (route, payload) in payloads.items():
+            # The warm-up's requests first, then the timed ones: all new to the decoder.
+            sent = [payload(h) for h in work.fresh_histories(args.concurrency + count)]
+            before = sum(serving_captures(metrics_url).values())
+            clients.run(path, route, sent[: args.concurrency], width)
+            cpu = {name: process_cpu_s(*server) for name, server in servers.items()}
+            steps_before = step_counts(metrics_url)
+            probe = probe_ms()  # (this process idle meanwhile: the servers are too)
+            if timelines is not None:
+                timelines.start()
+            started = time.monotonic()
+            outcome, wall = clients.run(path, route, sent[args.concurrency :], width)
+            phase = Phase(path, width, outcome.latencies_ms, outcome.statuses, wall, rnd=rnd)
+            phase.gpu = sampler.window(started, time.monotonic())
+            phase.host_probe_ms = probe
+            if timelines is not None:
+                phase.timeline = timelines.stop()
+            answered = max(len(phase.latencies_ms), 1)
+            phase.cpu_ms_per_request = {
+                name: (process_cpu_s(*server) - cpu[name]) * 1000 / answered
+                for name, server in servers.items()
+            }
+            phase.batching = batching(steps_before, step_counts(metrics_url), answered, wall)
+            phase.captures = sum(serving_captures(metrics_url).values()) - before
+            phases.append(phase)
+            print(phase.row(), flush=True)
     return phases
 
 
@@ -615,6 +548,9 @@ def main() -> None:
                         help="timed requests per width and path: what the engine answers in "
                         "this long (at least --requests)")
     parser.add_argument("--clients", type=int, default=4, help="sweep client processes")
+    parser.add_argument("--client-processes", type=int,
+                        help="processes the closed-loop clients are spread over (default: one "
+                        "per client, as callers on machines of their own)")  # fmt: skip
     parser.add_argument("--loads", type=lambda s: [float(x) for x in s.split(",")],
                         default=[0.25, 0.5, 1.0, 1.5, 2.0, 2.5])  # fmt: skip
     parser.add_argument("--sweep-seconds", type=float, default=20.0)
@@ -654,6 +590,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.client_processes is not None and not 1 <= args.client_processes <= args.concurrency:
+        parser.error(f"--client-processes must be in 1..--concurrency ({args.concurrency})")
     decoder_env = None
     if args.smoke:
         args.widths = args.widths or [4]
@@ -712,14 +650,19 @@ def main() -> None:
         timelines = None
         if args.timeline:
             timelines = DecoderTimelines(decoder.proc.pid, args.timeline / "decoder")
-        for rnd in range(args.rounds):
-            phases += asyncio.run(
-                service_phases(
-                    args, work, decoder.address, gateway.url, metrics_url, pids, sampler,
-                    timelines, rnd,
+        model_name = httpx.get(f"{gateway.url}/v1/models", timeout=60).json()["data"][0]["id"]
+        clients = ClientProcesses(
+            args.client_processes or args.concurrency, args.concurrency, decoder.address,
+            gateway.url,
+        )  # fmt: skip
+        try:
+            for rnd in range(args.rounds):
+                phases += service_phases(
+                    args, work, clients, model_name, metrics_url, pids, sampler, timelines, rnd
                 )
-            )  # fmt: skip
-            phases += engine_phases(args, work, sampler, engine, rnd + 1)
+                phases += engine_phases(args, work, sampler, engine, rnd + 1)
+        finally:
+            clients.close()
         for profiler in profilers:
             stop_profiler(profiler)
         gateway.stop()
@@ -818,6 +761,7 @@ def report(
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "api_processes": args.api_processes,
                                 "gateway_workers": args.gateway_workers,
+                                "client_processes": args.client_processes or args.concurrency,
                                 "admission_ratio": args.admission_ratio,
                                 "admission_max_wait_steps": args.admission_max_wait_steps,
                                 "admission_max_wait_ms": args.admission_max_wait_ms,

@@ -28,6 +28,7 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         "--admission-ratio", "1.0", "--rounds", "2",
     )  # fmt: skip
     assert report["env"]["api_processes"] == 1
+    assert report["env"]["client_processes"] == 2  # one per client: --concurrency 2
     assert report["env"]["admission_ratio"] == 1.0  # the engine's and the decoder's
     assert report["env"]["sweep_deadline_ms"] == 60000  # the sweep's bodies carry timeout_ms
     rows = report["closed_loop"]
