@@ -198,7 +198,6 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
         capture_at_start=True, capture_beam_widths=tuple(args.widths),
         admission_ratio=args.admission_ratio,
         admission_max_wait_steps=args.admission_max_wait_steps,
-        admission_max_wait_ms=args.admission_max_wait_ms,
     )  # fmt: skip
     warm_s = engine.warm_up()
     engine.mark_ready()
@@ -569,7 +568,6 @@ def main() -> None:
     parser.add_argument("--admission-ratio", type=float, default=0.0,
                         help="batched admission, the engine's and the decoder's (EngineConfig)")
     parser.add_argument("--admission-max-wait-steps", type=int, default=2)
-    parser.add_argument("--admission-max-wait-ms", type=float, default=10.0)
     parser.add_argument("--gateway-workers", type=int, default=1,
                         help="the gateways' --workers (processes on one port)")
     parser.add_argument("--max-queue-wait-s", type=float,
@@ -623,7 +621,6 @@ def main() -> None:
         "--api-processes", str(args.api_processes),
         "--admission-ratio", str(args.admission_ratio),
         "--admission-max-wait-steps", str(args.admission_max_wait_steps),
-        "--admission-max-wait-ms", str(args.admission_max_wait_ms),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
         *(["--profile-dir", str(args.timeline / "decoder")] if args.timeline else []),
         env=decoder_env,
@@ -764,7 +761,6 @@ def report(
                                 "client_processes": args.client_processes or args.concurrency,
                                 "admission_ratio": args.admission_ratio,
                                 "admission_max_wait_steps": args.admission_max_wait_steps,
-                                "admission_max_wait_ms": args.admission_max_wait_ms,
                                 "max_queue_wait_s": args.max_queue_wait_s,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,

@@ -152,13 +152,6 @@ class EngineConfig:
         default=2,
         metadata=_help("engine steps batched admission holds a waiting request back at most"),
     )
-    admission_max_wait_ms: float = field(
-        default=10.0,
-        metadata=_help(
-            "milliseconds batched admission holds a waiting request back at most, from its "
-            "arrival (whichever of this and the steps comes first)"
-        ),
-    )
     attention_backend: str = field(
         default="auto",
         metadata=_help(
@@ -303,8 +296,6 @@ class EngineConfig:
             raise ValueError("admission_ratio must be a finite number >= 0")
         if self.admission_max_wait_steps < 0:
             raise ValueError("admission_max_wait_steps must be >= 0")
-        if not 0 <= self.admission_max_wait_ms < float("inf"):
-            raise ValueError("admission_max_wait_ms must be a finite number >= 0")
         for name in (
             "max_rows", "max_kv_slots", "page_size", "max_prefill_tokens", "max_capture_rows"
         ):  # fmt: skip

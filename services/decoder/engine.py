@@ -157,7 +157,6 @@ class Engine:
         self.scheduler: Scheduler[RequestState] = Scheduler(
             config.max_rows, pages, config.max_prefill_tokens, config.prefix_cache,
             config.admission_ratio, config.admission_max_wait_steps,
-            config.admission_max_wait_ms / 1000,
         )  # fmt: skip
         # Catalog name -> the trie new admissions pin; admitted requests keep their own.
         self.catalogs: dict[str, TrieConstraint] = {}

@@ -6,12 +6,10 @@ memory. Strict FIFO keeps wide requests from starving behind a stream of narrow 
 
 Batched admission (`admission_ratio` > 0): while requests run, waiting ones are held back until
 their rows reach that share of the running rows, or the oldest has been held
-`admission_max_wait_steps` steps or has waited `admission_max_wait_s` since it was added, or
-nothing runs. Requests that arrive a few milliseconds
+`admission_max_wait_steps` steps, or nothing runs. Requests that arrive a few milliseconds
 apart (the next requests of clients whose answers left together) are then prefilled in one
 forward and decode in step with each other, instead of each small group adding a prefill
-forward and a decode cohort of its own; an idle engine admits at once. The time bound keeps
-a narrow request from waiting out several long steps of wide ones (mixed traffic).
+forward and a decode cohort of its own; an idle engine admits at once.
 
 With the prompt-prefix cache (`kv/prefix_cache.py`) a request's cached prefix pages are shared,
 not reserved again, and unheld cached pages are evicted to make room; a running request's pages
@@ -23,9 +21,7 @@ engine's `Request` is one.
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from widebeam.services.decoder.kv.kv_reservation import KVReservation
@@ -68,8 +64,6 @@ class Scheduler(Generic[Request]):
         prefix_cache: bool = False,
         admission_ratio: float = 0.0,
         admission_max_wait_steps: int = 0,
-        admission_max_wait_s: float = float("inf"),
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_rows = max_rows
         self.pages = pages
@@ -77,17 +71,13 @@ class Scheduler(Generic[Request]):
         self.max_prefill_tokens = max_prefill_tokens
         self.admission_ratio = admission_ratio
         self.admission_max_wait_steps = admission_max_wait_steps
-        self.admission_max_wait_s = admission_max_wait_s
-        self.clock = clock
         self.waiting: deque[Request] = deque()
-        self._added_at: dict[int, float] = {}  # id(waiting request) -> clock() when added
         self.running: list[Request] = []
         self.rows_in_use = 0
         self.held_steps = 0  # consecutive admit() calls that held the waiting requests back
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
-        self._added_at[id(request)] = self.clock()
 
     def admit(self) -> list[Request]:
         """Move waiting requests to running while their rows and KV slots fit (once per engine
@@ -110,7 +100,6 @@ class Scheduler(Generic[Request]):
             if reservation is None:
                 break
             self.waiting.popleft()
-            self._added_at.pop(id(head), None)
             head.reservation = reservation
             head.pages = list(reservation.pages)
             self.rows_in_use += head.num_rows
@@ -123,9 +112,6 @@ class Scheduler(Generic[Request]):
         if self.admission_ratio <= 0 or not self.waiting or not self.running:
             return False
         if self.held_steps >= self.admission_max_wait_steps:
-            return False
-        oldest = self._added_at.get(id(self.waiting[0]))
-        if oldest is not None and self.clock() - oldest >= self.admission_max_wait_s:
             return False
         waiting_rows = sum(request.num_rows for request in self.waiting)
         return waiting_rows < self.admission_ratio * self.rows_in_use
@@ -144,7 +130,6 @@ class Scheduler(Generic[Request]):
         for request in list(self.waiting):
             if request.request_id == request_id:
                 self.waiting.remove(request)
-                self._added_at.pop(id(request), None)
                 request.finished = True
                 return request
         for request in self.running:

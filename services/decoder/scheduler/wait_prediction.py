@@ -5,10 +5,7 @@ The engine's throughput is a running estimate (`ThroughputMeter`: rows x steps p
 seconds per step, exponentially smoothed over engine steps, timed by an injectable clock). A
 new request that fits in the free rows with nothing queued starts at the next step; otherwise
 it waits for the work ahead (waiting and running requests' remaining rows x steps) to drain at
-that rate. With batched admission on, a request that arrives while others run may be held
-back for up to its bound (`hold_steps` steps or `hold_s`, whichever is shorter) before that:
-the prediction adds the bound. Its own run takes its steps at the current step time. It is
-shed when
+that rate. Its own run takes its steps at the current step time. It is shed when
   - it would queue and its predicted finish (wait + its own steps) exceeds its deadline (the
     gRPC deadline): admitting it would only let it time out in the queue, or
   - the predicted wait exceeds the configured `max_queue_wait_s`.
@@ -65,9 +62,6 @@ class QueueState:
     queued: int  # requests accepted and not yet admitted to rows
     rows_in_use: int
     max_rows: int
-    # Batched admission's bound on holding a request back while others run (0 and 0.0: off).
-    hold_steps: int = 0
-    hold_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,8 +83,6 @@ def predict(queue: QueueState, rows: int, steps: int, meter: ThroughputMeter) ->
         return None
     fits_now = queue.queued == 0 and queue.rows_in_use + rows <= queue.max_rows
     wait = 0.0 if fits_now else queue.work_ahead / rate
-    if queue.rows_in_use > 0:
-        wait += min(queue.hold_s, queue.hold_steps * step_s)
     return Prediction(wait, wait + steps * step_s)
 
 

@@ -203,13 +203,7 @@ class AsyncEngine:
             return None
         load = self._load
         ahead = load.queued_work + self._inbox_work + self._in_transit_work
-        config = self.engine.config
-        batched = config.admission_ratio > 0
-        state = QueueState(
-            ahead, waiting, load.rows_in_use, config.max_rows,
-            hold_steps=config.admission_max_wait_steps if batched else 0,
-            hold_s=config.admission_max_wait_ms / 1000 if batched else 0.0,
-        )  # fmt: skip
+        state = QueueState(ahead, waiting, load.rows_in_use, self.engine.config.max_rows)
         return predict(state, work.rows, work.steps, self.meter)
 
     # ----- engine thread ----------------------------------------------------------------------

@@ -81,24 +81,10 @@ def test_prefix_cache_shares_pages_and_counts_only_prefilled_tokens() -> None:
     assert sched.pages.free_pages == 8 and sched.kv.free_slots == 160  # 2 cached, evictable
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _batched(
-    ratio: float,
-    max_wait_steps: int,
-    max_wait_s: float = float("inf"),
-    clock: FakeClock | None = None,
-) -> Scheduler[RequestState]:
+def _batched(ratio: float, max_wait_steps: int) -> Scheduler[RequestState]:
     return Scheduler(
         max_rows=100, pages=PageAllocator(100, 16), max_prefill_tokens=10_000,
         admission_ratio=ratio, admission_max_wait_steps=max_wait_steps,
-        admission_max_wait_s=max_wait_s, clock=clock or FakeClock(),
     )  # fmt: skip
 
 
@@ -133,35 +119,6 @@ def test_batched_admission_waits_at_most_its_steps_and_never_on_an_idle_engine()
     sched.finish(first)
     sched.finish(small)
     assert sched.admit() == [other]  # nothing runs: no reason to wait
-
-
-def test_batched_admission_holds_at_most_its_time_from_the_oldest_arrival() -> None:
-    clock = FakeClock()
-    sched = _batched(ratio=1.0, max_wait_steps=100, max_wait_s=0.010, clock=clock)
-    wide = _state("wide", 64, 8, 3, 0)
-    sched.add(wide)
-    assert sched.admit() == [wide]
-    narrow = _state("narrow", 4, 8, 3, 1)
-    sched.add(narrow)
-    clock.now += 0.004
-    assert sched.admit() == []  # 4 ms of its 10: held (4 rows < 64 running)
-    clock.now += 0.005
-    later = _state("later", 4, 8, 3, 2)
-    sched.add(later)  # the bound runs from the oldest waiting request, not the newest
-    assert sched.admit() == []  # 9 ms
-    clock.now += 0.0011
-    assert sched.admit() == [narrow, later]  # past 10 ms: admitted though the ratio says hold
-    # An aborted head's time goes with it: the next one's own arrival counts.
-    head, second = _state("head", 4, 8, 3, 3), _state("second", 4, 8, 3, 4)
-    sched.add(head)
-    clock.now += 0.008
-    sched.add(second)
-    assert sched.admit() == []
-    assert sched.abort("head") is head
-    clock.now += 0.003  # 11 ms after head arrived, 3 ms after second
-    assert sched.admit() == []
-    clock.now += 0.0071
-    assert sched.admit() == [second]
 
 
 def test_ratio_zero_admits_at_every_step() -> None:

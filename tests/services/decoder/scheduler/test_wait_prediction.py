@@ -107,24 +107,6 @@ def test_a_request_that_starts_at_once_is_never_shed_for_its_deadline() -> None:
     assert shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=0.0) is None
 
 
-def test_batched_admission_hold_is_added_while_others_run() -> None:
-    # Step 0.1 s: two steps (0.2 s) exceed the 50 ms bound, so the bound counts.
-    held = QueueState(5000, 0, rows_in_use=100, max_rows=1000, hold_steps=2, hold_s=0.05)
-    prediction = predict(held, rows=100, steps=4, meter=timed_meter())
-    assert prediction == Prediction(pytest.approx(0.05), pytest.approx(0.45))
-    # A shorter step bound counts instead; after a queue wait it is added on top.
-    one_step = QueueState(30_000, 1, rows_in_use=1000, max_rows=1000, hold_steps=1, hold_s=1.0)
-    queued = predict(one_step, rows=100, steps=4, meter=timed_meter())
-    assert queued is not None and queued.wait_s == pytest.approx(3.1)
-    # Nothing runs: nothing holds it back.
-    idle = QueueState(0, 0, rows_in_use=0, max_rows=1000, hold_steps=2, hold_s=0.05)
-    assert predict(idle, rows=100, steps=4, meter=timed_meter()) == Prediction(
-        0.0, pytest.approx(0.4)
-    )
-    # A held request is a queued one: its deadline can shed it.
-    assert shed_decision(prediction, deadline_s=0.42, max_queue_wait_s=None) is not None
-
-
 def test_shed_past_the_queue_wait_bound() -> None:
     prediction = predict(queue(30_000), rows=100, steps=4, meter=timed_meter())
     shed = shed_decision(prediction, deadline_s=None, max_queue_wait_s=0.5)
