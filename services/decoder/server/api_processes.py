@@ -27,7 +27,6 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 
 from widebeam.services.decoder.server.grpc_port import bind, grpc_server, set_health
-from widebeam.services.decoder.server.interpreter import tune_interpreter
 from widebeam.services.decoder.server.remote_engine import RemoteEngine
 from widebeam.services.decoder.server.servicer import DecoderServicer
 from widebeam.services.decoder.server.settings import DecoderSettings
@@ -111,7 +110,6 @@ class ApiProcesses:
 # ----- in the API process --------------------------------------------------------------------
 def api_process_main(fields: dict[str, Any], port: int, socket_path: str, index: int) -> None:
     settings = DecoderSettings.model_validate(fields)
-    tune_interpreter(settings)
     logging.basicConfig(
         level=settings.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[api {index}]: %(message)s",

@@ -33,7 +33,6 @@ from widebeam.services.decoder.server.grpc_port import (
     security_words,
     set_health,
 )
-from widebeam.services.decoder.server.interpreter import tune_interpreter
 from widebeam.services.decoder.server.local_engine import LocalEngine
 from widebeam.services.decoder.server.metrics import DecoderMetrics
 from widebeam.services.decoder.server.request_limits import RequestLimits
@@ -198,7 +197,6 @@ async def serve(settings: DecoderSettings) -> None:
 
 
 def run(settings: DecoderSettings) -> None:
-    tune_interpreter(settings)
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

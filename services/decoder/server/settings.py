@@ -101,14 +101,6 @@ class DecoderSettings(_EngineSettings):
         "idle time by engine phase, top kernels); default: off",
     )
     max_message_bytes: int = Field(16 << 20, ge=1024, description="gRPC message size limit")
-    switch_interval_ms: float = Field(
-        5.0,
-        gt=0,
-        le=100,
-        description="the interpreter's thread switch interval in the decoder's processes "
-        "(sys.setswitchinterval): how long the engine thread may keep the GIL while the gRPC "
-        "loop waits to send an answer or take a request (Python's default: 5 ms)",
-    )
     api_processes: int = Field(
         0,
         ge=0,
