@@ -84,8 +84,20 @@ def normalization_of(value: int) -> Normalization:
 def generate_response(
     request_id: str, catalog: str | None, out: RequestOutput
 ) -> pb.GenerateResponse:
-    beams = [
-        pb.Beam(
+    response = pb.GenerateResponse(
+        request_id=request_id,
+        usage=pb.Usage(
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=sum(len(b.output_ids) for b in out.beams),
+            cached_prompt_tokens=out.cached_prompt_tokens,
+        ),
+    )
+    # Beams are added in place, as Recommend's items are: building each as its own message and
+    # copying the list in takes about 1.5x as long for a wide answer (1,000 beams: ~1 ms more
+    # on the thread the engine shares the GIL with).
+    add = response.beams.add
+    for beam in out.beams:
+        add(
             output_ids=beam.output_ids,
             score=beam.score,
             cum_logprob=beam.cum_logprob,
@@ -93,17 +105,6 @@ def generate_response(
             logprobs=beam.logprobs or (),
             item_ids=beam.item_ids or (),
         )
-        for beam in out.beams
-    ]
-    response = pb.GenerateResponse(
-        request_id=request_id,
-        beams=beams,
-        usage=pb.Usage(
-            prompt_tokens=out.prompt_tokens,
-            completion_tokens=sum(len(b.output_ids) for b in out.beams),
-            cached_prompt_tokens=out.cached_prompt_tokens,
-        ),
-    )
     if out.catalog_version is not None:
         response.catalog.CopyFrom(
             pb.CatalogRef(name=catalog or DEFAULT_CATALOG, version=out.catalog_version)
