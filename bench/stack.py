@@ -17,10 +17,10 @@ last ÷ first rate ("engine drift") says how much the device or host moved over 
 phase sends histories no earlier phase sent, so no path reads its prompts from a prefix cache
 an earlier one filled; the sweep's requests are all new too. The chat route runs in round 0
 only; its prompt is the history's SID text in the gateway's chat template, so it has a few more
-tokens than Recommend's; its decoding (constrained, beam = n) is the same. The services' closed-loop
-clients run in processes of their own (`closed_loop_clients.py`; one per client by default,
-as callers on machines of their own), so one client's host time never delays another's next
-request.
+tokens than Recommend's; its decoding (constrained, beam = n) is the same. The services'
+closed-loop clients run in processes of their own (`closed_loop_clients.py`; one per client by
+default, as callers on machines of their own), so one client's host time never delays
+another's next request.
 """
 
 from __future__ import annotations
