@@ -75,13 +75,16 @@ lint: install-dev
 
 # Two pytest-xdist workers, one per core: many tests wait on real processes, restarts and
 # timeouts, and the other worker runs meanwhile. --dist loadscope keeps a module's tests (and
-# its module-scoped stack or build) on one worker; each worker runs one torch thread
+# its module-scoped stack or build) on one worker; --no-loadscope-reorder hands out modules in
+# collection order, which tests/conftest.py starts with the longest ones (xdist's own order, by
+# test count, leaves the long one-test modules for last); each worker runs one torch thread
 # (tests/conftest.py). Tests marked `serial` (the load tests, which measure capacity and then
 # offer twice that) run afterwards on their own, collected from their own files only (the whole
 # suite's collection costs tens of seconds on busy cores).
 SERIAL_TESTS = $(shell grep -rlE --include='test_*.py' 'mark\.serial\b' tests)
 test: install-dev browser-deps lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope -m "not docker and not serial"
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder \
+		-m "not docker and not serial"
 	$(BIN)/python -m pytest -q -m "serial and not docker" $(SERIAL_TESTS)
 
 # `docker compose up` for real: builds the CPU image (deploy/offline/build.sh), runs the Compose

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,20 +89,60 @@ def _share_default_ssl_context() -> None:
     transports.create_ssl_context = shared  # type: ignore[assignment]
 
 
-# Folders of long modules (whole stacks started, models trained, fault scenarios), collected
-# first: `make test`'s two workers take modules in collection order, and a long module taken
-# last keeps one worker busy while the other has nothing left.
-LONG_FIRST = ("tests/widebeam/launcher/", "tests/widebeam/demo/", "tests/reliability/")
+# The longest modules, longest first (seconds of one worker of `make test` on two busy cores,
+# 2026-12-03). `make test` passes --no-loadscope-reorder, so its two workers take modules in
+# collection order: long ones first and the many short ones last, the two workers end within
+# seconds of each other. (xdist's default order, by test count, puts the one-test modules last:
+# a long one then keeps one worker busy while the other has nothing left.) A module missing
+# here only runs later; tests/test_conftest_order.py checks that every one listed exists.
+LONG_MODULES = (
+    "tests/reliability/test_bad_input_schemathesis.py",  # 74 s
+    "tests/widebeam/demo/test_pipeline.py",  # 59 s
+    "tests/bench/test_stack_smoke.py",  # 51 s
+    "tests/reliability/test_faults_batch.py",  # 51 s
+    "tests/services/catalog/store/test_load_process.py",  # 47 s
+    "tests/kernels/attention/test_triton_cascade.py",  # 47 s
+    "tests/widebeam/launcher/test_up.py",  # 46 s
+    "tests/reliability/test_faults_catalog.py",  # 46 s
+    "tests/services/decoder/server/test_catalog_file_matches_redis.py",  # 46 s
+    "tests/deploy/test_wheel.py",  # 43 s
+    "tests/reliability/test_faults_restart.py",  # 42 s
+    "tests/widebeam/launcher/test_up_persistence.py",  # 39 s
+    "tests/bench/test_fp8_gemm_smoke.py",  # 38 s
+    "tests/services/decoder/server/test_catalog_follow.py",  # 34 s
+    "tests/services/gateway/batch/test_worker_e2e.py",  # 31 s
+    "tests/bench/test_gateway_gc_smoke.py",  # 30 s
+    "tests/services/decoder/test_cli_generate.py",  # 29 s
+    "tests/reliability/test_faults_batch_decoder_outage.py",  # 27 s
+    "tests/reliability/test_bad_input_properties.py",  # 27 s
+    "tests/reliability/test_security_redis.py",  # 23 s
+    "tests/widebeam/demo/test_make_demo.py",  # 23 s
+    "tests/reliability/test_security_auth.py",  # 23 s
+    "tests/services/catalog/service/test_upload.py",  # 21 s
+    "tests/services/http/test_connection_guard.py",  # 21 s
+    "tests/widebeam/eval/test_eval_demo.py",  # 21 s
+    "tests/services/decoder/test_warm_up.py",  # 20 s
+    "tests/reliability/test_faults_decoder_kill.py",  # 19 s
+    "tests/reliability/test_faults_batch_lost_worker.py",  # 18 s
+    "tests/services/gateway/test_least_loaded.py",  # 17 s
+    "tests/kernels/layers/test_fused_norm_rope.py",  # 17 s
+    "tests/widebeam/launcher/test_up_gateway_options.py",  # 17 s
+    "tests/bench/test_recif_smoke.py",  # 16 s
+    "tests/reliability/test_faults_batch_oom.py",  # 16 s
+    "tests/reliability/test_huge_prompts.py",  # 15 s
+    "tests/widebeam/test_stack_e2e.py",  # 15 s
+    "tests/bench/test_kernels_smoke.py",  # 14 s
+)
+_RANK = {module: rank for rank, module in enumerate(LONG_MODULES)}
 
 
 def _long_first(item: pytest.Item) -> int:
-    path = Path(str(item.path)).as_posix()
-    return 0 if any(f"/{folder}" in path for folder in LONG_FIRST) else 1
+    return _RANK.get(item.nodeid.split("::", 1)[0], len(LONG_MODULES))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Long folders first (stable otherwise); `gpu` tests run only where CUDA is available:
-    elsewhere they are skipped, not failed."""
+    """The long modules first (stable otherwise); `gpu` tests run only where CUDA is
+    available: elsewhere they are skipped, not failed."""
     items.sort(key=_long_first)
     import torch
 
