@@ -263,6 +263,13 @@ def test_a_commit_sent_again_after_its_reply_was_lost_is_a_success(
     assert store.list_versions(NAME) == [published.version]
 
 
+def _pause_writes_while_staged(probe: redis.Redis, staging: str, version: bytes) -> None:
+    """Every client's writes wait (the publisher's next chunk or its COMMIT) until Redis
+    stops; checked after the pause, so the version is known to be staged, not committed."""
+    probe.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+    assert probe.zscore(staging, version) is not None, "the publish committed already"
+
+
 # FLUSHALL only while the version is still staged: WATCH aborts it if the COMMIT came first.
 def _flush_while_staged(probe: redis.Redis, staging: str, version: bytes) -> None:
     with probe.pipeline() as pipe:
@@ -309,6 +316,8 @@ def test_redis_lost_its_data_while_a_catalog_version_is_published(
             lost_version = int(staged[0])
             began = time.monotonic()
             if loss == "restart":
+                # Writes paused first: the publish cannot commit while the restart stops Redis.
+                _pause_writes_while_staged(probe, f"{prefix}:staging", staged[0])
                 own_redis.restart()  # no persistence: comes back empty
             else:
                 _flush_while_staged(probe, f"{prefix}:staging", staged[0])
