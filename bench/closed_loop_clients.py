@@ -1,11 +1,11 @@
 """Closed-loop clients in processes of their own (stack.py's service phases).
 
-Clients that share one event loop in one process answer each other's responses one at a time:
-when a cohort of answers leaves the decoder together, the last of them is read (and its next
-request sent) only after the client process has parsed all the others, so the next requests
-reach the server spread over the client's own host time, not the server's. Real callers are
-separate machines; here each client process runs its share of the clients on its own loop,
-with connections opened once (at the pool's start) and kept across phases.
+Clients that share one event loop in one process read their answers one at a time, so one
+client's host time can delay another's next request; real callers are separate machines. Here
+each client process runs its share of the clients on its own loop, with connections opened
+once (at the pool's start) and kept across phases. (Measured on the H200 against all clients in
+one process: the cohorts the engine sees hardly changed, docs/benchmarks.md, thirteenth
+session; the clients are kept apart so the client is never the question.)
 
 A phase: every process gets its slice of the requests and a common start time (wall clock);
 each runs its clients from then until its slice is done, and reports what was answered and
@@ -80,7 +80,7 @@ def _run_slice(
                 return exc.code().name
             return "OK" if response.items else "EMPTY"
         response = await conns.http.post(route, json=payloads[i])
-        if response.status_code == 200 and not answered(route, response.json()):
+        if response.status_code == 200 and not _answered(route, response.json()):
             return "200-empty"
         return str(response.status_code)
 
@@ -102,7 +102,7 @@ def _run_slice(
     return outcome
 
 
-def answered(route: str, body: dict) -> bool:
+def _answered(route: str, body: dict) -> bool:
     """A 200 that carries an answer: recommended items, or chat choices."""
     return bool(body.get("items") if route == "/v1/recommend" else body.get("choices"))
 
