@@ -269,10 +269,15 @@ class Engine:
         With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
         packed attention metadata, copies) while the device still runs the previous step's beam
         selection, and only then reads the previous step's stop flags; after an admission it
-        prepares the batch with the new requests while the device prefills them, before their
-        first flags are read. Admission and the decode set are decided after those flags in both
-        modes (a batch prepared for requests that turned out done is prepared again), so both
-        modes run the same batches and compute exactly the same thing."""
+        prepares the batch with the new requests while the device prefills them. Admission and
+        the decode set are decided after the previous step's flags in both modes (a batch
+        prepared for requests that turned out done is prepared again), so both modes run the
+        same batches and compute exactly the same thing.
+
+        A new request's first flag is not waited for: its decode is queued behind its prefill.
+        The rare request done at its first step (all its best candidates end, or none can go
+        on) is decoded once for nothing; when its flag is read its search is rewound to the
+        step that finished it (`BeamSearch.resolve_done`), so its answer is unchanged."""
         done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
@@ -297,7 +302,6 @@ class Engine:
                 if candidates:
                     with annotate("engine.prepare"):
                         prepared = self._prepare_decode(candidates)
-            done += self._resolve()  # a new request's first decision: needed for this batch
         active = self._decode_candidates()
         self.last_step_rows += sum(s.num_rows for s in active)
         if active:

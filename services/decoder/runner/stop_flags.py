@@ -20,22 +20,25 @@ from widebeam.services.decoder.runner.request_state import RequestState
 class StagedFlags(NamedTuple):
     states: list[RequestState]  # beam requests, each advanced in the staged step
     flags: torch.Tensor  # [n] bool on the host (pinned when copied from a GPU)
+    steps: list[int]  # each search's steps taken when its flag was staged
     event: torch.cuda.Event | None  # recorded after the copy (None on the CPU)
 
 
 def stage_flags(states: list[RequestState]) -> StagedFlags:
     flags = torch.stack([s.beam_search.done_flag for s in states])  # [n] bool
+    steps = [s.beam_search.step for s in states]
     if not flags.is_cuda:
-        return StagedFlags(states, flags, None)
+        return StagedFlags(states, flags, steps, None)
     host = to_host_async(flags)
     event = torch.cuda.Event()
     event.record()
-    return StagedFlags(states, host, event)
+    return StagedFlags(states, host, steps, event)
 
 
 def resolve_flags(staged: StagedFlags) -> None:
     """Wait for the staged copy and hand each search its decision."""
     if staged.event is not None:
         staged.event.synchronize()
-    for state, done in zip(staged.states, staged.flags.tolist(), strict=True):
-        state.beam_search.resolve_done(done)
+    decisions = zip(staged.states, staged.flags.tolist(), staged.steps, strict=True)
+    for state, done, step in decisions:
+        state.beam_search.resolve_done(done, step)

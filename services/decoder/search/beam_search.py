@@ -166,9 +166,16 @@ class BeamSearch:
             self._done = bool(self.done_flag)
         return self._done
 
-    def resolve_done(self, value: bool) -> None:
-        """Set `done` from a batched read of many requests' `done_flag`s (one sync per step)."""
+    def resolve_done(self, value: bool, at_step: int) -> None:
+        """Set `done` from a batched read of many requests' `done_flag`s (one sync per step),
+        the decision of the step that left the search at `at_step` steps. A search stepped
+        further before that read (the engine decodes a new request before its first flag is
+        read) is rewound when it turns out done there: the later steps' host copies go, so
+        its results are exactly those of the step that finished it."""
         self._done = value
+        if value and self.step > at_step:
+            del self.host_steps[at_step:]
+            self.step = at_step
 
     def _top_candidates(self, logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         accumulated = logprobs + self.running_scores[:, None]  # [k, vocab] fp32
