@@ -586,6 +586,9 @@ def main() -> None:
     parser.add_argument("--catalog", type=Path, help="default: workload 3's 430k-SID catalog")
     parser.add_argument("--cache", default="/tmp/widebeam-bench")
     args = parser.parse_args()
+    if args.quick:  # shorter defaults; what the command line names still wins
+        parser.set_defaults(requests=36, phase_seconds=3.0, loads=[0.5, 2.0], sweep_seconds=8.0)
+        args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     if args.client_processes is not None and not 1 <= args.client_processes <= args.concurrency:
@@ -601,8 +604,6 @@ def main() -> None:
         # and the decoder slow both down far more than one thread does.
         torch.set_num_threads(1)
         decoder_env = {"OMP_NUM_THREADS": "1"}
-    elif args.quick:
-        args.requests, args.phase_seconds, args.loads, args.sweep_seconds = 36, 3.0, [0.5, 2.0], 8.0
     args.widths = args.widths or [50, 512, 1000]
     work = build_workload(args)
     sampler = GpuSampler().start()
