@@ -50,6 +50,7 @@ from e2e import DecoderProcess, free_port
 from gpu_clocks import GpuSampler
 from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
+from host_cpu import CpuSample, window_cores
 from host_probe import probe_ms
 from replicas import GatewayProcess
 from timelines import TIMELINE_HEADERS, DecoderTimelines, EngineTimeline, timeline_cells
@@ -68,6 +69,7 @@ HISTORY_ITEMS = 60
 SWEEP_MIX = (0.5, 0.3, 0.2)  # share of each width (narrowest first) in the open-loop sweep
 LATENCY_PARTS = ("decoder", "gateway", "outside")  # of a sweep's answered latency
 CPU_COLUMNS = ("engine", "decoder", "decoder API", "gateway")  # host CPU per request, by process
+HOST_CPU_KEYS = ("host", "ours", "others", "steal")  # `host_cpu.window_cores`, in its order
 SERVING_CAPTURES = re.compile(
     r'^widebeam_decoder_graph_captures_total\{kind="(\w+)",phase="serving"\} ([0-9.e+]+)$', re.M
 )
@@ -118,6 +120,10 @@ class Phase:
     timeline: dict = field(default_factory=dict)  # with --timeline: the timed loop's summary
     gpu: dict = field(default_factory=dict)  # the timed loop's SM clock, power, temperature
     host_probe_ms: float = 0.0  # `host_probe.probe_ms()` right before the timed loop
+    # Busy cores over the timed loop: the host's, this bench's process tree's (servers and
+    # clients included), the others' and the hypervisor's steal (`host_cpu.window_cores`)
+    host_cpu: dict[str, float] = field(default_factory=dict)
+    started_unix: float = 0.0  # the timed loop's start (wall clock: `host_watch.py`'s series)
 
     def row(self) -> dict[str, object]:
         ok = RunStats(self.latencies_ms or [0.0], self.wall_s or 1.0).summary()
@@ -135,6 +141,8 @@ class Phase:
             "timeline": self.timeline,
             "gpu": self.gpu,
             "host_probe_ms": self.host_probe_ms,
+            "host_cpu": self.host_cpu,
+            "started_unix": self.started_unix,
         }
 
 
@@ -239,7 +247,8 @@ def engine_phases(
         steps_before = dataclasses.replace(engine.step_counts)
         timed = requests(f"engine{rnd}-timed", work.counts[width])
         probe = probe_ms()
-        started = time.monotonic()
+        host_before = CpuSample.take(os.getpid())
+        started, started_unix = time.monotonic(), time.time()
         timeline: dict = {}
         if args.timeline:
             with EngineTimeline(engine) as recorded:
@@ -251,6 +260,8 @@ def engine_phases(
         phase = Phase(ENGINE, width, stats.latencies_ms, {"ok": n}, stats.wall_s, rnd=rnd)
         phase.gpu = sampler.window(started, time.monotonic())
         phase.host_probe_ms = probe
+        phase.host_cpu = window_cores(host_before, CpuSample.take(os.getpid()))
+        phase.started_unix = started_unix
         phase.timeline = timeline
         phase.cpu_ms_per_request = {"engine": (time.process_time() - cpu_before) * 1000 / n}
         phase.batching = batching(steps_before, engine.step_counts, n, stats.wall_s)
@@ -334,11 +345,15 @@ def service_phases(
             probe = probe_ms()  # (this process idle meanwhile: the servers are too)
             if timelines is not None:
                 timelines.start()
-            started = time.monotonic()
+            host_before = CpuSample.take(os.getpid())
+            started, started_unix = time.monotonic(), time.time()
             outcome, wall = clients.run(path, route, sent[args.concurrency :], width)
+            host_cpu = window_cores(host_before, CpuSample.take(os.getpid()))
             phase = Phase(path, width, outcome.latencies_ms, outcome.statuses, wall, rnd=rnd)
             phase.gpu = sampler.window(started, time.monotonic())
             phase.host_probe_ms = probe
+            phase.host_cpu = host_cpu
+            phase.started_unix = started_unix
             if timelines is not None:
                 phase.timeline = timelines.stop()
             answered = max(len(phase.latencies_ms), 1)
@@ -795,9 +810,12 @@ def report(
     ))  # fmt: skip
     # Did the device and the host run alike in every phase?
     print(markdown_table(
-        ["path", "width", "round", "req/s", "SM MHz", "power W", "max °C", "host probe ms"],
+        ["path", "width", "round", "req/s", "SM MHz", "power W", "max °C", "host probe ms",
+         *(f"{key} busy cores" for key in HOST_CPU_KEYS)],
         [[r["path"], r["width"], r["round"], r["answered_rps"], *(r["gpu"].get(k, "-") for k in
-          ("sm_mhz", "power_w", "max_temp_c")), f"{r['host_probe_ms']:.2f}"] for r in rows],
+          ("sm_mhz", "power_w", "max_temp_c")), f"{r['host_probe_ms']:.2f}",
+          *(f"{r['host_cpu'][k]:.2f}" if k in r["host_cpu"] else "-" for k in HOST_CPU_KEYS)]
+         for r in rows],
     ))  # fmt: skip
     if any(r["timeline"] for r in rows):
         print(markdown_table(

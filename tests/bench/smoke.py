@@ -37,5 +37,6 @@ def load_bench_module(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (dataclasses look their module up while the class is built)
     spec.loader.exec_module(module)
     return module

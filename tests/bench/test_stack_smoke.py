@@ -48,6 +48,10 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
             assert batching["prefill_tokens_per_request"] == PROMPT_TOKENS, row
         assert row["gpu"] == {}  # no nvidia-smi on a CPU machine: no clock samples
         assert row["host_probe_ms"] > 0, row  # the host's speed right before the phase
+        # busy cores over the phase: read, never negative (their size is the machine's)
+        assert set(row["host_cpu"]) == {"host", "ours", "others", "steal"}, row
+        assert min(row["host_cpu"].values()) >= 0, row
+        assert row["started_unix"] > 0, row  # to align with host_watch.py's series
         timeline = row["timeline"]  # the engine thread's steps over the timed loop
         assert timeline["steps"] >= 2, row  # 4 requests of 3 tokens each
         assert {"prefill", "decode", "select", "finish"} <= set(timeline["host_ms_by_phase"])

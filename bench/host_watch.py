@@ -1,0 +1,96 @@
+"""Watch the host while a bench runs: once a second, how fast it runs Python (`host_probe`), its
+busy and stolen cores (`host_cpu`), and the processes that used the most CPU meanwhile.
+
+The in-process engine's n = 50 rate and the host probe both fell by up to half between the
+first phases of `stack.py` and the later ones. A time series next to the bench's phase start
+times (`started_unix` in its rows) says when the host slowed and who was busy then: the
+bench's own processes, others on this machine, or the hypervisor (steal).
+
+    python3 host_watch.py --out $OUT/host_watch.jsonl &   # stopped by SIGTERM or SIGINT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from host_cpu import PROC, CpuSample, window_cores
+from host_probe import probe_ms
+
+TOP = 5  # busiest processes listed per sample
+
+
+def process_seconds() -> dict[int, tuple[str, float]]:
+    """pid -> (command name, user + system CPU seconds) of every live process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def busiest(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float
+) -> list[list[object]]:
+    """[pid, name, cores] of the TOP processes by CPU between two `process_seconds` reads."""
+    used = [
+        (cpu - before.get(pid, (name, 0.0))[1], pid, name) for pid, (name, cpu) in after.items()
+    ]
+    used.sort(reverse=True)
+    return [[pid, name, round(cpu / seconds, 3)] for cpu, pid, name in used[:TOP] if cpu > 0]
+
+
+def watch(out: Path, interval_s: float) -> None:
+    stop = False
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    me = os.getpid()
+    sample, procs = CpuSample.take(me), process_seconds()
+    with out.open("a") as sink:
+        while not stop:
+            time.sleep(interval_s)
+            probe = probe_ms(repeats=3)
+            now, now_procs = CpuSample.take(me), process_seconds()
+            cores = window_cores(sample, now)
+            row = {
+                "unix": round(time.time(), 3),
+                "probe_ms": round(probe, 2),
+                "host_cores": round(cores.get("host", 0.0), 3),
+                "steal_cores": round(cores.get("steal", 0.0), 3),
+                "load1": os.getloadavg()[0],
+                "top": busiest(procs, now_procs, now.at - sample.at),
+            }
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            sample, procs = now, now_procs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON lines, appended")
+    parser.add_argument("--interval-s", type=float, default=1.0)
+    args = parser.parse_args()
+    if not args.interval_s > 0:
+        parser.error("--interval-s must be > 0")
+    watch(args.out, args.interval_s)
+
+
+if __name__ == "__main__":
+    main()
