@@ -76,7 +76,7 @@ step_command() {
             --max-queue-wait-s ${WIDEBEAM_QUEUE_WAIT_S:-0.1} $STACK_ARGS" ;;
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
-            && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
+            $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
