@@ -206,6 +206,7 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
         capture_at_start=True, capture_beam_widths=tuple(args.widths),
         admission_ratio=args.admission_ratio,
         admission_max_wait_steps=args.admission_max_wait_steps,
+        max_prefill_graph_tokens=args.max_prefill_graph_tokens,
     )  # fmt: skip
     warm_s = engine.warm_up()
     engine.mark_ready()
@@ -588,6 +589,9 @@ def main() -> None:
     parser.add_argument("--max-queue-wait-s", type=float,
                         help="the decoder's bound on a request's predicted queue wait (an "
                         "operator's latency budget below the clients' deadline)")
+    parser.add_argument("--max-prefill-graph-tokens", type=int, default=2048,
+                        help="the engine's and the decoder's largest prefill batch replayed "
+                        "from a CUDA graph (EngineConfig)")  # fmt: skip
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
@@ -637,6 +641,7 @@ def main() -> None:
         "--api-processes", str(args.api_processes),
         "--admission-ratio", str(args.admission_ratio),
         "--admission-max-wait-steps", str(args.admission_max_wait_steps),
+        "--max-prefill-graph-tokens", str(args.max_prefill_graph_tokens),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
         *(["--profile-dir", str(args.timeline / "decoder")] if args.timeline else []),
         env=decoder_env,
@@ -778,6 +783,7 @@ def report(
                                 "admission_ratio": args.admission_ratio,
                                 "admission_max_wait_steps": args.admission_max_wait_steps,
                                 "max_queue_wait_s": args.max_queue_wait_s,
+                                "max_prefill_graph_tokens": args.max_prefill_graph_tokens,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
         "decoder_captures_after_ready": sum(captures.values()),

@@ -184,14 +184,20 @@ class EngineConfig:
             "(false: the same shapes, eagerly)"
         ),
     )
-    # Prefill batches up to 2048 tokens are bound by launches, not kernels; larger batches
-    # run eagerly.
     prefill_graphs: bool = field(
         default=True,
         metadata=_help(
-            "CUDA + Triton: prefill batches of up to 2048 tokens at bucketed token counts, "
-            "replayed from CUDA graphs when cuda_graphs (false: eagerly, unbucketed)"
+            "CUDA + Triton: prefill batches of up to max_prefill_graph_tokens tokens at "
+            "bucketed token counts, replayed from CUDA graphs when cuda_graphs (false: "
+            "eagerly, unbucketed)"
         ),
+    )
+    # Small prefill batches are bound by the host's kernel launches, large ones by their
+    # kernels; an eager batch still costs the engine thread its launches (one bucket per
+    # TOKEN_STEP tokens up to here is captured at start-up).
+    max_prefill_graph_tokens: int = field(
+        default=2048,
+        metadata=_help("the largest prefill batch (prompt tokens) replayed from a CUDA graph"),
     )
     # Off by default until its start-up time is measured on the GPU: a 5000-row decoder's
     # warm-up did not finish within its test's start-up limit. Captures while serving are
@@ -297,7 +303,8 @@ class EngineConfig:
         if self.admission_max_wait_steps < 0:
             raise ValueError("admission_max_wait_steps must be >= 0")
         for name in (
-            "max_rows", "max_kv_slots", "page_size", "max_prefill_tokens", "max_capture_rows"
+            "max_rows", "max_kv_slots", "page_size", "max_prefill_tokens", "max_capture_rows",
+            "max_prefill_graph_tokens",
         ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -21,7 +21,7 @@ from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
 from widebeam.services.decoder.runner.expansion_graphs import BATCH_STEP, EXACT_BATCH, MAX_COHORT
-from widebeam.services.decoder.runner.prefill_graphs import MAX_GRAPH_TOKENS, TOKEN_STEP
+from widebeam.services.decoder.runner.prefill_graphs import TOKEN_STEP
 
 WIDENED_LOCKSTEP = 2  # widened Recommend calls stepping together that get start-up graphs
 
@@ -37,7 +37,9 @@ class CaptureBucket(NamedTuple):
 
 def prefill_graph_tokens(config: EngineConfig) -> int:
     """The largest prefill batch (prompt tokens) run at bucketed shapes; 0: none."""
-    return min(config.max_prefill_tokens, MAX_GRAPH_TOKENS) if config.prefill_graphs else 0
+    if not config.prefill_graphs:
+        return 0
+    return min(config.max_prefill_tokens, config.max_prefill_graph_tokens)
 
 
 def captures_graphs(config: EngineConfig) -> bool:

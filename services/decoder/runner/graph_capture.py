@@ -123,12 +123,14 @@ class BucketedForward(Generic[Forward, Key, Entry]):
     device: torch.device
     use_graphs: InitVar[bool]
     counts: CaptureCounts | None = None  # where captures are recorded (the engine's)
-    max_graphs: ClassVar[int] = 16  # buckets kept; the least recently used is dropped beyond
+    # buckets kept (default: the class' max_graphs); the least recently used is dropped beyond
+    max_entries: int | None = None
+    max_graphs: ClassVar[int] = 16
     kind: ClassVar[GraphKind]
 
     def __post_init__(self, use_graphs: bool) -> None:
         self.cache: GraphCache[Key, Entry] = GraphCache(
-            self.device, use_graphs, self.max_graphs, self.kind, self.counts
+            self.device, use_graphs, self.max_entries or self.max_graphs, self.kind, self.counts
         )
 
     @property

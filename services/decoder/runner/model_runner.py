@@ -21,6 +21,7 @@ from widebeam.services.decoder.runner.capture_counts import CaptureCounts
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import (
+    TOKEN_STEP,
     PrefillGraphs,
     prefill_host_inputs,
     split_prefill_inputs,
@@ -82,8 +83,10 @@ class ModelRunner:
             )
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_tokens = prefill_graph_tokens
+        self.eager_prefills = 0  # prefill forwards outside the graph buckets (launched op by op)
         self.uses_graphs = self.graphs is not None and use_graphs
         if self.graphs is not None and prefill_graph_tokens > 0:
+            token_buckets = math.ceil(prefill_graph_tokens / TOKEN_STEP)
             self.prefill_graphs = PrefillGraphs(
                 self._prefill_forward,
                 backend,
@@ -92,6 +95,8 @@ class ModelRunner:
                 self.device,
                 use_graphs=use_graphs,
                 counts=self.capture_counts,
+                # every token bucket of the start-up list, and as many other prompt capacities
+                max_entries=max(PrefillGraphs.max_graphs, 2 * token_buckets),
             )
 
     @torch.inference_mode()  # as every step: the graphs' shared outputs are inference tensors
@@ -131,6 +136,8 @@ class ModelRunner:
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
         lengths = [len(p) for p in prompts]
         in_graph = self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens
+        if not in_graph:
+            self.eager_prefills += 1
         if cached is not None and any(cached):
             if not in_graph:
                 return self._prefill_after_prefixes(prompts, prompt_slots, cached)

@@ -27,9 +27,6 @@ TOKEN_STEP = 256
 # Prompt capacity of a bucket at least: batches of up to 15 prompts share their token bucket's
 # graph (the start-up list's), for 16 padding segments' worth of empty attention blocks.
 MIN_PROMPTS = 16
-# Larger batches stay eager: their kernels outlast the host's launches anyway, and at
-# saturation their token counts spread over many buckets (captures and LRU churn, for no gain).
-MAX_GRAPH_TOKENS = 2048
 
 # (ids [T], positions [T], write_slots [T], attention metadata, last [P]) -> [P, hidden]
 # last tokens' states

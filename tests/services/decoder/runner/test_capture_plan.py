@@ -55,6 +55,23 @@ def test_every_prefill_batch_up_to_the_graph_limit_has_its_bucket_listed() -> No
         assert set(plan) == expected, tokens_limit
 
 
+@pytest.mark.parametrize("graph_tokens", [256, 3000, 4096])
+def test_the_prefill_graph_limit_is_configurable(graph_tokens: int) -> None:
+    plan = sizes(
+        startup_captures(cuda_config(max_prefill_graph_tokens=graph_tokens)), GraphKind.PREFILL
+    )
+    # every batch of up to the limit falls in a listed bucket; no bucket starts past it
+    listed = {
+        prefill_shape([t], lambda tokens, cap: None).tokens for t in range(1, graph_tokens + 1)
+    }
+    assert set(plan) == listed and plan == sorted(plan)
+
+
+def test_config_rejects_a_non_positive_prefill_graph_limit() -> None:
+    with pytest.raises(ValueError, match="max_prefill_graph_tokens must be positive"):
+        cuda_config(max_prefill_graph_tokens=0)
+
+
 def test_max_capture_rows_limits_the_decode_buckets() -> None:
     plan = startup_captures(cuda_config(max_rows=5000, max_capture_rows=300))
     assert sizes(plan, GraphKind.DECODE) == [8, 16, 32, 64, 128, 256, 512]

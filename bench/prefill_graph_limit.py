@@ -1,0 +1,204 @@
+"""Engines that differ only in `max_prefill_graph_tokens`, timed in alternation in one process.
+
+At n = 50 the engine thread's host time bounds the rate, and a prefill batch past the graph
+limit (twelve 301-token prompts: 3,612 tokens, over the default 2,048) is launched eagerly, some
+400 kernel launches from Python. Each engine runs workload 3's closed loop (60-item histories,
+new ones every phase) in turn, the order swapped every round, with the host probe before each
+phase: the host's speed flips by up to 2x from second to second on the lent machine, so only
+alternation and medians compare two settings fairly.
+
+    python prefill_graph_limit.py [--limits 2048,4096] [--width 50] [--concurrency 12]
+                                  [--rounds 6] [--requests 240] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from catalogs import random_catalog
+from harness import drive, environment, make_engine, markdown_table, model_dir
+from harness import write_json as write_result
+from host_probe import probe_ms
+
+from widebeam.services.catalog.sid_layout import SidLayout
+from widebeam.services.decoder.engine import Engine
+from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.runner.capture_counts import CapturePhase
+from widebeam.services.decoder.testing.tiny_model import write_tiny_model
+
+W3_LEVELS = (512, 512, 512)
+SMOKE_LEVELS = (16, 16, 16)
+HISTORY_ITEMS = 60
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--limits",
+        default="2048,4096",
+        help="max_prefill_graph_tokens of each engine (comma-separated)",
+    )
+    parser.add_argument("--width", type=int, default=50, help="beam = n")
+    parser.add_argument("--concurrency", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--requests", type=int, default=240, help="timed requests per phase")
+    parser.add_argument("--smoke", action="store_true", help="CPU: a tiny model, a few requests")
+    args = parser.parse_args()  # fmt: skip
+    try:
+        limits = [int(x) for x in args.limits.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--limits must be comma-separated integers, got {args.limits!r}")
+    if not limits or min(limits) <= 0 or len(set(limits)) != len(limits):
+        parser.error("--limits must name distinct positive token counts")
+    if args.rounds < 1 or args.requests < 1 or args.concurrency < 1:
+        parser.error("--rounds, --requests and --concurrency must be >= 1")
+    if args.smoke:
+        args.width, args.concurrency, args.rounds, args.requests = 4, 2, 2, 4
+        torch.set_num_threads(1)
+        cache = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench"))
+        root = cache / "prefill-limit-smoke-model"
+        if not (root / "config.json").exists():
+            write_tiny_model(root, seed=0, sid_levels=SMOKE_LEVELS)
+        model, catalog, rows, slots = root, random_catalog(400, SMOKE_LEVELS), 64, 16384
+    else:
+        model = model_dir("qwen3-1.7b", sid_levels=W3_LEVELS)
+        catalog, rows, slots = random_catalog(430_000, W3_LEVELS), 16384, 120_000
+    engines = {
+        limit: start_engine(model, catalog, rows, slots, limit, args.width) for limit in limits
+    }
+    layout = SidLayout.from_tokenizer(model)
+    assert layout is not None, f"{model} has no SID tokens"
+    requests = RequestMaker(catalog, layout, args.width)
+    for engine in engines.values():  # every engine's shapes of full concurrency, once
+        drive(engine, requests.batch("warm", 2 * args.concurrency), None, args.concurrency)
+    phases = []
+    for rnd in range(args.rounds):
+        order = limits if rnd % 2 == 0 else limits[::-1]
+        for limit in order:
+            phases.append(timed_phase(engines[limit], limit, rnd, requests, args))
+            print(phases[-1], flush=True)
+    report(args, limits, engines, phases)
+
+
+def start_engine(
+    model: Path, catalog: Path, rows: int, slots: int, limit: int, width: int
+) -> Engine:
+    engine = make_engine(
+        model, rows, slots, catalog_path=str(catalog), capture_at_start=True,
+        capture_beam_widths=(width,), max_prefill_graph_tokens=limit,
+    )  # fmt: skip
+    engine.warm_up()
+    engine.mark_ready()
+    return engine
+
+
+class RequestMaker:
+    """Workload 3's requests: a prompt of 60 random catalog items' SIDs, then the begin token;
+    every request a new history."""
+
+    def __init__(self, catalog: Path, layout: SidLayout, width: int) -> None:
+        self.sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
+        self.layout, self.width = layout, width
+        self.bases = [level.base for level in layout.levels]
+        self.rng = random.Random(0)
+        self.made = 0
+        self.steps = layout.path_length(include_begin=False)
+
+    def batch(self, tag: str, count: int) -> list[GenerationRequest]:
+        begin, end = self.layout.begin_token_id, self.layout.end_token_id
+        out = []
+        for _ in range(count):
+            ids: list[int] = []
+            for sid in self.rng.sample(self.sids, HISTORY_ITEMS):
+                ids += [begin, *(b + c for b, c in zip(self.bases, sid, strict=True)), end]
+            self.made += 1
+            out.append(GenerationRequest(
+                f"{tag}-{self.made}", (*ids, begin), beam_width=self.width, n=self.width,
+                max_new_tokens=self.steps, eos_token_id=(), constrained=True,
+            ))  # fmt: skip
+        return out
+
+
+def timed_phase(
+    engine: Engine, limit: int, rnd: int, requests: RequestMaker, args: argparse.Namespace
+) -> dict[str, object]:
+    batch = requests.batch(f"l{limit}-r{rnd}", args.requests)
+    counts = engine.step_counts
+    prefills, eager_before = counts.prefill_forwards, eager_prefills(engine)
+    probe = probe_ms()
+    cpu = time.process_time()
+    stats = drive(engine, batch, None, args.concurrency)
+    n = len(stats.latencies_ms)
+    summary = stats.summary()
+    return {
+        "limit": limit,
+        "round": rnd,
+        "answered_rps": n / stats.wall_s,
+        "p50_ms": summary["p50_ms"],
+        "p99_ms": summary["p99_ms"],
+        "cpu_ms_per_request": (time.process_time() - cpu) * 1000 / max(n, 1),
+        "prefills_per_request": (counts.prefill_forwards - prefills) / max(n, 1),
+        "eager_prefills_per_request": (eager_prefills(engine) - eager_before) / max(n, 1),
+        "host_probe_ms": probe,
+    }
+
+
+def eager_prefills(engine: Engine) -> int:
+    """Prefill forwards past the graph limit so far (counted by the runner)."""
+    return engine.runner.eager_prefills
+
+
+def report(
+    args: argparse.Namespace, limits: list[int], engines: dict[int, Engine], phases: list[dict]
+) -> None:
+    medians = {
+        limit: statistics.median(p["answered_rps"] for p in phases if p["limit"] == limit)
+        for limit in limits
+    }
+    base = limits[0]
+    # each round's rate over the first limit's in the same round (adjacent phases)
+    paired = {
+        limit: [
+            p["answered_rps"] / q["answered_rps"]
+            for p in phases if p["limit"] == limit
+            for q in phases if q["limit"] == base and q["round"] == p["round"]
+        ]
+        for limit in limits[1:]
+    }  # fmt: skip
+    captures = {
+        limit: engine.runner.capture_counts.total(CapturePhase.SERVING)
+        for limit, engine in engines.items()
+    }
+    result = {
+        "env": environment() | {"width": args.width, "concurrency": args.concurrency,
+                                "requests": args.requests, "rounds": args.rounds},
+        "phases": phases,
+        "median_rps": {str(k): v for k, v in medians.items()},
+        "paired_ratio_median": {str(k): statistics.median(v) for k, v in paired.items()},
+        "captures_after_ready": {str(k): v for k, v in captures.items()},
+    }  # fmt: skip
+    write_result("prefill_graph_limit", result)
+    print(markdown_table(
+        ["limit", "round", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "prefills/req",
+         "eager prefills/req", "host probe ms"],
+        [[p["limit"], p["round"], p["answered_rps"], p["p50_ms"], p["p99_ms"],
+          f"{p['cpu_ms_per_request']:.2f}", f"{p['prefills_per_request']:.3f}",
+          f"{p['eager_prefills_per_request']:.3f}", f"{p['host_probe_ms']:.2f}"]
+         for p in phases],
+    ))  # fmt: skip
+    for limit in limits:
+        line = f"limit {limit}: median {medians[limit]:.1f} req/s"
+        if limit in paired:
+            line += f", ÷ limit {base} per round (median) {statistics.median(paired[limit]):.3f}"
+        print(line + f"; captures after ready {captures[limit]}")
+
+
+if __name__ == "__main__":
+    main()
