@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--pause-s", type=float, default=5.0)
     parser.add_argument("--pairs", action="store_true", help="probe every CPU beside a spinner")
     args = parser.parse_args()
+    if args.rounds < 1 or args.pause_s < 0:
+        parser.error("--rounds must be >= 1 and --pause-s >= 0")
     cpus = sorted(os.sched_getaffinity(0))
     out: dict[str, object] = {"cpus": cpus, "alone": []}
     for _ in range(args.rounds):
