@@ -6,10 +6,7 @@ engine needs no locks: callers hand work over through queues guarded by one cond
 and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. The thread
 sleeps on the condition when it has nothing to do. What arrives while a step runs joins that
 same step: `Engine.step` calls back (`_intake`) right before admission, after the device wait, and
-the thread submits the inbox there instead of at the next step's start. Answers leave as soon
-as a step's start has read them (`_deliver`, before that step's forwards), not when the step
-returns: a closed loop's next request then arrives while the step runs, in time for the next
-one's intake, as an in-process caller's resubmission would.
+the thread submits the inbox there instead of at the next step's start.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
@@ -303,18 +300,13 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             self.meter.step_started()
-            outputs = self.engine.step(self._intake, self._deliver)
+            outputs = self.engine.step(self._intake)
             self.meter.step_finished(self.engine.last_step_rows)
         except Exception as exc:
             self.step_failures += 1
             log.exception("engine step failed; failing the requests it was running")
             self._fail_running(EngineFailure(f"engine step failed: {type(exc).__name__}: {exc}"))
             return
-        self._deliver(outputs)
-
-    def _deliver(self, outputs: list[RequestOutput]) -> None:
-        """Settle each answer's caller (once: an answer delivered mid-step is gone from
-        `_jobs` when the step returns it again)."""
         for out in outputs:
             job = self._jobs.pop(str(out.request_id), None)
             if job is not None:
