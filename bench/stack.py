@@ -321,9 +321,11 @@ def service_phases(
     sampler: GpuSampler,
     timelines: DecoderTimelines | None = None,
     rnd: int = 0,
+    with_chat: bool | None = None,
 ) -> list[Phase]:
     """Round `rnd` of the servers' closed-loop phases: gRPC and REST recommend per width, and
-    in round 0 the chat route too (it has no target of its own to pin down)."""
+    the chat route too where `with_chat` (default: in round 0 only; it has no target of its own
+    to pin down)."""
     phases: list[Phase] = []
     for width in args.widths:
         count = work.counts[width]
@@ -334,7 +336,7 @@ def service_phases(
                 "/v1/chat/completions", lambda h, w=width: chat_body(work, model_name, h, w)
             ),
         }  # fmt: skip
-        if rnd > 0:
+        if not (rnd == 0 if with_chat is None else with_chat):
             del payloads["REST chat"]
         for path, (route, payload) in payloads.items():
             # The warm-up's requests first, then the timed ones: all new to the decoder.

@@ -1,0 +1,243 @@
+"""Two decoders, this tree's (A) and another tree's (B), served side by side on one device and
+timed in alternation through gRPC and REST: a before/after of the serving path that the host's
+speed cannot decide.
+
+On the lent H200 a thread's speed flips by up to 2x from one second to the next (the
+sixteenth session's host series), so two `stack.py` runs one after the other compare hosts as
+much as trees. Here both decoders (each with its gateway and its own client processes) stay up
+for the whole run, and each round times A's phase next to B's, the order swapped every round;
+the report gives each round's B ÷ A and their median, with each side's batching counters.
+
+    python ab_stack.py --other-tree /path/to/before [--widths 50] [--rounds 6] [--smoke]
+
+B's decoder imports the other tree's `widebeam` (a folder of links put first on its
+PYTHONPATH); the gateways, the clients and the workload are this tree's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from closed_loop_clients import GRPC_RECOMMEND, ClientProcesses
+from e2e import DecoderProcess, free_port
+from gpu_clocks import GpuSampler
+from harness import environment, markdown_table
+from harness import write_json as write_result
+from replicas import GatewayProcess
+from stack import BATCHING_COLUMNS, Phase, Workload, build_workload, service_phases
+
+SIDES = ("A", "B")
+
+
+def package_shim(tree: Path, folder: Path) -> Path:
+    """A folder whose `widebeam` package is `tree`'s (its widebeam/ entries and its services/,
+    linked), for PYTHONPATH; `folder` is returned."""
+    package = folder / "widebeam"
+    package.mkdir(parents=True)
+    for entry in (tree / "widebeam").iterdir():
+        (package / entry.name).symlink_to(entry.resolve())
+    (package / "services").symlink_to((tree / "services").resolve())
+    return folder
+
+
+def imported_from(env: dict[str, str]) -> str:
+    """Where `widebeam` resolves for a process started with `env` (B's check)."""
+    code = "import widebeam.services as s, os; print(os.path.realpath(os.path.dirname(s.__file__)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the other tree does not import: {done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
+class Side:
+    """One decoder with its gateway and client processes."""
+
+    def __init__(
+        self, name: str, args: argparse.Namespace, work: Workload, env: dict[str, str] | None
+    ) -> None:
+        self.name = name
+        port = str(free_port())
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        self.decoder = DecoderProcess(
+            work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
+            "--metrics-port", port, "--capture-at-start",
+            "--capture-beam-widths", ",".join(map(str, args.widths)), env=env,
+        )  # fmt: skip
+        self.gateway: GatewayProcess | None = None
+        self.clients: ClientProcesses | None = None
+
+    def start(self, args: argparse.Namespace) -> None:
+        self.decoder.wait_ready()
+        self.gateway = GatewayProcess(
+            [self.decoder.address], max(args.widths), 1, request_timeout_s=600.0
+        )
+        self.gateway.wait_ready()
+        self.clients = ClientProcesses(
+            args.concurrency, args.concurrency, self.decoder.address, self.gateway.url
+        )
+        models = httpx.get(f"{self.gateway.url}/v1/models", timeout=60).json()
+        self.model_name: str = models["data"][0]["id"]
+        self.servers = {
+            "decoder": (self.decoder.proc.pid, True, False),
+            "decoder API": (self.decoder.proc.pid, False, True),
+            "gateway": (self.gateway.proc.pid, True, True),
+        }
+
+    def stop(self) -> None:
+        if self.clients is not None:
+            self.clients.close()
+        for process in (self.gateway, self.decoder):
+            if process is not None:
+                process.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--other-tree",
+        type=Path,
+        required=True,
+        help="the tree B's decoder runs (a checkout or `git archive` of it)",
+    )
+    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--concurrency", type=int, default=12)
+    parser.add_argument(
+        "--requests", type=int, default=96, help="the fewest timed requests per phase"
+    )
+    parser.add_argument(
+        "--phase-seconds",
+        type=float,
+        default=3.0,
+        help="timed requests per phase: what A's warm-up rate answers in this long",
+    )
+    parser.add_argument("--max-rows", type=int, default=16384)
+    parser.add_argument("--max-kv-slots", type=int, default=120_000)
+    parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
+    parser.add_argument("--catalog", type=Path, help="default: workload 3's 430k-SID catalog")
+    parser.add_argument(
+        "--cache", default=os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench")
+    )
+    parser.add_argument("--smoke", action="store_true", help="CPU: a tiny model, 2 rounds")
+    args = parser.parse_args()  # fmt: skip
+    if not (args.other_tree / "widebeam").is_dir() or not (args.other_tree / "services").is_dir():
+        parser.error(f"--other-tree {args.other_tree} holds no widebeam/ and services/")
+    if args.rounds < 1 or args.concurrency < 1 or args.requests < 1:
+        parser.error("--rounds, --concurrency and --requests must be >= 1")
+    decoder_env: dict[str, str] = {}
+    if args.smoke:
+        args.widths = args.widths or [4]
+        args.concurrency, args.requests, args.rounds, args.phase_seconds = 2, 4, 2, 0.0
+        args.max_rows, args.max_kv_slots = 64, 16384
+        decoder_env = {"OMP_NUM_THREADS": "1"}
+    args.widths = args.widths or [50]
+    work = build_workload(args)
+    with tempfile.TemporaryDirectory(prefix="ab-shim-") as shim_dir:
+        shim = package_shim(args.other_tree, Path(shim_dir))
+        path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+        env_b = decoder_env | {"PYTHONPATH": path}
+        b_source = imported_from({**os.environ, **env_b})
+        sides = {
+            "A": Side("A", args, work, decoder_env or None),
+            "B": Side("B", args, work, env_b),
+        }
+        sampler = GpuSampler().start()
+        try:
+            for side in sides.values():
+                side.start(args)
+            rows = run_rounds(args, work, sides, sampler)
+        finally:
+            sampler.stop()
+            for side in sides.values():
+                side.stop()
+    report(args, rows, b_source)
+
+
+def run_rounds(
+    args: argparse.Namespace, work: Workload, sides: dict[str, Side], sampler: GpuSampler
+) -> list[dict]:
+    # A's warm-up rate sizes every phase (the same requests count for both sides).
+    first = sides["A"]
+    assert first.clients is not None
+    for width in args.widths:
+        histories = work.fresh_histories(2 * args.concurrency)
+        started = time.perf_counter()
+        first.clients.run(GRPC_RECOMMEND, "", histories, width)
+        rate = 2 * args.concurrency / max(time.perf_counter() - started, 1e-9)
+        work.counts[width] = max(args.requests, round(rate * args.phase_seconds))
+    rows: list[dict] = []
+    for rnd in range(args.rounds):
+        for name in SIDES if rnd % 2 == 0 else SIDES[::-1]:
+            side = sides[name]
+            assert side.clients is not None
+            phases: list[Phase] = service_phases(
+                args, work, side.clients, side.model_name, side.metrics_url, side.servers,
+                sampler, None, rnd, with_chat=False,
+            )  # fmt: skip
+            for phase in phases:
+                rows.append(phase.row() | {"side": name})
+                print(rows[-1], flush=True)
+    return rows
+
+
+def paired_ratios(rows: list[dict]) -> dict[tuple[str, int], list[float]]:
+    """(path, width) -> B ÷ A req/s of each round."""
+    rate = {(r["side"], r["path"], r["width"], r["round"]): r["answered_rps"] for r in rows}
+    out: dict[tuple[str, int], list[float]] = {}
+    for (side, path, width, rnd), b in sorted(rate.items()):
+        a = rate.get(("A", path, width, rnd))
+        if side == "B" and a:
+            out.setdefault((path, width), []).append(b / a)
+    return out
+
+
+def report(args: argparse.Namespace, rows: list[dict], b_source: str) -> None:
+    ratios = paired_ratios(rows)
+    summary = []
+    for (path, width), values in ratios.items():
+        entry = {"path": path, "width": width, "b_over_a": values,
+                 "median_b_over_a": statistics.median(values)}  # fmt: skip
+        for side in SIDES:
+            mine = [r for r in rows if (r["side"], r["path"], r["width"]) == (side, path, width)]
+            entry[f"median_rps_{side}"] = statistics.median(r["answered_rps"] for r in mine)
+            for key in BATCHING_COLUMNS:
+                entry[f"median_{key}_{side}"] = statistics.median(r["batching"][key] for r in mine)
+        summary.append(entry)
+    result = {
+        "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
+                                "rounds": args.rounds, "other_tree": str(args.other_tree),
+                                "b_imports_from": b_source},
+        "phases": rows, "summary": summary,
+    }  # fmt: skip
+    write_result("ab_stack", result)
+    print(markdown_table(
+        ["side", "path", "width", "round", "req/s", "p50 ms", "p99 ms", "statuses",
+         *BATCHING_COLUMNS.values(), "host probe ms"],
+        [[r["side"], r["path"], r["width"], r["round"], r["answered_rps"], r["p50_ms"],
+          r["p99_ms"], r["statuses"], *(f"{r['batching'][k]:.2f}" for k in BATCHING_COLUMNS),
+          f"{r['host_probe_ms']:.2f}"] for r in rows],
+    ))  # fmt: skip
+    print(markdown_table(
+        ["path", "width", "B ÷ A per round", "median B ÷ A", "median req/s A / B",
+         "rows/decode A / B", "decodes/req A / B"],
+        [[e["path"], e["width"], " ".join(f"{v:.2f}" for v in e["b_over_a"]),
+          f"{e['median_b_over_a']:.3f}", f"{e['median_rps_A']:.1f} / {e['median_rps_B']:.1f}",
+          f"{e['median_rows_per_decode_A']:.0f} / {e['median_rows_per_decode_B']:.0f}",
+          f"{e['median_decodes_per_request_A']:.2f} / {e['median_decodes_per_request_B']:.2f}"]
+         for e in summary],
+    ))  # fmt: skip
+    print(f"B's decoder imported widebeam from {b_source}")
+
+
+if __name__ == "__main__":
+    main()
