@@ -13,6 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 PROC = Path("/proc")
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal ...; idle and iowait are
@@ -62,12 +63,17 @@ def _host_seconds() -> tuple[float, float]:
     return busy / tick, ticks[_STEAL_FIELD] / tick
 
 
-def tree_cpu_s(root_pid: int) -> float:
-    """User + system CPU seconds of `root_pid` and every live descendant (children's own waited
-    children included, as the kernel counts them)."""
+class ProcessCpu(NamedTuple):
+    name: str  # the command name (/proc/PID/stat's comm)
+    parent: int
+    own_s: float  # user + system CPU seconds of the process itself
+    reaped_s: float  # ... of its children it has waited for
+
+
+def process_table() -> dict[int, ProcessCpu]:
+    """Every live process' name, parent and CPU seconds, from /proc/*/stat."""
     tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    seconds: dict[int, float] = {}
+    table = {}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -76,16 +82,24 @@ def tree_cpu_s(root_pid: int) -> float:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        # utime stime cutime cstime: the process' own and its reaped children's
-        seconds[pid] = sum(int(value) for value in fields[11:15]) / tick
+        # fields[1]: ppid; [11:15]: utime stime cutime cstime
+        own, reaped = (int(fields[11]) + int(fields[12])), (int(fields[13]) + int(fields[14]))
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        table[int(entry.name)] = ProcessCpu(name, int(fields[1]), own / tick, reaped / tick)
+    return table
+
+
+def tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds of `root_pid` and every live descendant (children's own waited
+    children included, as the kernel counts them)."""
+    table = process_table()
     children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
+    for pid, process in table.items():
+        children.setdefault(process.parent, []).append(pid)
     total, todo = 0.0, [root_pid]
     while todo:
         pid = todo.pop()
-        total += seconds.get(pid, 0.0)
+        if pid in table:
+            total += table[pid].own_s + table[pid].reaped_s
         todo += children.get(pid, [])
     return total

@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from host_cpu import PROC, CpuSample, window_cores
+from host_cpu import CpuSample, process_table, window_cores
 from host_probe import probe_ms
 
 TOP = 5  # busiest processes listed per sample
@@ -26,19 +26,7 @@ TOP = 5  # busiest processes listed per sample
 
 def process_seconds() -> dict[int, tuple[str, float]]:
     """pid -> (command name, user + system CPU seconds) of every live process."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
-    return out
+    return {pid: (p.name, p.own_s) for pid, p in process_table().items()}
 
 
 def busiest(

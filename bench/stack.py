@@ -50,7 +50,7 @@ from e2e import DecoderProcess, free_port
 from gpu_clocks import GpuSampler
 from harness import RunStats, drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
-from host_cpu import CpuSample, window_cores
+from host_cpu import CpuSample, process_table, window_cores
 from host_probe import probe_ms
 from replicas import GatewayProcess
 from timelines import TIMELINE_HEADERS, DecoderTimelines, EngineTimeline, timeline_cells
@@ -292,23 +292,11 @@ def chat_body(work: Workload, model_name: str, history: list[str], width: int) -
 def process_cpu_s(pid: int, own: bool = True, children: bool = True) -> float:
     """User + system CPU seconds of a process and/or its live children (a gateway's workers, a
     decoder's API processes), from /proc (Linux); 0.0 where /proc cannot be read."""
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def parent_and_cpu(stat: str) -> tuple[int, float]:
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
-
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent, seconds = parent_and_cpu((entry / "stat").read_text())
-        except (OSError, ValueError, IndexError):
-            continue
-        if (own and int(entry.name) == pid) or (children and parent == pid):
-            total += seconds
-    return total
+    return sum(
+        process.own_s
+        for other, process in process_table().items()
+        if (own and other == pid) or (children and process.parent == pid)
+    )
 
 
 def service_phases(
