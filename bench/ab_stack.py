@@ -1,6 +1,6 @@
-"""Two decoders, this tree's (A) and another tree's (B), served side by side on one device and
-timed in alternation through gRPC and REST: a before/after of the serving path that the host's
-speed cannot decide.
+"""Two decoders, this tree's (A) and another tree's or another setting's (B), served side by
+side on one device and timed in alternation through gRPC and REST: a before/after of the
+serving path that the host's speed cannot decide.
 
 On the lent H200 a thread's speed flips by up to 2x from one second to the next (the
 sixteenth session's host series), so two `stack.py` runs one after the other compare hosts as
@@ -9,15 +9,18 @@ for the whole run, and each round times A's phase next to B's, the order swapped
 the report gives each round's B ÷ A and their median, with each side's batching counters.
 
     python ab_stack.py --other-tree /path/to/before [--widths 50] [--rounds 6] [--smoke]
+    python ab_stack.py --b-args "--max-prefill-graph-tokens 4096"   # a setting, one tree
 
-B's decoder imports the other tree's `widebeam` (a folder of links put first on its
-PYTHONPATH); the gateways, the clients and the workload are this tree's.
+With `--other-tree`, B's decoder imports that tree's `widebeam` (a folder of links put first on
+its PYTHONPATH); `--b-args` are decoder flags B gets on top of A's. The gateways, the clients
+and the workload are this tree's.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -63,7 +66,12 @@ class Side:
     """One decoder with its gateway and client processes."""
 
     def __init__(
-        self, name: str, args: argparse.Namespace, work: Workload, env: dict[str, str] | None
+        self,
+        name: str,
+        args: argparse.Namespace,
+        work: Workload,
+        env: dict[str, str] | None,
+        extra: list[str],  # decoder flags of this side's own
     ) -> None:
         self.name = name
         port = str(free_port())
@@ -71,7 +79,7 @@ class Side:
         self.decoder = DecoderProcess(
             work.model, args.max_rows, args.max_kv_slots, "--catalog", str(work.catalog),
             "--metrics-port", port, "--capture-at-start",
-            "--capture-beam-widths", ",".join(map(str, args.widths)), env=env,
+            "--capture-beam-widths", ",".join(map(str, args.widths)), *extra, env=env,
         )  # fmt: skip
         self.gateway: GatewayProcess | None = None
         self.clients: ClientProcesses | None = None
@@ -106,9 +114,9 @@ def main() -> None:
     parser.add_argument(
         "--other-tree",
         type=Path,
-        required=True,
-        help="the tree B's decoder runs (a checkout or `git archive` of it)",
+        help="the tree B's decoder runs (a checkout or `git archive` of it); default: this one",
     )
+    parser.add_argument("--b-args", default="", help="decoder flags B gets on top of A's")
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=12)
@@ -130,8 +138,11 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="CPU: a tiny model, 2 rounds")
     args = parser.parse_args()  # fmt: skip
-    if not (args.other_tree / "widebeam").is_dir() or not (args.other_tree / "services").is_dir():
-        parser.error(f"--other-tree {args.other_tree} holds no widebeam/ and services/")
+    tree = args.other_tree
+    if tree is not None and not ((tree / "widebeam").is_dir() and (tree / "services").is_dir()):
+        parser.error(f"--other-tree {tree} holds no widebeam/ and services/")
+    if tree is None and not args.b_args.strip():
+        parser.error("B must differ from A: give --other-tree, --b-args or both")
     if args.rounds < 1 or args.concurrency < 1 or args.requests < 1:
         parser.error("--rounds, --concurrency and --requests must be >= 1")
     decoder_env: dict[str, str] = {}
@@ -143,13 +154,15 @@ def main() -> None:
     args.widths = args.widths or [50]
     work = build_workload(args)
     with tempfile.TemporaryDirectory(prefix="ab-shim-") as shim_dir:
-        shim = package_shim(args.other_tree, Path(shim_dir))
-        path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
-        env_b = decoder_env | {"PYTHONPATH": path}
+        env_b = dict(decoder_env)
+        if tree is not None:
+            shim = package_shim(tree, Path(shim_dir))
+            path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+            env_b["PYTHONPATH"] = path
         b_source = imported_from({**os.environ, **env_b})
         sides = {
-            "A": Side("A", args, work, decoder_env or None),
-            "B": Side("B", args, work, env_b),
+            "A": Side("A", args, work, decoder_env or None, []),
+            "B": Side("B", args, work, env_b or None, shlex.split(args.b_args)),
         }
         sampler = GpuSampler().start()
         try:
@@ -215,7 +228,8 @@ def report(args: argparse.Namespace, rows: list[dict], b_source: str) -> None:
         summary.append(entry)
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
-                                "rounds": args.rounds, "other_tree": str(args.other_tree),
+                                "rounds": args.rounds, "other_tree": str(args.other_tree or ""),
+                                "b_args": args.b_args,
                                 "b_imports_from": b_source},
         "phases": rows, "summary": summary,
     }  # fmt: skip

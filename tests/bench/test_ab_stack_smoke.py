@@ -7,14 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.bench.smoke import BENCH, run_smoke
 
 ROOT = BENCH.parent
 
 
 def test_ab_stack_smoke(tmp_path: Path) -> None:
-    report, stdout = run_smoke("ab_stack.py", tmp_path, "--other-tree", str(ROOT))
+    # B: this tree through the package shim, with a decoder flag of its own
+    report, stdout = run_smoke(
+        "ab_stack.py", tmp_path, "--other-tree", str(ROOT), "--b-args", "--max-waiting 64"
+    )
     assert report["env"]["b_imports_from"] == str((ROOT / "services").resolve())
+    assert report["env"]["b_args"] == "--max-waiting 64"
     rows = report["phases"]
     # round 0: A then B; round 1: B then A; gRPC and REST each
     assert [(r["side"], r["round"]) for r in rows][::2] == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]
@@ -29,9 +35,14 @@ def test_ab_stack_smoke(tmp_path: Path) -> None:
     assert "median B ÷ A" in stdout
 
 
-def test_a_tree_without_the_packages_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "ab_stack.py", "--other-tree", str(tmp_path)], cwd=BENCH,
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 2 and "holds no widebeam/ and services/" in done.stderr
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--other-tree", "{tmp}"], "holds no widebeam/ and services/"),
+        ([], "B must differ from A"),
+    ],
+)
+def test_bad_sides_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
+    cmd = [sys.executable, "ab_stack.py", *(a.format(tmp=tmp_path) for a in args)]
+    done = subprocess.run(cmd, cwd=BENCH, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and message in done.stderr
