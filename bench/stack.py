@@ -162,6 +162,8 @@ def batching(
         "decodes_per_request": decodes / answered,
         "expansions_per_request": (after.beam_expansions - before.beam_expansions) / answered,
         "busy": (after.step_seconds - before.step_seconds) / max(wall_s, 1e-9),
+        # a server's intakes that waited for a group's next requests, per request
+        "group_waits_per_request": (after.group_waits - before.group_waits) / answered,
     }
 
 
@@ -172,6 +174,7 @@ BATCHING_COLUMNS = {  # `batching`'s keys, as the table names them
     "decodes_per_request": "decodes/req",
     "expansions_per_request": "expansions/req",
     "busy": "engine busy",
+    "group_waits_per_request": "group waits/req",
 }
 
 
@@ -531,6 +534,8 @@ def step_counts(metrics_url: str) -> StepCounts:
         decode_rows=count('widebeam_decoder_forward_rows_total{kind="decode"}'),
         beam_expansions=count("widebeam_decoder_beam_expansions_total"),
         step_seconds=sample("widebeam_decoder_step_seconds_total"),
+        group_waits=count("widebeam_decoder_group_waits_total"),
+        group_wait_seconds=sample("widebeam_decoder_group_wait_seconds_total"),
     )
 
 
@@ -579,6 +584,10 @@ def main() -> None:
     parser.add_argument("--max-queue-wait-s", type=float,
                         help="the decoder's bound on a request's predicted queue wait (an "
                         "operator's latency budget below the clients' deadline)")
+    parser.add_argument("--answers-at-step-start", action="store_true",
+                        help="the decoder's --answers-at-step-start")
+    parser.add_argument("--group-wait-ms", type=float, default=0.0,
+                        help="the decoder's --group-wait-ms")
     parser.add_argument("--max-prefill-graph-tokens", type=int, default=2048,
                         help="the engine's and the decoder's largest prefill batch replayed "
                         "from a CUDA graph (EngineConfig)")  # fmt: skip
@@ -632,6 +641,8 @@ def main() -> None:
         "--admission-ratio", str(args.admission_ratio),
         "--admission-max-wait-steps", str(args.admission_max_wait_steps),
         "--max-prefill-graph-tokens", str(args.max_prefill_graph_tokens),
+        "--group-wait-ms", str(args.group_wait_ms),
+        *(["--answers-at-step-start"] if args.answers_at_step_start else []),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
         *(["--profile-dir", str(args.timeline / "decoder")] if args.timeline else []),
         env=decoder_env,
@@ -774,6 +785,8 @@ def report(
                                 "admission_max_wait_steps": args.admission_max_wait_steps,
                                 "max_queue_wait_s": args.max_queue_wait_s,
                                 "max_prefill_graph_tokens": args.max_prefill_graph_tokens,
+                                "answers_at_step_start": args.answers_at_step_start,
+                                "group_wait_ms": args.group_wait_ms,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
         "decoder_captures_after_ready": sum(captures.values()),

@@ -251,19 +251,30 @@ class Engine:
         """Serving starts: captures from now on count as captures while serving."""
         self.runner.capture_counts.mark_ready()
 
-    def step(self, intake: Callable[[], None] | None = None) -> list[RequestOutput]:
+    def step(
+        self,
+        intake: Callable[[], None] | None = None,
+        deliver: Callable[[list[RequestOutput]], None] | None = None,
+    ) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row (see
         `_step`); its time counts as the engine's busy time. `intake` runs on this thread right
         before admission, after the step has waited for the device: a server submits there
-        what arrived meanwhile, so it joins this step instead of the next."""
+        what arrived meanwhile, so it joins this step instead of the next. `deliver` gets the
+        answers the step's start resolved (the previous step's finished requests) right away,
+        before this step's forwards: a server's caller then has this whole step to send its
+        next request, which the next step's intake admits (returned too, with the rest)."""
         started = time.perf_counter()
         try:
             with self.annotate("engine.step"):
-                return self._step(intake)
+                return self._step(intake, deliver)
         finally:
             self.step_counts.step_seconds += time.perf_counter() - started
 
-    def _step(self, intake: Callable[[], None] | None) -> list[RequestOutput]:
+    def _step(
+        self,
+        intake: Callable[[], None] | None,
+        deliver: Callable[[list[RequestOutput]], None] | None,
+    ) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row.
 
         With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
@@ -288,6 +299,8 @@ class Engine:
                 with annotate("engine.prepare"):
                     prepared = self._prepare_decode(candidates)
             done += self._resolve()
+            if done and deliver is not None:
+                deliver(list(done))
         if intake is not None:
             with annotate("engine.intake"):
                 intake()

@@ -23,3 +23,6 @@ class StepCounts:
     decode_rows: int = 0  # rows over all decode forwards (before padding to a graph bucket)
     beam_expansions: int = 0  # streamed beam steps launched: one per cohort batch
     step_seconds: float = 0.0  # wall time inside `Engine.step` (host and device work, waits)
+    # a server's intakes that waited for a group's next requests (`AsyncEngine.group_wait_s`)
+    group_waits: int = 0
+    group_wait_seconds: float = 0.0

@@ -111,7 +111,12 @@ class DecoderServer:
             log.info("decoder metrics on http://%s:%d/metrics", s.host, self.metrics_port)
         timeline = None if s.profile_dir is None else TimelineRecorder(engine, s.profile_dir)
         self.engine = AsyncEngine(
-            engine, s.max_waiting, s.max_queue_wait_s, timeline=timeline
+            engine,
+            s.max_waiting,
+            s.max_queue_wait_s,
+            timeline=timeline,
+            answers_at_step_start=s.answers_at_step_start,
+            group_wait_s=s.group_wait_ms / 1000,
         ).start()
         if s.redis_url:
             self.catalog_sync = CatalogSync(

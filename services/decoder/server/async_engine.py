@@ -8,6 +8,15 @@ sleeps on the condition when it has nothing to do. What arrives while a step run
 same step: `Engine.step` calls back (`_intake`) right before admission, after the device wait, and
 the thread submits the inbox there instead of at the next step's start.
 
+Two opt-in policies for closed-loop callers, whose next requests follow their answers by a
+network round trip (off by default until the H200 shows them: docs/benchmarks.md, sixteenth
+session). `answers_at_step_start`: answers leave as soon as a step's start has read them
+(`Engine.step`'s `deliver`), before that step's forwards, instead of when it returns, so the
+next requests have the whole step to arrive. `group_wait_s`: after k answers left together, the
+next intake waits (at most that long, once per group) until k requests have arrived since, so a
+group's next requests are admitted together instead of some joining a step later; the waits are
+counted in the engine's `StepCounts`.
+
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
 queue and whose predicted finish is past its timeout, or whose predicted queue wait exceeds
@@ -73,11 +82,19 @@ class AsyncEngine:
         max_queue_wait_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         timeline: TimelineRecorder | None = None,
+        answers_at_step_start: bool = False,
+        group_wait_s: float = 0.0,
     ) -> None:
+        if not 0 <= group_wait_s < float("inf"):  # (NaN fails too)
+            raise ValueError("group_wait_s must be a finite number >= 0")
         self.engine = engine
         self.timeline = timeline  # device timelines on request, started between steps
         self.max_waiting = max_waiting
         self.max_queue_wait_s = max_queue_wait_s
+        self.answers_at_step_start = answers_at_step_start
+        self.group_wait_s = group_wait_s
+        # Answers of the last group that left, and requests arrived since (under the lock).
+        self._group_answers = self._arrived_since_answers = 0
         self.meter = ThroughputMeter(clock)  # written by the engine thread only
         self._cond = threading.Condition()
         self._inbox: list[_Job] = []
@@ -183,6 +200,7 @@ class AsyncEngine:
                 )
             units = 0 if work is None else work.rows * work.steps
             self._inbox.append(_Job(rid, prepare, loop, future, units))
+            self._arrived_since_answers += 1
             self._inbox_work += units
             self._cond.notify_all()
         try:
@@ -277,6 +295,7 @@ class AsyncEngine:
         between steps, a closed loop's next request, sent as its answer left, missed the step
         that followed and waited one more. Aborts and swaps wait for the loop's next turn."""
         with self._cond:
+            self._wait_for_group()
             if not self._inbox:
                 return
             jobs, self._inbox = self._inbox, []
@@ -284,6 +303,22 @@ class AsyncEngine:
             self._in_transit_work += self._inbox_work
             self._inbox_work = 0
         self._submit(jobs)
+
+    def _wait_for_group(self) -> None:
+        """The caller holds the lock. With `group_wait_s`, wait until as many requests have
+        arrived as answers left together last (at most that long; once per group; an abort or
+        a stop ends it)."""
+        expected, self._group_answers = self._group_answers, 0
+        if self.group_wait_s <= 0 or self._arrived_since_answers >= expected:
+            return
+        started = time.monotonic()
+        self._cond.wait_for(
+            lambda: self._arrived_since_answers >= expected or self._stopping or self._aborts,
+            self.group_wait_s,
+        )
+        counts = self.engine.step_counts
+        counts.group_waits += 1
+        counts.group_wait_seconds += time.monotonic() - started
 
     def _leave_transit(self, job: _Job) -> None:
         """A refused job's work leaves the queue before its caller hears of it: the caller's
@@ -300,17 +335,30 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             self.meter.step_started()
-            outputs = self.engine.step(self._intake)
+            deliver = self._deliver if self.answers_at_step_start else None
+            outputs = self.engine.step(self._intake, deliver)
             self.meter.step_finished(self.engine.last_step_rows)
         except Exception as exc:
             self.step_failures += 1
             log.exception("engine step failed; failing the requests it was running")
             self._fail_running(EngineFailure(f"engine step failed: {type(exc).__name__}: {exc}"))
             return
-        for out in outputs:
-            job = self._jobs.pop(str(out.request_id), None)
-            if job is not None:
-                _settle(job, result=out)
+        self._deliver(outputs)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        """Settle each answer's caller (once: an answer delivered mid-step is gone from
+        `_jobs` when the step returns it again); the group's size is what the next intake may
+        wait for."""
+        answered = [
+            (job, out)
+            for out in outputs
+            if (job := self._jobs.pop(str(out.request_id), None)) is not None
+        ]
+        if answered:  # counted before any caller hears: its next request counts as arrived
+            with self._cond:
+                self._group_answers, self._arrived_since_answers = len(answered), 0
+        for job, out in answered:
+            _settle(job, result=out)
 
     def _fail_running(self, error: Exception) -> None:
         """Abort (freeing rows and KV) every request past admission; waiting ones stay queued."""

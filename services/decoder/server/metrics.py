@@ -16,8 +16,10 @@ How well arrivals batch (`runner/step_counts.py`): `widebeam_decoder_forwards_to
 computed by prefills, rows of decode forwards: per forward, how full),
 `widebeam_decoder_prefilled_requests_total` (requests those prefills held: per prefill forward,
 the batch), `widebeam_decoder_beam_expansions_total` (streamed beam steps launched, one per
-cohort batch) and `widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall
-time, how busy the engine is).
+cohort batch), `widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall
+time, how busy the engine is), and `widebeam_decoder_group_waits_total` /
+`_group_wait_seconds_total` (intakes that waited for a group's next requests,
+`server/async_engine.py`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ PREFILLED_REQUESTS = "widebeam_decoder_prefilled_requests"
 BEAM_EXPANSIONS = "widebeam_decoder_beam_expansions"
 FORWARD_ROWS = "widebeam_decoder_forward_rows"
 STEP_SECONDS = "widebeam_decoder_step_seconds"
+GROUP_WAITS = "widebeam_decoder_group_waits"
+GROUP_WAIT_SECONDS = "widebeam_decoder_group_wait_seconds"
 
 
 class _CaptureCollector(Collector):
@@ -111,6 +115,14 @@ class _StepCollector(Collector):
         yield CounterMetricFamily(
             STEP_SECONDS, "wall time in engine steps (over wall time: how busy the engine is)",
             value=counts.step_seconds,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            GROUP_WAITS, "intakes that waited for a group's next requests",
+            value=counts.group_waits,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            GROUP_WAIT_SECONDS, "time intakes waited for a group's next requests",
+            value=counts.group_wait_seconds,
         )  # fmt: skip
 
 

@@ -87,6 +87,19 @@ class DecoderSettings(_EngineSettings):
         "predicted queue wait exceeds this; the caller's deadline bounds its predicted finish "
         "either way; default: no bound of the decoder's own",
     )
+    answers_at_step_start: bool = Field(
+        False,
+        description="send each answer as soon as a step's start reads it, before that step's "
+        "forwards (a closed loop's next request then has the whole step to arrive); default: "
+        "when the step returns",
+    )
+    group_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="after k answers left together, the next admission waits up to this long "
+        "until k requests have arrived since (a closed loop's group stays one batch); 0: off",
+    )
     metrics_port: int | None = Field(
         None,
         ge=0,
