@@ -112,3 +112,22 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
     assert delta[4] == 3 * 3  # three prompts of 3 tokens, nothing cached
     assert delta[5] == 3 * 2 * 4  # each decode forward runs one request's 4 rows
     assert delta[6] > 0
+
+
+def test_group_waits_are_counted(sid_model: SidModel) -> None:
+    """A decoder with group_wait_ms: a lone request after a lone answer waits for nothing (the
+    counters are exposed, at 0); the waits themselves: test_async_engine_group_wait.py."""
+    settings = make_settings(sid_model, metrics_port=0, group_wait_ms=50.0)
+    with BackgroundServer(settings) as srv:
+        port = srv.server.metrics_port
+        assert port
+        with grpc.insecure_channel(srv.address) as channel:
+            stub = pb_grpc.DecoderStub(channel)
+            for i in range(2):
+                request = pb.GenerateRequest(input_ids=[5, 6, 7 + i], beam_width=4, n=2,
+                                             max_new_tokens=3, ignore_eos=True)  # fmt: skip
+                assert stub.Generate(request, timeout=60).beams
+        text = scrape(port)
+    assert srv.server.engine.group_wait_s == 0.05
+    assert _sample(text, "widebeam_decoder_group_waits_total") == 0
+    assert _sample(text, "widebeam_decoder_group_wait_seconds_total") == 0
