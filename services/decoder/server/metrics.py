@@ -104,26 +104,19 @@ class _StepCollector(Collector):
         rows.add_metric(["prefill"], counts.prefill_tokens)
         rows.add_metric(["decode"], counts.decode_rows)
         yield rows
-        yield CounterMetricFamily(
-            PREFILLED_REQUESTS, "requests prefilled (over prefill forwards: the batch)",
-            value=counts.prefilled_requests,
+        scalars = (  # (name, help, value)
+            (PREFILLED_REQUESTS, "requests prefilled (over prefill forwards: the batch)",
+             counts.prefilled_requests),
+            (BEAM_EXPANSIONS, "streamed beam steps launched, one per cohort batch",
+             counts.beam_expansions),
+            (STEP_SECONDS, "wall time in engine steps (over wall time: how busy the engine is)",
+             counts.step_seconds),
+            (GROUP_WAITS, "intakes that waited for a group's next requests", counts.group_waits),
+            (GROUP_WAIT_SECONDS, "time intakes waited for a group's next requests",
+             counts.group_wait_seconds),
         )  # fmt: skip
-        yield CounterMetricFamily(
-            BEAM_EXPANSIONS, "streamed beam steps launched, one per cohort batch",
-            value=counts.beam_expansions,
-        )  # fmt: skip
-        yield CounterMetricFamily(
-            STEP_SECONDS, "wall time in engine steps (over wall time: how busy the engine is)",
-            value=counts.step_seconds,
-        )  # fmt: skip
-        yield CounterMetricFamily(
-            GROUP_WAITS, "intakes that waited for a group's next requests",
-            value=counts.group_waits,
-        )  # fmt: skip
-        yield CounterMetricFamily(
-            GROUP_WAIT_SECONDS, "time intakes waited for a group's next requests",
-            value=counts.group_wait_seconds,
-        )  # fmt: skip
+        for name, help_text, value in scalars:
+            yield CounterMetricFamily(name, help_text, value=value)
 
 
 class DecoderMetrics:

@@ -73,10 +73,8 @@ def test_a_groups_next_requests_are_prefilled_together(sid_model: SidModel, earl
     assert counts.group_wait_seconds < GENEROUS_S  # ended by arrivals or the stop, not the bound
 
 
-def test_too_few_arrivals_wait_out_the_bound_then_run(sid_model: SidModel) -> None:
-    bound = 0.2
-    async_engine = _async_engine(sid_model, bound)
-    counts = async_engine.engine.step_counts
+def _a_group_then_one(async_engine: AsyncEngine) -> None:
+    """A group answered together, then one request alone; the engine stopped after."""
 
     async def scenario() -> None:
         await _answer_a_group(async_engine)
@@ -87,6 +85,13 @@ def test_too_few_arrivals_wait_out_the_bound_then_run(sid_model: SidModel) -> No
         asyncio.run(scenario())
     finally:
         async_engine.stop()
+
+
+def test_too_few_arrivals_wait_out_the_bound_then_run(sid_model: SidModel) -> None:
+    bound = 0.2
+    async_engine = _async_engine(sid_model, bound)
+    counts = async_engine.engine.step_counts
+    _a_group_then_one(async_engine)
     assert counts.group_waits == 1  # one arrival of the three answered together
     assert counts.group_wait_seconds >= bound
     assert counts.prefilled_requests == GROUP + 1
@@ -129,16 +134,7 @@ def test_an_abort_ends_the_wait(sid_model: SidModel) -> None:
 
 def test_off_never_waits(sid_model: SidModel) -> None:
     async_engine = _async_engine(sid_model, 0.0)
-
-    async def scenario() -> None:
-        await _answer_a_group(async_engine)
-        out = await async_engine.generate(_request("alone", 9), timeout=30)
-        assert len(out.beams) == 2
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        async_engine.stop()
+    _a_group_then_one(async_engine)
     assert async_engine.engine.step_counts.group_waits == 0
 
 
