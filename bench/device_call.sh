@@ -19,6 +19,11 @@
 #                          the sweep's clients send their own deadline (timeout_ms)
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
+#   ab-stack [420]         ab_stack.py: this tree's decoder (A) beside B, their gRPC and REST
+#                          phases alternated for ${WIDEBEAM_AB_ROUNDS:-8} rounds; B gets the
+#                          decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
+#                          --group-wait-ms 3"}, and $WIDEBEAM_AB_ARGS more options (e.g.
+#                          "--other-tree ../.before --widths 50,512")
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -61,6 +66,7 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 echo "setup: $(( $(date +%s) - started )) s" >> "$OUT/setup.log"
 
 STACK_ARGS=${WIDEBEAM_STACK_ARGS:-}
+AB_B_ARGS=${WIDEBEAM_AB_B_ARGS:---answers-at-step-start --group-wait-ms 3}
 step_command() {
     case "$1" in
         gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels \
@@ -77,6 +83,8 @@ step_command() {
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
+        ab-stack) echo "cd bench && python3 ab_stack.py --rounds ${WIDEBEAM_AB_ROUNDS:-8} \
+            --phase-seconds 2 --b-args '$AB_B_ARGS' ${WIDEBEAM_AB_ARGS:-}" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
@@ -111,7 +119,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;;
+        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;
