@@ -31,7 +31,7 @@ class CpuSample:
 
     @staticmethod
     def take(root_pid: int) -> CpuSample:
-        busy, steal = _host_seconds()
+        busy, steal = host_seconds()
         return CpuSample(time.monotonic(), busy, steal, tree_cpu_s(root_pid))
 
 
@@ -51,7 +51,7 @@ def window_cores(start: CpuSample, end: CpuSample) -> dict[str, float]:
     }
 
 
-def _host_seconds() -> tuple[float, float]:
+def host_seconds() -> tuple[float, float]:
     """(busy, steal) CPU seconds of the whole host since boot; (0, 0) without /proc/stat."""
     try:
         first = (PROC / "stat").read_text().splitlines()[0].split()

@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from host_cpu import CpuSample, process_table, window_cores
+from host_cpu import host_seconds, process_table
 from host_probe import probe_ms
 
 TOP = 5  # busiest processes listed per sample
@@ -49,25 +49,24 @@ def watch(out: Path, interval_s: float) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    me = os.getpid()
-    sample, procs = CpuSample.take(me), process_seconds()
+    at, host, procs = time.monotonic(), host_seconds(), process_seconds()
     with out.open("a") as sink:
         while not stop:
             time.sleep(interval_s)
             probe = probe_ms(repeats=3)
-            now, now_procs = CpuSample.take(me), process_seconds()
-            cores = window_cores(sample, now)
+            now_at, now_host, now_procs = time.monotonic(), host_seconds(), process_seconds()
+            seconds = now_at - at
             row = {
                 "unix": round(time.time(), 3),
                 "probe_ms": round(probe, 2),
-                "host_cores": round(cores.get("host", 0.0), 3),
-                "steal_cores": round(cores.get("steal", 0.0), 3),
+                "host_cores": round((now_host[0] - host[0]) / seconds, 3),
+                "steal_cores": round((now_host[1] - host[1]) / seconds, 3),
                 "load1": os.getloadavg()[0],
-                "top": busiest(procs, now_procs, now.at - sample.at),
+                "top": busiest(procs, now_procs, seconds),
             }
             sink.write(json.dumps(row) + "\n")
             sink.flush()
-            sample, procs = now, now_procs
+            at, host, procs = now_at, now_host, now_procs
 
 
 def main() -> None:

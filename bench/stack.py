@@ -209,13 +209,19 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
         capture_at_start=True, capture_beam_widths=tuple(args.widths),
         admission_ratio=args.admission_ratio,
         admission_max_wait_steps=args.admission_max_wait_steps,
-        max_prefill_graph_tokens=args.max_prefill_graph_tokens,
+        **graph_limit(args),
     )  # fmt: skip
     warm_s = engine.warm_up()
     engine.mark_ready()
     print(f"[engine] start-up captures {sum(engine.runner.capture_counts.counts.values())} "
           f"in {warm_s:.1f} s", flush=True)  # fmt: skip
     return engine
+
+
+def graph_limit(args: argparse.Namespace) -> dict[str, int]:
+    """`max_prefill_graph_tokens` where the command line sets it (else EngineConfig's)."""
+    limit = args.max_prefill_graph_tokens
+    return {} if limit is None else {"max_prefill_graph_tokens": limit}
 
 
 def engine_phases(
@@ -588,9 +594,9 @@ def main() -> None:
                         help="the decoder's --answers-at-step-start")
     parser.add_argument("--group-wait-ms", type=float, default=0.0,
                         help="the decoder's --group-wait-ms")
-    parser.add_argument("--max-prefill-graph-tokens", type=int, default=2048,
+    parser.add_argument("--max-prefill-graph-tokens", type=int,
                         help="the engine's and the decoder's largest prefill batch replayed "
-                        "from a CUDA graph (EngineConfig)")  # fmt: skip
+                        "from a CUDA graph (default: EngineConfig's)")  # fmt: skip
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
@@ -640,7 +646,7 @@ def main() -> None:
         "--api-processes", str(args.api_processes),
         "--admission-ratio", str(args.admission_ratio),
         "--admission-max-wait-steps", str(args.admission_max_wait_steps),
-        "--max-prefill-graph-tokens", str(args.max_prefill_graph_tokens),
+        *(f"--{name.replace('_', '-')}={value}" for name, value in graph_limit(args).items()),
         "--group-wait-ms", str(args.group_wait_ms),
         *(["--answers-at-step-start"] if args.answers_at_step_start else []),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),

@@ -354,7 +354,8 @@ class AsyncEngine:
             for out in outputs
             if (job := self._jobs.pop(str(out.request_id), None)) is not None
         ]
-        if answered:  # counted before any caller hears: its next request counts as arrived
+        if answered and self.group_wait_s > 0:
+            # counted before any caller hears: its next request counts as arrived
             with self._cond:
                 self._group_answers, self._arrived_since_answers = len(answered), 0
         for job, out in answered:
