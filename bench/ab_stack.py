@@ -116,7 +116,11 @@ def main() -> None:
         type=Path,
         help="the tree B's decoder runs (a checkout or `git archive` of it); default: this one",
     )
-    parser.add_argument("--b-args", default="", help="decoder flags B gets on top of A's")
+    parser.add_argument(
+        "--b-args",
+        default="",
+        help="decoder flags B gets on top of A's (write --b-args=--flag for a lone flag)",
+    )
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=12)

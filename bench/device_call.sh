@@ -24,6 +24,13 @@
 #                          decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
 #                          --group-wait-ms 3"}, and $WIDEBEAM_AB_ARGS more options (e.g.
 #                          "--other-tree ../.before --widths 50,512")
+#   w1-sharing [180]       suffix_sharing.py --tokens 128: how much generated-token KV W1's
+#                          5,000 rows share (what a tree-aware suffix kernel could save)
+#   w1-profile [180]       profile_step.py --beams 5000 --tokens ${WIDEBEAM_W1_TOKENS:-64}
+#   w1-shared [300]        wide_beam.py --quick at ${WIDEBEAM_W1_TOKENS_SET:-16,32,64,128} tokens
+#                          with --no-shared-suffix, then with the shared-suffix kernels
+#   attention-gpu-tests [240]  pytest over the cascade and shared-suffix kernels (compiled),
+#                          the engine on Triton and the graph = eager = overlap digests
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -84,7 +91,18 @@ step_command() {
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
         ab-stack) echo "cd bench && python3 ab_stack.py --rounds ${WIDEBEAM_AB_ROUNDS:-8} \
-            --phase-seconds 2 --b-args '$AB_B_ARGS' ${WIDEBEAM_AB_ARGS:-}" ;;
+            --phase-seconds 2 --b-args='$AB_B_ARGS' ${WIDEBEAM_AB_ARGS:-}" ;;
+        w1-sharing) echo "cd bench && python3 suffix_sharing.py --tokens 128 --out \$OUT/sharing.json" ;;
+        w1-profile) echo "cd bench && python3 profile_step.py --beams 5000 \
+            --tokens ${WIDEBEAM_W1_TOKENS:-64}" ;;
+        w1-shared) echo "cd bench && for flag in --no-shared-suffix ''; do \
+            python3 wide_beam.py --quick --hf-tokens '' --tokens ${WIDEBEAM_W1_TOKENS_SET:-16,32,64,128} \
+            \$flag || exit 1; done" ;;
+        attention-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider \
+            tests/kernels/attention/test_triton_shared_suffix.py \
+            tests/kernels/attention/test_triton_cascade.py \
+            tests/kernels/attention/test_engine_with_triton.py \
+            tests/services/decoder/test_engine_graphs_gpu.py" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
@@ -119,7 +137,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;;
+        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;

@@ -112,6 +112,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         "--no-prefill-graphs", action="store_true", help="eager prefill at exact shapes"
     )
     parser.add_argument(
+        "--no-shared-suffix",
+        action="store_true",
+        help="every row reads its whole generated suffix alone (shared_suffix_attention off)",
+    )
+    parser.add_argument(
         "--normalization",
         default=Normalization.VOCAB,
         choices=[n.value for n in Normalization],
@@ -152,6 +157,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,
+        "shared_suffix_attention": not args.no_shared_suffix,
         "overlap_scheduling": not args.no_overlap,
         "prefix_cache": not args.no_prefix_cache,
     }

@@ -158,6 +158,14 @@ class EngineConfig:
             "auto | torch | triton | flashinfer (auto: Triton on CUDA, torch elsewhere)"
         ),
     )
+    # False is the kill switch should the shared-suffix kernels misbehave on some shape.
+    shared_suffix_attention: bool = field(
+        default=True,
+        metadata=_help(
+            "Triton: generated tokens that several beams share are read once per ancestor "
+            "group, not once per row (suffixes of 16 tokens and more)"
+        ),
+    )
     beam_expansion: BeamExpansion = field(
         default=BeamExpansion.STREAMED,
         metadata=_help(

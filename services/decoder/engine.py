@@ -142,7 +142,11 @@ class Engine:
         self.runner = ModelRunner(
             self.model,
             cache,
-            make_attention_backend(backend_name, page_size=config.page_size),
+            make_attention_backend(
+                backend_name,
+                page_size=config.page_size,
+                shared_suffix=config.shared_suffix_attention,
+            ),
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,
             prefill_graph_tokens=prefill_graph_tokens(config),

@@ -92,3 +92,57 @@ def reparented(batch: DecodeBatch) -> DecodeBatch:
             for g in batch.groups
         )
     )
+
+
+def beam_tree_case(
+    groups: list[tuple[int, int, int]],  # (rows, prompt_len, steps) per group
+    *,
+    q_heads: int,
+    kv_heads: int,
+    dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    seed: int,
+    pad_rows: int = 0,
+) -> DecodeCase:
+    """Like `decode_case`, but each group's suffixes come from a beam search: at every step each
+    row takes a random earlier row as parent (a few parents get most children, as beams do)
+    and appends its own new slot, so rows share their suffixes up to their common ancestor."""
+    gen = torch.Generator().manual_seed(seed)
+    made, row, next_slot, used = [], 0, 0, []
+    for num_rows, prompt_len, steps in groups:
+        row += pad_rows
+        prompt = torch.arange(next_slot, next_slot + prompt_len)
+        next_slot += prompt_len
+        table = torch.empty((num_rows, 0), dtype=torch.int64)
+        for _ in range(steps):
+            weights = torch.rand(num_rows, generator=gen) ** 4  # skewed: few parents dominate
+            parents = torch.multinomial(weights + 1e-6, num_rows, True, generator=gen)
+            fresh = torch.arange(next_slot, next_slot + num_rows)[:, None]
+            next_slot += num_rows
+            table = torch.cat([table[parents], fresh], dim=1)
+        made.append(DecodeGroup(row, num_rows, prompt.to(device), table.to(device)))
+        used += [prompt, table.reshape(-1)]
+        row += num_rows
+    rows = row + pad_rows
+    num_slots = next_slot + 8
+    order = torch.randperm(num_slots, generator=gen)  # slots scattered over the cache
+    made = [
+        DecodeGroup(g.row_start, g.num_rows, order[g.prompt_slots.cpu()].to(device),
+                    order[g.suffix_slots.cpu()].to(device))
+        for g in made
+    ]  # fmt: skip
+    real = torch.zeros(rows, dtype=torch.bool)
+    for g in made:
+        real[g.row_start : g.row_start + g.num_rows] = True
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype).to(device)
+
+    k_cache, v_cache = rand(num_slots, kv_heads, dim), rand(num_slots, kv_heads, dim)
+    unused = torch.ones(num_slots, dtype=torch.bool)
+    unused[order[torch.cat([u.reshape(-1) for u in used])]] = False
+    k_cache[unused.to(device)] = float("nan")
+    v_cache[unused.to(device)] = float("nan")
+    q = rand(rows, q_heads, dim)
+    return DecodeCase(q, k_cache, v_cache, DecodeBatch(tuple(made)), real.to(device))

@@ -108,3 +108,27 @@ def test_prefill_over_cached_prefix_pages_matches_the_whole_prefill(
     for s_whole, s_again, c in zip(whole, again, cached, strict=True):
         torch.testing.assert_close(runner.cache.k[:, s_again[c:]], reference_k[:, s_whole[c:]])
         torch.testing.assert_close(runner.cache.v[:, s_again[c:]], reference_v[:, s_whole[c:]])
+
+
+def test_shared_suffix_attention_keeps_the_beams(sid_model: SidModel, kernel_device: object) -> None:
+    """Generations long enough for beams to share generated tokens (>= 16): the Triton backend
+    with the shared-suffix plan, without it, and the torch reference find the same beams."""
+    request = GenerationRequest(
+        "long", (3, 1, 4, 1, 5), beam_width=6, n=6, max_new_tokens=20, ignore_eos=True
+    )
+    outputs = {}
+    for name, backend, shared in (
+        ("torch", "torch", True), ("shared", "triton", True), ("alone", "triton", False)
+    ):  # fmt: skip
+        config = EngineConfig(
+            model_dir=str(sid_model.model_dir), device=str(kernel_device),
+            attention_backend=backend, shared_suffix_attention=shared,
+        )  # fmt: skip
+        outputs[name] = Engine(config).generate([request])[0]
+    for name in ("shared", "alone"):
+        assert [b.output_ids for b in outputs[name].beams] == [
+            b.output_ids for b in outputs["torch"].beams
+        ], name
+        for x, y in zip(outputs["torch"].beams, outputs[name].beams, strict=True):
+            assert x.score == pytest.approx(y.score, abs=1e-4)
+    assert len(outputs["shared"].beams[0].output_ids) == 20

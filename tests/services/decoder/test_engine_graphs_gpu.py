@@ -23,7 +23,10 @@ pytestmark = [
 
 def _requests(begin: int) -> list[GenerationRequest]:
     reqs = [
-        GenerationRequest("wide", (1, 2, 3, 4), beam_width=300, n=20, max_new_tokens=6),
+        # 20 tokens: past 16 its beams read their shared generated tokens once per ancestor
+        GenerationRequest(
+            "wide", (1, 2, 3, 4), beam_width=300, n=20, max_new_tokens=20, ignore_eos=True
+        ),
         # EOS allowed and early stopping: stops are decided on the device, mid-flight
         GenerationRequest(
             "eos",

@@ -27,11 +27,13 @@ def resolve_backend_name(name: str, device_type: str) -> str:
 
 
 def make_attention_backend(
-    name: str = "torch", *, page_size: int = 1, **options: object
+    name: str = "torch", *, page_size: int = 1, shared_suffix: bool = True, **options: object
 ) -> AttentionBackend:
     """`page_size`: the KV cache's slots per page; the triton backend addresses prompts by page
-    with it (torch reads slot lists, flashinfer views the cache as one-slot pages). `options`
-    go to the backend's constructor (triton: num_splits; flashinfer: workspace_bytes)."""
+    with it (torch reads slot lists, flashinfer views the cache as one-slot pages).
+    `shared_suffix`: triton reads beams' shared generated tokens once per ancestor group (the
+    others read every row's suffix on its own). `options` go to the backend's constructor
+    (triton: num_splits; flashinfer: workspace_bytes)."""
     if name == "torch":
         return TorchAttention()
     if name == "triton":
@@ -39,7 +41,9 @@ def make_attention_backend(
         # happen after TRITON_INTERPRET is set when tests run them on the CPU.
         from widebeam.kernels.attention.triton_backend import TritonAttention
 
-        return TritonAttention(page_size=page_size, **options)  # type: ignore[arg-type]
+        return TritonAttention(
+            page_size=page_size, shared_suffix=shared_suffix, **options  # type: ignore[arg-type]
+        )
     if name == "flashinfer":  # optional package; its absence is a clear ValueError
         from widebeam.kernels.attention.flashinfer_backend import FlashInferAttention
 

@@ -21,6 +21,11 @@ import numpy as np
 import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch
+from widebeam.kernels.attention.suffix_tree import (
+    MIN_SUFFIX_CAPACITY,
+    SuffixTreePlan,
+    plan_suffix_tree,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,9 @@ class PackedDecode:
     # Prompt splits the kernels are launched for (flash-decoding); programs beyond
     # live_splits return at once, so one CUDA graph serves any split count up to it.
     num_splits: int
+    # Rows grouped by shared generated tokens (`suffix_tree`); None: every row reads its whole
+    # suffix alone (no plan asked for, or the suffix capacity too short to share).
+    tree: SuffixTreePlan | None = None
 
     @property
     def num_rows(self) -> int:
@@ -69,6 +77,7 @@ def pack_decode(
     num_work: int | None = None,  # pad B to this capacity
     suffix_capacity: int | None = None,  # pad S_cap
     table_capacity: int | None = None,  # pad E_cap (prompt-table entries, all groups)
+    tree_rows: int = 0,  # > 0: plan shared suffixes, items of this many rows (`suffix_tree`)
 ) -> PackedDecode:
     """Flatten `batch` for `num_rows` rows; rows outside every group become padding rows.
 
@@ -78,8 +87,10 @@ def pack_decode(
     gather + copy, and suffix slots are copied once per run of back-to-back groups of equal
     suffix length (usually the whole batch).
     """
-    if block_rows <= 0 or num_splits <= 0 or page_size <= 0:
-        raise ValueError("block_rows, num_splits and page_size must be positive")
+    if block_rows <= 0 or num_splits <= 0 or page_size <= 0 or tree_rows < 0:
+        raise ValueError(
+            "block_rows, num_splits and page_size must be positive, tree_rows not negative"
+        )
     max_splits = num_splits if max_splits is None else max_splits
     if max_splits < num_splits:
         raise ValueError(f"{num_splits} splits exceed the launched {max_splits}")
@@ -183,6 +194,9 @@ def pack_decode(
             slots = torch.cat(run) if len(run) > 1 else run[0]
             suffix[groups[i].row_start : end, : suffix_lens[i]] = slots
         i = j
+    tree = None
+    if tree_rows and s_cap >= MIN_SUFFIX_CAPACITY:  # a fixed choice per suffix bucket
+        tree = plan_suffix_tree(suffix, d_row_suffix_len, tree_rows)
     return PackedDecode(
         row_group=d_row_group,
         row_suffix_len=d_row_suffix_len,
@@ -198,6 +212,7 @@ def pack_decode(
         page_size=page_size,
         block_rows=block_rows,
         num_splits=max_splits,
+        tree=tree,
     )
 
 

@@ -32,6 +32,7 @@ from widebeam.kernels.attention.metadata import (
     PrefillBatch,
 )
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
+from widebeam.kernels.attention.suffix_tree import ITEM_ROWS, SuffixTreePlan
 from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 from widebeam.kernels.attention.triton_common import (
     default_block_rows,
@@ -76,12 +77,16 @@ class TritonPrefillBucket(NamedTuple):
 class TritonAttention(AttentionBackend):
     name = "triton"
 
-    def __init__(self, page_size: int = 1, num_splits: int | None = None) -> None:
+    def __init__(
+        self, page_size: int = 1, num_splits: int | None = None, shared_suffix: bool = True
+    ) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
         num_splits None = choose per batch (or bucket) from the grid size and the longest
-        prompt."""
+        prompt; shared_suffix: rows read the generated tokens they share with other beams once
+        per ancestor group (`suffix_tree`) once suffixes are long enough."""
         self.page_size = page_size
         self.num_splits = num_splits
+        self.tree_rows = ITEM_ROWS if shared_suffix else 0
         # One batch object serves every layer of a step: pack once, keyed by identity (the
         # reference keeps the object alive, so its id cannot be reused meanwhile).
         self._decode_key: tuple[DecodeBatch, int, int, int] | None = None
@@ -104,8 +109,9 @@ class TritonAttention(AttentionBackend):
             device = batch.groups[0].prompt_slots.device if batch.groups else torch.device("cpu")
             splits = default_num_splits(items * kv_heads, longest, device)
         packed = pack_decode(
-            batch, rows, block_rows=block_rows, num_splits=splits, page_size=self.page_size
-        )
+            batch, rows, block_rows=block_rows, num_splits=splits, page_size=self.page_size,
+            tree_rows=self.tree_rows,
+        )  # fmt: skip
         self._decode_key, self._decode_packed = key, packed
         return packed
 
@@ -201,6 +207,7 @@ class TritonAttention(AttentionBackend):
             num_work=bucket.work,
             suffix_capacity=bucket.suffix,
             table_capacity=bucket.table,
+            tree_rows=self.tree_rows,
         )
 
     # ----- CUDA-graph hooks -------------------------------------------------------------------
@@ -286,7 +293,7 @@ class TritonAttention(AttentionBackend):
         return PackedDecode(
             **{
                 f.name: getattr(metadata, f.name).clone()
-                if isinstance(getattr(metadata, f.name), torch.Tensor)
+                if isinstance(getattr(metadata, f.name), torch.Tensor | SuffixTreePlan)
                 else getattr(metadata, f.name)
                 for f in fields(PackedDecode)
             }
@@ -300,7 +307,11 @@ class TritonAttention(AttentionBackend):
     def prepare_decode_replay(self, static: object, metadata: object) -> None:
         if not isinstance(static, PackedDecode) or not isinstance(metadata, PackedDecode):
             raise TypeError("prepare_decode_replay takes two PackedDecode")
+        if (static.tree is None) != (metadata.tree is None):
+            raise ValueError("a replay's metadata and the bucket's buffers differ in the plan")
         for field in fields(PackedDecode):
             value = getattr(metadata, field.name)
             if isinstance(value, torch.Tensor):
                 getattr(static, field.name).copy_(value)
+            elif isinstance(value, SuffixTreePlan):
+                static.tree.copy_from(value)  # type: ignore[union-attr]

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from widebeam.kernels.attention.packed import PackedDecode
+from widebeam.kernels.attention.suffix_tree import ALIGN, PRIVATE_MIN
 from widebeam.kernels.attention.triton_common import (
     LOG2E,
     dot_precision,
@@ -32,6 +33,7 @@ from widebeam.kernels.attention.triton_common import (
     interpreting,
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
+from widebeam.kernels.attention.triton_shared_suffix import shared_suffix_kernel
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
@@ -88,6 +90,7 @@ def _suffix_merge_kernel(
     out_ptr,  # [R, HQ, D] dtype of q, contiguous
     row_group_ptr, row_suffix_len_ptr, suffix_ptr,  # [R] (-1 = padding row), [R], [R, S_cap] i32
     live_splits_ptr,  # [1] int32, the prompt chunks prefix_kernel wrote
+    tree_o_ptr, tree_lse_ptr,  # [R, HQ, D], [R, HQ] fp32: shared-suffix partials (TREE only)
     num_rows, suffix_cap,  # R, S_cap
     stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_suffix,
     qk_scale,  # softmax scale * log2(e)
@@ -98,6 +101,9 @@ def _suffix_merge_kernel(
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs
     KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
+    TREE: tl.constexpr,  # suffixes start with a shared part that shared_suffix_kernel read
+    PRIVATE_MIN: tl.constexpr,  # suffix_tree's split rule (TREE only)
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
     kv_head = tl.program_id(1)
     v_scale = 1.0
@@ -118,9 +124,15 @@ def _suffix_merge_kernel(
     n_len = tl.where(n_live, tl.load(row_suffix_len_ptr + n_row, mask=n_ok, other=0), 0)
     n_s = n_idx % BLOCK_S
     same_row = (m_idx // GQA_P)[:, None] == (n_idx // BLOCK_S)[None, :]
-    # First tile's slots now: they wait on no other load (masked by S_cap, not the row length).
+    # Where each row's private suffix starts: 0, or after the part read per ancestor group.
+    n_start = 0
+    if TREE:
+        n_start = (tl.maximum(n_len - PRIVATE_MIN, 0) // ALIGN) * ALIGN
+    # First tile's slots now: without TREE they wait on no other load (masked by S_cap, not
+    # the row length).
     suffix_row = suffix_ptr + n_row * stride_suffix
-    slot = tl.load(suffix_row + n_s, mask=n_ok & (n_s < suffix_cap), other=0)
+    s_idx = n_start + n_s
+    slot = tl.load(suffix_row + s_idx, mask=n_ok & (s_idx < suffix_cap), other=0)
     d = tl.arange(0, D)
     q = tl.load(
         q_ptr + m_row[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
@@ -153,14 +165,28 @@ def _suffix_merge_kernel(
         l_i = l_i * alpha + beta
         acc = acc * alpha[:, None] + o_p * beta[:, None]
         m_i = m_new
+    if TREE:  # the shared part's partial, as one more split (rows that have one)
+        m_len = tl.load(row_suffix_len_ptr + m_row, mask=m_ok, other=0)
+        m_tree = live & (m_len - PRIVATE_MIN >= ALIGN)
+        lse_p = tl.load(tree_lse_ptr + out_idx, mask=m_tree, other=float("-inf"))
+        o_p = tl.load(
+            tree_o_ptr + out_idx[:, None] * D + d[None, :], mask=m_tree[:, None], other=0.0
+        )
+        m_new = tl.maximum(m_i, lse_p)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        beta = tl.exp2(lse_p - m_ref)
+        l_i = l_i * alpha + beta
+        acc = acc * alpha[:, None] + o_p * beta[:, None]
+        m_i = m_new
     m_i, l_i, acc = _suffix_tile(
         q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
-        stride_vh, qk_scale, v_scale, n_s < n_len, same_row, D, UPCAST, DOT_PRECISION, KV_FP8,
+        stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION, KV_FP8,
         q_ptr.dtype.element_ty,
     )  # fmt: skip
     if not ONE_TILE:
-        for s0 in range(BLOCK_S, tl.max(n_len, 0), BLOCK_S):
-            s_idx = s0 + n_s
+        for s0 in range(BLOCK_S, tl.max(n_len - n_start, 0), BLOCK_S):
+            s_idx = n_start + s0 + n_s
             slot = tl.load(suffix_row + s_idx, mask=n_ok & (s_idx < suffix_cap), other=0)
             m_i, l_i, acc = _suffix_tile(
                 q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
@@ -177,6 +203,7 @@ def _suffix_merge_kernel(
 
 
 SUFFIX_TILE = 16  # suffix slots per row and tile at most
+SHARED_TILE = 32  # shared-suffix slots per tile (shared lengths are multiples of ALIGN)
 SUFFIX_MIN_PROGRAMS = 1024  # fewer rows per program while the grid is smaller (~8 per SM)
 
 
@@ -267,19 +294,48 @@ def cascade_decode_packed(
             **common,
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
+    tree = packed.tree
+    tree_o, tree_lse = o_part, lse_part  # unread without a plan
+    if tree is not None:
+        tree_o = torch.empty((rows, q_heads, dim), dtype=torch.float32, device=q.device)
+        tree_lse = torch.empty((rows, q_heads), dtype=torch.float32, device=q.device)
+        shared_suffix_kernel[(shared_suffix_programs(rows, kv_heads, q.device), kv_heads)](
+            q, k_cache, v_cache, k_scale, v_scale, tree_o, tree_lse,
+            tree.order, tree.key, tree.items, tree.num_items,
+            packed.row_suffix_len, packed.row_suffix_slots,
+            rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+            v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0), qk_scale,
+            BLOCK_R=tree.block_rows, BLOCK_N=SHARED_TILE, PRIVATE_MIN=PRIVATE_MIN, ALIGN=ALIGN,
+            UPCAST=interpreting(shared_suffix_kernel), DOT_PRECISION=dot_precision(q.dtype),
+            KV_FP8=fp8, **common,
+        )  # fmt: skip
     block_r, block_s = suffix_tiles(
         rows, kv_heads, gqa_p, suffix_cap, rows_per_program, block_s, q.dtype != torch.float32
     )
+    # With a plan a row's private part is at most PRIVATE_MIN + ALIGN - 1 slots.
+    one_tile = suffix_cap <= block_s or (tree is not None and block_s >= PRIVATE_MIN + ALIGN)
     launch = {"num_warps": num_warps or 4}
     if num_stages is not None:
         launch["num_stages"] = num_stages
     _suffix_merge_kernel[(triton.cdiv(rows, block_r), kv_heads)](
         q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part, out,
         packed.row_group, packed.row_suffix_len, packed.row_suffix_slots, packed.live_splits,
+        tree_o, tree_lse,
         rows, suffix_cap, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0),
-        qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=suffix_cap <= block_s,
+        qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=one_tile,
         UPCAST=interpreting(_suffix_merge_kernel), DOT_PRECISION=dot_precision(q.dtype),
-        KV_FP8=fp8, **common, **launch,
+        KV_FP8=fp8, TREE=tree is not None, PRIVATE_MIN=PRIVATE_MIN, ALIGN=ALIGN,
+        **common, **launch,
     )  # fmt: skip
     return out
+
+
+def shared_suffix_programs(rows: int, kv_heads: int, device: torch.device) -> int:
+    """Programs per KV head of the persistent shared-suffix grid: about four per SM in all
+    (fixed per row count and device, so a CUDA graph's grid fits every batch of its bucket);
+    a few on the CPU, where the interpreter runs them one by one."""
+    if device.type != "cuda":
+        return max(1, min(rows, 3))
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(rows, -(-4 * sms // kv_heads)))
