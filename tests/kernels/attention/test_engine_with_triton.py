@@ -110,7 +110,9 @@ def test_prefill_over_cached_prefix_pages_matches_the_whole_prefill(
         torch.testing.assert_close(runner.cache.v[:, s_again[c:]], reference_v[:, s_whole[c:]])
 
 
-def test_shared_suffix_attention_keeps_the_beams(sid_model: SidModel, kernel_device: object) -> None:
+def test_shared_suffix_attention_keeps_the_beams(
+    sid_model: SidModel, kernel_device: object
+) -> None:
     """Generations long enough for beams to share generated tokens (>= 16): the Triton backend
     with the shared-suffix plan, without it, and the torch reference find the same beams."""
     request = GenerationRequest(

@@ -18,7 +18,6 @@ from widebeam.kernels.attention.suffix_tree import (
     ITEM_ROWS,
     MIN_SUFFIX_CAPACITY,
     NO_ANCESTOR,
-    plan_suffix_tree,
     shared_length,
 )
 from widebeam.kernels.attention.torch_ref import cascade_decode
