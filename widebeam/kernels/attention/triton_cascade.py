@@ -204,6 +204,9 @@ def _suffix_merge_kernel(
 
 SUFFIX_TILE = 16  # suffix slots per row and tile at most
 SHARED_TILE = 32  # shared-suffix slots per tile (shared lengths are multiples of ALIGN)
+# An item is a chain of dependent loads (plan, rows, slots, K/V): many resident programs hide
+# the latency (4 per SM left W1's kernel at 71 µs a layer for a few hundred items).
+SHARED_PROGRAMS_PER_SM = 16
 SUFFIX_MIN_PROGRAMS = 1024  # fewer rows per program while the grid is smaller (~8 per SM)
 
 
@@ -332,10 +335,10 @@ def cascade_decode_packed(
 
 
 def shared_suffix_programs(rows: int, kv_heads: int, device: torch.device) -> int:
-    """Programs per KV head of the persistent shared-suffix grid: about four per SM in all
-    (fixed per row count and device, so a CUDA graph's grid fits every batch of its bucket);
-    a few on the CPU, where the interpreter runs them one by one."""
+    """Programs per KV head of the persistent shared-suffix grid: SHARED_PROGRAMS_PER_SM per
+    SM in all (fixed per row count and device, so a CUDA graph's grid fits every batch of its
+    bucket); a few on the CPU, where the interpreter runs them one by one."""
     if device.type != "cuda":
         return max(1, min(rows, 3))
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(rows, -(-4 * sms // kv_heads)))
+    return max(1, min(rows, -(-SHARED_PROGRAMS_PER_SM * sms // kv_heads)))
