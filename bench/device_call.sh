@@ -92,7 +92,7 @@ step_command() {
             $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
         ab-stack) echo "cd bench && python3 ab_stack.py --rounds ${WIDEBEAM_AB_ROUNDS:-8} \
             --phase-seconds 2 --b-args='$AB_B_ARGS' ${WIDEBEAM_AB_ARGS:-}" ;;
-        w1-sharing) echo "cd bench && python3 suffix_sharing.py --tokens 128 --out \$OUT/sharing.json" ;;
+        w1-sharing) echo "cd bench && python3 suffix_sharing.py --tokens 128" ;;
         w1-profile) echo "cd bench && python3 profile_step.py --beams 5000 \
             --tokens ${WIDEBEAM_W1_TOKENS:-64}" ;;
         w1-shared) echo "cd bench && for flag in --no-shared-suffix ''; do \

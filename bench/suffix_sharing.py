@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+from pathlib import Path
 
 import torch
-from harness import add_engine_args, engine_options, make_engine, model_dir
-
-import widebeam.services.decoder.engine as engine_module
-from widebeam.services.decoder.requests.spec import GenerationRequest
-from widebeam.services.decoder.runner.decode_inputs import decode_inputs
-from widebeam.services.decoder.runner.request_state import RequestState
-from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 SPLITS = (1, 2, 4, 8, 16)
 
@@ -53,13 +48,22 @@ def sharing(table: torch.Tensor) -> dict[str, object]:
 
 
 def main() -> None:
+    # Here, not at the top: the tests load `sharing` without bench/ on the path.
+    from harness import add_engine_args, engine_options, make_engine, model_dir
+
+    import widebeam.services.decoder.engine as engine_module
+    from widebeam.services.decoder.requests.spec import GenerationRequest
+    from widebeam.services.decoder.runner.decode_inputs import decode_inputs
+    from widebeam.services.decoder.runner.request_state import RequestState
+    from widebeam.services.decoder.testing.tiny_model import write_tiny_model
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--beams", type=int, default=5000)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--at", default="4,8,16,32,64,128", help="suffix lengths to report")
     parser.add_argument("--shape", default="qwen3-0.6b")
     parser.add_argument("--smoke", action="store_true", help="CPU: a tiny model")
-    parser.add_argument("--out", help="write the report as JSON here")
+    parser.add_argument("--out", help="the JSON report (default: $OUT/suffix_sharing.json)")
     add_engine_args(parser)
     args = parser.parse_args()
     if args.smoke:
@@ -101,9 +105,9 @@ def main() -> None:
             f"L={report['length']:4d} rows={report['rows']} unique "
             f"{report['unique_read_fraction']:.3f}  split {split}"
         )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"beams": args.beams, "tokens": args.tokens, "reports": reports}, f)
+    out = Path(args.out or Path(os.environ.get("OUT", "bench-out")) / "suffix_sharing.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"beams": args.beams, "tokens": args.tokens, "reports": reports}))
 
 
 if __name__ == "__main__":
