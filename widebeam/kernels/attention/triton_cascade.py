@@ -31,55 +31,11 @@ from widebeam.kernels.attention.triton_common import (
     dot_precision,
     gqa_padded,
     interpreting,
+    kv_tile,
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
 from widebeam.kernels.attention.triton_shared_suffix import shared_suffix_kernel
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
-
-
-@triton.jit
-def _suffix_tile(
-    q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
-    qk_scale, v_scale, kv_ok, same_row,
-    D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
-    Q_DTYPE: tl.constexpr,  # the queries' dtype as stored (q itself may be upcast)
-):  # fmt: skip
-    """One tile of N = BLOCK_R × BLOCK_S (row, slot) pairs against all M = BLOCK_R × GQA_P
-    queries of the block: dense dots on tensor cores, the block-diagonal (query row = key row)
-    kept by the mask. Updates the online-softmax state (m_i, l_i, acc)."""
-    d = tl.arange(0, D)
-    slot = slot.to(tl.int64)
-    k_t = tl.load(  # [D, N]: K^T straight from the gather
-        k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
-        mask=kv_ok[None, :],
-        other=0.0,
-    )
-    v = tl.load(
-        v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-        mask=kv_ok[:, None],
-        other=0.0,
-    )
-    if KV_FP8:
-        k_t = k_t.to(Q_DTYPE)
-        v = v.to(Q_DTYPE)
-    if UPCAST:
-        k_t = k_t.to(tl.float32)
-    s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
-    s = tl.where(same_row & kv_ok[None, :], s * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a query with no key so far
-    alpha = tl.exp2(m_i - m_ref)
-    p = tl.exp2(s - m_ref[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    p_v = p.to(v.dtype)  # rounded to V's dtype as on tensor cores (as in prefix_kernel)
-    if UPCAST:
-        p_v = p_v.to(tl.float32)
-        v = v.to(tl.float32)
-    pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
-    if KV_FP8:
-        pv = pv * v_scale
-    acc = acc * alpha[:, None] + pv
-    return m_new, l_i, acc
 
 
 @triton.jit
@@ -179,7 +135,7 @@ def _suffix_merge_kernel(
         l_i = l_i * alpha + beta
         acc = acc * alpha[:, None] + o_p * beta[:, None]
         m_i = m_new
-    m_i, l_i, acc = _suffix_tile(
+    m_i, l_i, acc = kv_tile(
         q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
         stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION, KV_FP8,
         q_ptr.dtype.element_ty,
@@ -188,7 +144,7 @@ def _suffix_merge_kernel(
         for s0 in range(BLOCK_S, tl.max(n_len - n_start, 0), BLOCK_S):
             s_idx = n_start + s0 + n_s
             slot = tl.load(suffix_row + s_idx, mask=n_ok & (s_idx < suffix_cap), other=0)
-            m_i, l_i, acc = _suffix_tile(
+            m_i, l_i, acc = kv_tile(
                 q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
                 stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION,
                 KV_FP8, q_ptr.dtype.element_ty,

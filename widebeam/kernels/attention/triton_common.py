@@ -6,6 +6,7 @@ import math
 
 import torch
 import triton
+import triton.language as tl
 
 LOG2E = 1.4426950408889634  # kernels work in log2 units: exp2 is the cheap instruction
 
@@ -42,3 +43,48 @@ def default_num_splits(programs: int, max_prompt_len: int, device: torch.device)
         return 1
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(math.ceil(2 * sms / programs), max_prompt_len // 256))
+
+
+@triton.jit
+def kv_tile(
+    q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
+    qk_scale, v_scale, kv_ok, same_row,
+    D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
+    Q_DTYPE: tl.constexpr,  # the queries' dtype as stored (q itself may be upcast)
+):  # fmt: skip
+    """One tile of N gathered KV slots against M queries: dense dots on tensor cores, the pairs
+    `same_row & kv_ok` kept (the suffix kernel's block diagonal, or all pairs). Updates the
+    online-softmax state (m_i, l_i, acc); an FP8 tile's product gets its V scale."""
+    d = tl.arange(0, D)
+    slot = slot.to(tl.int64)
+    k_t = tl.load(  # [D, N]: K^T straight from the gather
+        k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
+        mask=kv_ok[None, :],
+        other=0.0,
+    )
+    v = tl.load(
+        v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
+        mask=kv_ok[:, None],
+        other=0.0,
+    )
+    if KV_FP8:
+        k_t = k_t.to(Q_DTYPE)
+        v = v.to(Q_DTYPE)
+    if UPCAST:
+        k_t = k_t.to(tl.float32)
+    s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+    s = tl.where(same_row & kv_ok[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a query with no key so far
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    p_v = p.to(v.dtype)  # rounded to V's dtype as on tensor cores (as in prefix_kernel)
+    if UPCAST:
+        p_v = p_v.to(tl.float32)
+        v = v.to(tl.float32)
+    pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
+    if KV_FP8:
+        pv = pv * v_scale
+    acc = acc * alpha[:, None] + pv
+    return m_new, l_i, acc

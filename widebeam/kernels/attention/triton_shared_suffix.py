@@ -17,6 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from widebeam.kernels.attention.triton_common import kv_tile
+
 
 @triton.jit
 def shared_suffix_kernel(
@@ -55,9 +57,12 @@ def shared_suffix_kernel(
     KV_FP8: tl.constexpr,
 ):
     kv_head = tl.program_id(1)
+    v_scale = 1.0
     if KV_FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        v_scale = tl.load(v_scale_ptr + kv_head)
     m_idx = tl.arange(0, BLOCK_R * GQA_P)
+    every_query = (m_idx >= 0)[:, None]  # [M, 1]: all rows of an item read the whole path
     head = kv_head * GQA + m_idx % GQA_P
     head_ok = m_idx % GQA_P < GQA
     d = tl.arange(0, D)
@@ -88,37 +93,12 @@ def shared_suffix_kernel(
             n = n0 + n_off
             n_ok = n < shared
             slot = tl.load(suffix_ptr + leader * stride_suffix + n, mask=n_ok, other=0)
-            slot = slot.to(tl.int64)
-            k_t = tl.load(  # [D, BLOCK_N]
-                k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
-                mask=n_ok[None, :],
-                other=0.0,
-            )
-            v = tl.load(
-                v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-                mask=n_ok[:, None],
-                other=0.0,
-            )
-            if KV_FP8:
-                k_t = k_t.to(q_ptr.dtype.element_ty)
-                v = v.to(q_ptr.dtype.element_ty)
-            if UPCAST:
-                k_t = k_t.to(tl.float32)
-            s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
-            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            p_v = p.to(v.dtype)  # rounded to V's dtype as on tensor cores
-            if UPCAST:
-                p_v = p_v.to(tl.float32)
-                v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p_v, v, input_precision=DOT_PRECISION)
-            m_i = m_new
+            m_i, l_i, acc = kv_tile(
+                q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
+                stride_vh, qk_scale, v_scale, n_ok, every_query, D, UPCAST, DOT_PRECISION,
+                KV_FP8, q_ptr.dtype.element_ty,
+            )  # fmt: skip
         out = acc / l_i[:, None]  # shared >= ALIGN slots: every query saw a key
-        if KV_FP8:
-            out = out * tl.load(v_scale_ptr + kv_head)
         index = row * HQ + head
         tl.store(o_ptr + index[:, None] * D + d[None, :], out, mask=m_ok[:, None])
         tl.store(lse_ptr + index, m_i + tl.log2(l_i), mask=m_ok)
