@@ -31,6 +31,9 @@
 #                          with --no-shared-suffix, then with the shared-suffix kernels
 #   attention-gpu-tests [240]  pytest over the cascade and shared-suffix kernels (compiled),
 #                          the engine on Triton and the graph = eager = overlap digests
+#   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
+#                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
+#                          programs per SM 8/16/32 × warps 4/8, and the plan's own time
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -103,6 +106,8 @@ step_command() {
             tests/kernels/attention/test_triton_cascade.py \
             tests/kernels/attention/test_engine_with_triton.py \
             tests/services/decoder/test_engine_graphs_gpu.py" ;;
+        kernels-tree) echo "cd bench && python3 kernels.py --only tree --shared-block-n 32,64 \
+            --shared-programs 8,16,32 --shared-warps 4,8 --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
@@ -137,7 +142,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;;
+        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;

@@ -1,8 +1,9 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,padding,prefill,logits,layers,kv] [--reps 50] [--no-flush]
-        [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto] [--suffix-stages auto]
-        [--tag SUFFIX] [--smoke]
+    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv] [--reps 50]
+        [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
+        [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
+        [--shared-warps auto] [--tag SUFFIX] [--smoke]
 
 Each call is timed on the device with its own pair of CUDA events, after warm-up, with the GPU
 queue held by a sleep kernel while the host enqueues (so Python launch overhead is not timed)
@@ -104,9 +105,10 @@ def decode_inputs(groups: list[tuple[int, int, int]], heads: tuple[int, int, int
     return rand(row, q_heads, dim), k_cache, v_cache, DecodeBatch(tuple(made))
 
 
-def pack(batch, rows: int, heads: tuple[int, int, int]):
+def pack(batch, rows: int, heads: tuple[int, int, int], tree_rows: int = 0):
     """The engine's packing: page tables, default block_rows / splits, suffix capacity bucketed
-    to a power of two >= 8 (`runner/decode_graphs.py`)."""
+    to a power of two >= 8 (`runner/decode_graphs.py`); `tree_rows` > 0: with the shared-suffix
+    plan (`suffix_tree`)."""
     from widebeam.kernels.attention.packed import pack_decode
     from widebeam.kernels.attention.triton_common import default_block_rows, default_num_splits
 
@@ -119,8 +121,9 @@ def pack(batch, rows: int, heads: tuple[int, int, int]):
     suffix = max(int(g.suffix_slots.shape[1]) for g in batch.groups)
     cap = max(8, triton_next_pow2(suffix))
     return pack_decode(
-        batch, rows, block_rows=block_rows, num_splits=splits, page_size=16, suffix_capacity=cap
-    )
+        batch, rows, block_rows=block_rows, num_splits=splits, page_size=16, suffix_capacity=cap,
+        tree_rows=tree_rows,
+    )  # fmt: skip
 
 
 def triton_next_pow2(n: int) -> int:
@@ -198,6 +201,103 @@ def attention(args: argparse.Namespace) -> list[Case]:
         cases += decode_cases("W1", [(5000, 64, s)], QWEN3["0.6b"], args)
     # W3-like: Qwen3-1.7B, 64 requests of 50 beams, ~100-token prompts, 3rd token
     cases += decode_cases("W3", [(50, 100, 3)] * 64, QWEN3["1.7b"], args)
+    return cases
+
+
+def beam_tree_inputs(rows: int, prompt: int, steps: int, heads: tuple[int, int, int], seed: int):
+    """One wide request whose suffixes come from a simulated beam search: each step every row
+    takes a parent drawn with weights u^8 (u uniform), so a few beams get most children. At
+    5,000 rows and 64 steps the distinct slots are ~4% of rows × steps, as W1's random-weight
+    model gives (`suffix_sharing.py`). Returns (q, k_cache, v_cache, DecodeBatch)."""
+    from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
+
+    q_heads, kv_heads, dim = heads
+    gen = torch.Generator().manual_seed(seed)
+    page = 16
+    table = torch.empty((rows, 0), dtype=torch.int64)
+    for step in range(steps):
+        weights = torch.rand(rows, generator=gen) ** 8 + 1e-9
+        parents = torch.multinomial(weights, rows, True, generator=gen)
+        table = torch.cat([table[parents], torch.arange(rows)[:, None] + step * rows], dim=1)
+    prompt_slots = torch.arange(prompt)  # pages 0.. (a page-aligned prompt)
+    base = -(-prompt // page) * page
+    shuffle = torch.randperm(rows * steps, generator=gen) + base  # suffix slots scattered
+    suffix = shuffle[table]
+    group = DecodeGroup(0, rows, prompt_slots.to(DEVICE), suffix.to(DEVICE))
+    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    on_device = torch.Generator(DEVICE).manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=on_device, device=DEVICE).to(dtype)
+
+    num_slots = base + rows * steps
+    k_cache, v_cache = rand(num_slots, kv_heads, dim), rand(num_slots, kv_heads, dim)
+    return rand(rows, q_heads, dim), k_cache, v_cache, DecodeBatch((group,))
+
+
+def tree(args: argparse.Namespace) -> list[Case]:
+    """W1's decode attention with beams that share generated tokens: every row alone against
+    the shared-suffix plan, its kernel's options swept (--shared-block-n, --shared-programs,
+    --shared-warps), and the plan's own device time."""
+    from widebeam.kernels.attention.suffix_tree import ITEM_ROWS, plan_suffix_tree
+    from widebeam.kernels.attention.torch_ref import cascade_decode
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    def ints(text: str) -> list[int | None]:
+        return [None if v == "auto" else int(v) for v in text.split(",")]
+
+    heads = (4, 2, 32) if args.smoke else QWEN3["0.6b"]
+    shapes = [(40, 20, 20)] if args.smoke else [(5000, 64, s) for s in (32, 64, 128)]
+    sweep = list(
+        itertools.product(
+            ints(args.shared_block_n), ints(args.shared_programs), ints(args.shared_warps)
+        )
+    )
+    cases = []
+    for rows, prompt, steps in shapes:
+        q, k_cache, v_cache, batch = beam_tree_inputs(rows, prompt, steps, heads, seed=steps)
+        scale = heads[2] ** -0.5
+        shape = f"W1 beam tree: R {rows}, P {prompt}, s {steps}"
+        alone = pack(batch, rows, heads)
+        shared = pack(batch, rows, heads, tree_rows=ITEM_ROWS)
+        assert shared.tree is not None
+        items = int(shared.tree.num_items)
+        layouts: list[tuple[str, object, dict[str, int]]] = [("rows alone", alone, {})]
+        for bn, pps, warps in sweep:
+            named = {"shared_block_n": bn, "shared_programs_per_sm": pps, "shared_warps": warps}
+            label = (
+                f"shared: {items} items, N tile {bn or 'auto'}, programs/SM {pps or 'auto'}, "
+                f"warps {warps or 'auto'}"
+            )
+            layouts.append((label, shared, {k: v for k, v in named.items() if v is not None}))
+        for label, packed, opts in layouts:
+
+            def run(  # type: ignore[no-untyped-def]
+                packed=packed, opts=opts, q=q, k=k_cache, v=v_cache, sc=scale
+            ) -> torch.Tensor:
+                return cascade_decode_packed(q, k, v, packed, sc, **opts)
+
+            cases.append(
+                Case(
+                    kernel=f"cascade decode ({label})",
+                    shape=shape,
+                    triton=run,
+                    torch=lambda q=q, k=k_cache, v=v_cache, b=batch, sc=scale: cascade_decode(
+                        q, k, v, b, sc
+                    ),
+                    check=close({"rtol": 2e-2, "atol": 2e-2}),
+                    breakdown=("prefix_kernel", "shared_suffix_kernel", "_suffix_merge_kernel"),
+                    torch_key=shape,
+                )
+            )
+        slots, lengths = shared.row_suffix_slots, shared.row_suffix_len
+        cases.append(
+            Case(
+                kernel="suffix_tree plan (sort rows by ancestor, items)",
+                shape=shape,
+                triton=lambda s=slots, n=lengths: plan_suffix_tree(s, n, ITEM_ROWS).order,
+            )
+        )
     return cases
 
 
@@ -420,6 +520,7 @@ def kv(args: argparse.Namespace) -> list[Case]:
 GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "attention": attention,
     "padding": padding,
+    "tree": tree,
     "prefill": prefill,
     "logits": logits,
     "layers": layers,
@@ -520,6 +621,10 @@ def main() -> None:
     parser.add_argument("--suffix-warps", default="auto", help=f"{sweep} (num_warps)")
     parser.add_argument("--block-s", default="auto", help=f"{sweep} (BLOCK_S)")
     parser.add_argument("--suffix-stages", default="auto", help=f"{sweep} (num_stages)")
+    shared = "shared-suffix kernel sweep (group tree): comma list, 'auto' = default"
+    parser.add_argument("--shared-block-n", default="auto", help=f"{shared} (BLOCK_N)")
+    parser.add_argument("--shared-programs", default="auto", help=f"{shared} (programs per SM)")
+    parser.add_argument("--shared-warps", default="auto", help=f"{shared} (num_warps)")
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")
     args = parser.parse_args()

@@ -25,3 +25,21 @@ def test_padding_cases_match_the_reference(tmp_path: Path) -> None:
     assert "64 work items" in rows[1]["kernel"] and "2 splits)" in rows[2]["kernel"]
     assert all(row["check"] == "ok" for row in rows), rows
     assert "| cascade decode (padded: 64 work items" in stdout
+
+
+def test_tree_cases_match_the_reference(tmp_path: Path) -> None:
+    """`--only tree`: a beam-tree batch decoded with every row alone and with the shared-suffix
+    plan (its kernel's tile swept) matches the torch reference; the plan has fewer items than
+    rows (the beams share), and its own time is a row."""
+    report, _ = run_smoke(
+        "kernels.py", tmp_path, "--only", "tree", "--reps", "1", "--warmup", "0",
+        "--shared-block-n", "auto,16", timeout=300,
+    )  # fmt: skip
+    rows = report["rows"]
+    kernels = [row["kernel"] for row in rows]
+    assert kernels[0] == "cascade decode (rows alone)"
+    assert "N tile auto" in kernels[1] and "N tile 16" in kernels[2]
+    assert kernels[3].startswith("suffix_tree plan")
+    items = int(kernels[1].split("shared: ")[1].split(" items")[0])
+    assert 0 < items < 40
+    assert all(row["check"] == "ok" for row in rows[:3]), rows

@@ -207,6 +207,10 @@ def cascade_decode_packed(
     rows_per_program: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    # Shared-suffix kernel options (None: SHARED_TILE, SHARED_PROGRAMS_PER_SM, 4 warps).
+    shared_block_n: int | None = None,
+    shared_programs_per_sm: int | None = None,
+    shared_warps: int | None = None,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -258,15 +262,17 @@ def cascade_decode_packed(
     if tree is not None:
         tree_o = torch.empty((rows, q_heads, dim), dtype=torch.float32, device=q.device)
         tree_lse = torch.empty((rows, q_heads), dtype=torch.float32, device=q.device)
-        shared_suffix_kernel[(shared_suffix_programs(rows, kv_heads, q.device), kv_heads)](
+        programs = shared_suffix_programs(rows, kv_heads, q.device, shared_programs_per_sm)
+        shared_suffix_kernel[(programs, kv_heads)](
             q, k_cache, v_cache, k_scale, v_scale, tree_o, tree_lse,
             tree.order, tree.key, tree.items, tree.num_items,
             packed.row_suffix_len, packed.row_suffix_slots,
             rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0), qk_scale,
-            BLOCK_R=tree.block_rows, BLOCK_N=SHARED_TILE, PRIVATE_MIN=PRIVATE_MIN, ALIGN=ALIGN,
-            UPCAST=interpreting(shared_suffix_kernel), DOT_PRECISION=dot_precision(q.dtype),
-            KV_FP8=fp8, **common,
+            BLOCK_R=tree.block_rows, BLOCK_N=shared_block_n or SHARED_TILE,
+            PRIVATE_MIN=PRIVATE_MIN, ALIGN=ALIGN, UPCAST=interpreting(shared_suffix_kernel),
+            DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, num_warps=shared_warps or 4,
+            **common,
         )  # fmt: skip
     block_r, block_s = suffix_tiles(
         rows, kv_heads, gqa_p, suffix_cap, rows_per_program, block_s, q.dtype != torch.float32
@@ -290,11 +296,14 @@ def cascade_decode_packed(
     return out
 
 
-def shared_suffix_programs(rows: int, kv_heads: int, device: torch.device) -> int:
-    """Programs per KV head of the persistent shared-suffix grid: SHARED_PROGRAMS_PER_SM per
-    SM in all (fixed per row count and device, so a CUDA graph's grid fits every batch of its
-    bucket); a few on the CPU, where the interpreter runs them one by one."""
+def shared_suffix_programs(
+    rows: int, kv_heads: int, device: torch.device, per_sm: int | None = None
+) -> int:
+    """Programs per KV head of the persistent shared-suffix grid: `per_sm`
+    (SHARED_PROGRAMS_PER_SM) per SM in all (fixed per row count and device, so a CUDA graph's
+    grid fits every batch of its bucket); a few on the CPU, where the interpreter runs them one
+    by one."""
     if device.type != "cuda":
         return max(1, min(rows, 3))
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(rows, -(-SHARED_PROGRAMS_PER_SM * sms // kv_heads)))
+    return max(1, min(rows, -(-(per_sm or SHARED_PROGRAMS_PER_SM) * sms // kv_heads)))
