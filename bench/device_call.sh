@@ -33,7 +33,8 @@
 #                          the engine on Triton and the graph = eager = overlap digests
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
 #                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
-#                          programs per SM 8/16/32 × warps 4/8, and the plan's own time
+#                          programs per SM 8/16/32 × warps 4/8 × split rules 8:8 (the
+#                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT} lists), the plan's time
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -106,8 +107,11 @@ step_command() {
             tests/kernels/attention/test_triton_cascade.py \
             tests/kernels/attention/test_engine_with_triton.py \
             tests/services/decoder/test_engine_graphs_gpu.py" ;;
-        kernels-tree) echo "cd bench && python3 kernels.py --only tree --shared-block-n 32,64 \
-            --shared-programs 8,16,32 --shared-warps 4,8 --tag _tree" ;;
+        kernels-tree) echo "cd bench && python3 kernels.py --only tree \
+            --shared-block-n ${WIDEBEAM_TREE_BLOCK_N:-32,64} \
+            --shared-programs ${WIDEBEAM_TREE_PROGRAMS:-8,16,32} \
+            --shared-warps ${WIDEBEAM_TREE_WARPS:-4,8} \
+            --tree-split ${WIDEBEAM_TREE_SPLIT:-8:8} --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;

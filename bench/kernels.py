@@ -3,7 +3,7 @@
     python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv] [--reps 50]
         [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
         [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
-        [--shared-warps auto] [--tag SUFFIX] [--smoke]
+        [--shared-warps auto] [--tree-split 8:8] [--tag SUFFIX] [--smoke]
 
 Each call is timed on the device with its own pair of CUDA events, after warm-up, with the GPU
 queue held by a sleep kernel while the host enqueues (so Python launch overhead is not timed)
@@ -105,7 +105,7 @@ def decode_inputs(groups: list[tuple[int, int, int]], heads: tuple[int, int, int
     return rand(row, q_heads, dim), k_cache, v_cache, DecodeBatch(tuple(made))
 
 
-def pack(batch, rows: int, heads: tuple[int, int, int], tree_rows: int = 0):
+def pack(batch, rows: int, heads: tuple[int, int, int], tree_rows: int = 0, tree_split=None):
     """The engine's packing: page tables, default block_rows / splits, suffix capacity bucketed
     to a power of two >= 8 (`runner/decode_graphs.py`); `tree_rows` > 0: with the shared-suffix
     plan (`suffix_tree`)."""
@@ -122,7 +122,7 @@ def pack(batch, rows: int, heads: tuple[int, int, int], tree_rows: int = 0):
     cap = max(8, triton_next_pow2(suffix))
     return pack_decode(
         batch, rows, block_rows=block_rows, num_splits=splits, page_size=16, suffix_capacity=cap,
-        tree_rows=tree_rows,
+        tree_rows=tree_rows, **({"tree_split": tree_split} if tree_split else {}),
     )  # fmt: skip
 
 
@@ -239,7 +239,7 @@ def tree(args: argparse.Namespace) -> list[Case]:
     """W1's decode attention with beams that share generated tokens: every row alone against
     the shared-suffix plan, its kernel's options swept (--shared-block-n, --shared-programs,
     --shared-warps), and the plan's own device time."""
-    from widebeam.kernels.attention.suffix_tree import ITEM_ROWS, plan_suffix_tree
+    from widebeam.kernels.attention.suffix_tree import ITEM_ROWS, SplitRule, plan_suffix_tree
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 
@@ -253,23 +253,29 @@ def tree(args: argparse.Namespace) -> list[Case]:
             ints(args.shared_block_n), ints(args.shared_programs), ints(args.shared_warps)
         )
     )
+    rules = [SplitRule(*map(int, pair.split(":"))) for pair in args.tree_split.split(",")]
     cases = []
     for rows, prompt, steps in shapes:
         q, k_cache, v_cache, batch = beam_tree_inputs(rows, prompt, steps, heads, seed=steps)
         scale = heads[2] ** -0.5
         shape = f"W1 beam tree: R {rows}, P {prompt}, s {steps}"
-        alone = pack(batch, rows, heads)
-        shared = pack(batch, rows, heads, tree_rows=ITEM_ROWS)
-        assert shared.tree is not None
-        items = int(shared.tree.num_items)
-        layouts: list[tuple[str, object, dict[str, int]]] = [("rows alone", alone, {})]
-        for bn, pps, warps in sweep:
-            named = {"shared_block_n": bn, "shared_programs_per_sm": pps, "shared_warps": warps}
-            label = (
-                f"shared: {items} items, N tile {bn or 'auto'}, programs/SM {pps or 'auto'}, "
-                f"warps {warps or 'auto'}"
-            )
-            layouts.append((label, shared, {k: v for k, v in named.items() if v is not None}))
+        layouts: list[tuple[str, object, dict[str, int]]] = [
+            ("rows alone", pack(batch, rows, heads), {})
+        ]
+        for rule in rules:
+            shared = pack(batch, rows, heads, tree_rows=ITEM_ROWS, tree_split=rule)
+            assert shared.tree is not None
+            items = int(shared.tree.num_items)
+            for bn, pps, warps in sweep:
+                named = {
+                    "shared_block_n": bn, "shared_programs_per_sm": pps, "shared_warps": warps
+                }  # fmt: skip
+                label = (
+                    f"shared: split {rule.private_min}:{rule.align}, {items} items, N tile "
+                    f"{bn or 'auto'}, programs/SM {pps or 'auto'}, warps {warps or 'auto'}"
+                )
+                opts = {k: v for k, v in named.items() if v is not None}
+                layouts.append((label, shared, opts))
         for label, packed, opts in layouts:
 
             def run(  # type: ignore[no-untyped-def]
@@ -290,7 +296,7 @@ def tree(args: argparse.Namespace) -> list[Case]:
                     torch_key=shape,
                 )
             )
-        slots, lengths = shared.row_suffix_slots, shared.row_suffix_len
+        slots, lengths = shared.row_suffix_slots, shared.row_suffix_len  # (any rule's)
         cases.append(
             Case(
                 kernel="suffix_tree plan (sort rows by ancestor, items)",
@@ -625,6 +631,9 @@ def main() -> None:
     parser.add_argument("--shared-block-n", default="auto", help=f"{shared} (BLOCK_N)")
     parser.add_argument("--shared-programs", default="auto", help=f"{shared} (programs per SM)")
     parser.add_argument("--shared-warps", default="auto", help=f"{shared} (num_warps)")
+    parser.add_argument(
+        "--tree-split", default="8:8", help="split rules private_min:align (group tree), comma list"
+    )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")
     args = parser.parse_args()

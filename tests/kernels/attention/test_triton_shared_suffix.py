@@ -15,10 +15,11 @@ from tests.kernels.attention.cases import beam_tree_case, tolerance
 from tests.kernels.attention.test_fp8_kv import fp8_scales, quantized
 from widebeam.kernels.attention.packed import pack_decode
 from widebeam.kernels.attention.suffix_tree import (
+    DEFAULT_SPLIT,
     ITEM_ROWS,
     MIN_SUFFIX_CAPACITY,
     NO_ANCESTOR,
-    shared_length,
+    SplitRule,
 )
 from widebeam.kernels.attention.torch_ref import cascade_decode
 
@@ -28,9 +29,15 @@ GROUPS = [(20, 30, 17), (3, 0, 24), (7, 9, 9), (1, 5, 16), (37, 64, 40)]
 
 def test_split_rule() -> None:
     lengths = torch.tensor([0, 1, 8, 15, 16, 17, 23, 24, 40, 47, 48])
-    assert shared_length(lengths).tolist() == [0, 0, 0, 0, 8, 8, 8, 16, 32, 32, 40]
-    private = lengths - shared_length(lengths)
-    assert int(private.max()) < MIN_SUFFIX_CAPACITY  # one suffix tile of 16 always suffices
+    shared = DEFAULT_SPLIT.shared_length(lengths)
+    assert shared.tolist() == [0, 0, 0, 0, 8, 8, 8, 16, 32, 32, 40]
+    assert int((lengths - shared).max()) == DEFAULT_SPLIT.longest_private == 15
+    assert DEFAULT_SPLIT.longest_private < MIN_SUFFIX_CAPACITY  # one suffix tile of 16 suffices
+    short = SplitRule(private_min=2, align=4)
+    assert short.shared_length(lengths).tolist() == [0, 0, 4, 12, 12, 12, 20, 20, 36, 44, 44]
+    assert int((lengths - short.shared_length(lengths)).max()) <= short.longest_private == 5
+    with pytest.raises(ValueError, match="align >= 1"):
+        SplitRule(private_min=2, align=0)
 
 
 def test_plan_groups_rows_by_their_ancestor() -> None:
@@ -43,7 +50,7 @@ def test_plan_groups_rows_by_their_ancestor() -> None:
     plan = packed.tree
     assert plan is not None and plan.block_rows == 4
     lengths = packed.row_suffix_len.long()
-    shared = shared_length(lengths)
+    shared = DEFAULT_SPLIT.shared_length(lengths)
     order, key = plan.order.long(), plan.key
     assert sorted(order.tolist()) == list(range(rows))
     covered: list[int] = []
@@ -103,10 +110,13 @@ def test_shared_suffix_matches_reference(kernel_device: torch.device, name: str)
     expected = cascade_decode(case.q, k_cache, v_cache, case.batch, 0.17, scales)
     real = case.real_rows
     outs = []
-    for tree_rows in (0, ITEM_ROWS, 4):
+    rules = [(0, DEFAULT_SPLIT), (ITEM_ROWS, DEFAULT_SPLIT), (4, DEFAULT_SPLIT)]
+    rules += [(ITEM_ROWS, SplitRule(2, 4)), (4, SplitRule(1, 1))]
+    for tree_rows, rule in rules:
         packed = pack_decode(
-            case.batch, rows, block_rows=block_rows, num_splits=splits, tree_rows=tree_rows
-        )
+            case.batch, rows, block_rows=block_rows, num_splits=splits, tree_rows=tree_rows,
+            tree_split=rule,
+        )  # fmt: skip
         assert (packed.tree is None) == (tree_rows == 0)
         out = torch.full_like(case.q, float("nan"))
         cascade_decode_packed(case.q, k_cache, v_cache, packed, 0.17, scales, out=out)

@@ -22,7 +22,9 @@ import torch
 
 from widebeam.kernels.attention.metadata import DecodeBatch
 from widebeam.kernels.attention.suffix_tree import (
+    DEFAULT_SPLIT,
     MIN_SUFFIX_CAPACITY,
+    SplitRule,
     SuffixTreePlan,
     plan_suffix_tree,
 )
@@ -78,6 +80,7 @@ def pack_decode(
     suffix_capacity: int | None = None,  # pad S_cap
     table_capacity: int | None = None,  # pad E_cap (prompt-table entries, all groups)
     tree_rows: int = 0,  # > 0: plan shared suffixes, items of this many rows (`suffix_tree`)
+    tree_split: SplitRule = DEFAULT_SPLIT,  # where the plan splits a row's suffix
 ) -> PackedDecode:
     """Flatten `batch` for `num_rows` rows; rows outside every group become padding rows.
 
@@ -196,7 +199,7 @@ def pack_decode(
         i = j
     tree = None
     if tree_rows and s_cap >= MIN_SUFFIX_CAPACITY:  # a fixed choice per suffix bucket
-        tree = plan_suffix_tree(suffix, d_row_suffix_len, tree_rows)
+        tree = plan_suffix_tree(suffix, d_row_suffix_len, tree_rows, tree_split)
     return PackedDecode(
         row_group=d_row_group,
         row_suffix_len=d_row_suffix_len,

@@ -25,7 +25,6 @@ import triton
 import triton.language as tl
 
 from widebeam.kernels.attention.packed import PackedDecode
-from widebeam.kernels.attention.suffix_tree import ALIGN, PRIVATE_MIN
 from widebeam.kernels.attention.triton_common import (
     LOG2E,
     dot_precision,
@@ -270,15 +269,17 @@ def cascade_decode_packed(
             rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0), qk_scale,
             BLOCK_R=tree.block_rows, BLOCK_N=shared_block_n or SHARED_TILE,
-            PRIVATE_MIN=PRIVATE_MIN, ALIGN=ALIGN, UPCAST=interpreting(shared_suffix_kernel),
+            PRIVATE_MIN=tree.rule.private_min, ALIGN=tree.rule.align,
+            UPCAST=interpreting(shared_suffix_kernel),
             DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, num_warps=shared_warps or 4,
             **common,
         )  # fmt: skip
+    # With a plan a row reads at most the rule's longest private tail itself.
+    private_cap = suffix_cap if tree is None else min(suffix_cap, tree.rule.longest_private)
     block_r, block_s = suffix_tiles(
-        rows, kv_heads, gqa_p, suffix_cap, rows_per_program, block_s, q.dtype != torch.float32
+        rows, kv_heads, gqa_p, private_cap, rows_per_program, block_s, q.dtype != torch.float32
     )
-    # With a plan a row's private part is at most PRIVATE_MIN + ALIGN - 1 slots.
-    one_tile = suffix_cap <= block_s or (tree is not None and block_s >= PRIVATE_MIN + ALIGN)
+    one_tile = private_cap <= block_s
     launch = {"num_warps": num_warps or 4}
     if num_stages is not None:
         launch["num_stages"] = num_stages
@@ -290,7 +291,8 @@ def cascade_decode_packed(
         v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0),
         qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=one_tile,
         UPCAST=interpreting(_suffix_merge_kernel), DOT_PRECISION=dot_precision(q.dtype),
-        KV_FP8=fp8, TREE=tree is not None, PRIVATE_MIN=PRIVATE_MIN, ALIGN=ALIGN,
+        KV_FP8=fp8, TREE=tree is not None,
+        PRIVATE_MIN=tree.rule.private_min if tree else 0, ALIGN=tree.rule.align if tree else 1,
         **common, **launch,
     )  # fmt: skip
     return out
