@@ -1,7 +1,7 @@
 """Beams that share generated tokens: which rows read which shared suffix, once per step.
 
 A wide beam's rows point at the same cache slot wherever they descend from the same beam
-(W1 at 5,000 rows and 64 tokens: 4% of the (row, position) pairs are distinct slots). The
+(`bench/suffix_sharing.py` counts how few of the (row, position) pairs are distinct). The
 suffix kernel reads each row's suffix on its own; with a plan, the part of every row's suffix
 older than its last few tokens is read once per *ancestor* instead: rows are grouped by the
 slot they hold at the last shared depth (a slot belongs to one node of one request's beam tree,

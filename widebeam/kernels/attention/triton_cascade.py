@@ -38,6 +38,17 @@ from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
 @triton.jit
+def _merge_partial(m_i, l_i, acc, lse_p, o_p):  # [M], [M], [M, D]; [M] log2 units, [M, D]
+    """Fold a normalised partial (o_p, lse_p) into the online-softmax state: as the state
+    (m = lse, l = 1, acc = o). An empty partial (lse -inf) changes nothing."""
+    m_new = tl.maximum(m_i, lse_p)
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # both empty: avoid -inf - -inf
+    alpha = tl.exp2(m_i - m_ref)
+    beta = tl.exp2(lse_p - m_ref)
+    return m_new, l_i * alpha + beta, acc * alpha[:, None] + o_p * beta[:, None]
+
+
+@triton.jit
 def _suffix_merge_kernel(
     q_ptr, k_ptr, v_ptr,  # [R, HQ, D]; [slots, HKV, D] x2 (q's dtype, or FP8 with KV_FP8)
     k_scale_ptr, v_scale_ptr,  # [HKV] fp32 each, the layer's scales (KV_FP8 only)
@@ -113,13 +124,7 @@ def _suffix_merge_kernel(
         o_p = tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=m_ok[:, None], other=0.0)
         lse_p = tl.where(live, lse_p, float("-inf"))
         o_p = tl.where(live[:, None], o_p, 0.0)
-        m_new = tl.maximum(m_i, lse_p)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # both empty: avoid -inf - -inf
-        alpha = tl.exp2(m_i - m_ref)
-        beta = tl.exp2(lse_p - m_ref)
-        l_i = l_i * alpha + beta
-        acc = acc * alpha[:, None] + o_p * beta[:, None]
-        m_i = m_new
+        m_i, l_i, acc = _merge_partial(m_i, l_i, acc, lse_p, o_p)
     if TREE:  # the shared part's partial, as one more split (rows that have one)
         m_len = tl.load(row_suffix_len_ptr + m_row, mask=m_ok, other=0)
         m_tree = live & (m_len - PRIVATE_MIN >= ALIGN)
@@ -127,13 +132,7 @@ def _suffix_merge_kernel(
         o_p = tl.load(
             tree_o_ptr + out_idx[:, None] * D + d[None, :], mask=m_tree[:, None], other=0.0
         )
-        m_new = tl.maximum(m_i, lse_p)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_ref)
-        beta = tl.exp2(lse_p - m_ref)
-        l_i = l_i * alpha + beta
-        acc = acc * alpha[:, None] + o_p * beta[:, None]
-        m_i = m_new
+        m_i, l_i, acc = _merge_partial(m_i, l_i, acc, lse_p, o_p)
     m_i, l_i, acc = kv_tile(
         q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
         stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION, KV_FP8,
@@ -160,7 +159,7 @@ def _suffix_merge_kernel(
 SUFFIX_TILE = 16  # suffix slots per row and tile at most
 SHARED_TILE = 32  # shared-suffix slots per tile (shared lengths are multiples of ALIGN)
 # An item is a chain of dependent loads (plan, rows, slots, K/V): many resident programs hide
-# the latency (4 per SM left W1's kernel at 71 µs a layer for a few hundred items).
+# the latency (the sweep: `bench/kernels.py --only tree`).
 SHARED_PROGRAMS_PER_SM = 16
 SUFFIX_MIN_PROGRAMS = 1024  # fewer rows per program while the grid is smaller (~8 per SM)
 
