@@ -47,7 +47,20 @@ def decode_case(
         made.append(DecodeGroup(row, num_rows, prompt.to(device), suffix.to(device)))
         used += [prompt, suffix.reshape(-1)]
         row += num_rows
-    rows = row + pad_rows
+    shapes = (q_heads, kv_heads, dim, dtype, device)
+    return _with_data(made, row + pad_rows, num_slots, torch.cat(used), shapes, gen)
+
+
+def _with_data(
+    made: list[DecodeGroup],
+    rows: int,
+    num_slots: int,
+    used: torch.Tensor,  # [*] int64 slots some group references
+    shapes: tuple[int, int, int, torch.dtype, torch.device],  # q heads, kv heads, dim, ...
+    gen: torch.Generator,
+) -> DecodeCase:
+    """Random K, V (NaN in every slot outside `used`) and q for the groups' batch."""
+    q_heads, kv_heads, dim, dtype, device = shapes
     real = torch.zeros(rows, dtype=torch.bool)
     for g in made:
         real[g.row_start : g.row_start + g.num_rows] = True
@@ -57,7 +70,7 @@ def decode_case(
 
     k_cache, v_cache = rand(num_slots, kv_heads, dim), rand(num_slots, kv_heads, dim)
     unused = torch.ones(num_slots, dtype=torch.bool)
-    unused[torch.cat(used)] = False
+    unused[used] = False
     k_cache[unused.to(device)] = float("nan")  # a kernel reading outside its slots shows NaN
     v_cache[unused.to(device)] = float("nan")
     q = rand(rows, q_heads, dim)
@@ -124,7 +137,6 @@ def beam_tree_case(
         made.append(DecodeGroup(row, num_rows, prompt.to(device), table.to(device)))
         used += [prompt, table.reshape(-1)]
         row += num_rows
-    rows = row + pad_rows
     num_slots = next_slot + 8
     order = torch.randperm(num_slots, generator=gen)  # slots scattered over the cache
     made = [
@@ -132,17 +144,6 @@ def beam_tree_case(
                     order[g.suffix_slots.cpu()].to(device))
         for g in made
     ]  # fmt: skip
-    real = torch.zeros(rows, dtype=torch.bool)
-    for g in made:
-        real[g.row_start : g.row_start + g.num_rows] = True
-
-    def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to(dtype).to(device)
-
-    k_cache, v_cache = rand(num_slots, kv_heads, dim), rand(num_slots, kv_heads, dim)
-    unused = torch.ones(num_slots, dtype=torch.bool)
-    unused[order[torch.cat([u.reshape(-1) for u in used])]] = False
-    k_cache[unused.to(device)] = float("nan")
-    v_cache[unused.to(device)] = float("nan")
-    q = rand(rows, q_heads, dim)
-    return DecodeCase(q, k_cache, v_cache, DecodeBatch(tuple(made)), real.to(device))
+    used_slots = order[torch.cat([u.reshape(-1) for u in used])]
+    shapes = (q_heads, kv_heads, dim, dtype, device)
+    return _with_data(made, row + pad_rows, num_slots, used_slots, shapes, gen)
