@@ -29,6 +29,8 @@
 #   w1-profile [180]       profile_step.py --beams 5000 --tokens ${WIDEBEAM_W1_TOKENS:-64}
 #   w1-shared [300]        wide_beam.py --quick at ${WIDEBEAM_W1_TOKENS_SET:-16,32,64,128} tokens
 #                          with --no-shared-suffix, then with the shared-suffix kernels
+#   w1-split [300]         wide_beam.py --quick at 32,64,128 tokens with --tree-split 8:8
+#                          (the default), then ${WIDEBEAM_W1_SPLIT:-4:4}
 #   attention-gpu-tests [240]  pytest over the cascade and shared-suffix kernels (compiled),
 #                          the engine on Triton and the graph = eager = overlap digests
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
@@ -102,6 +104,9 @@ step_command() {
         w1-shared) echo "cd bench && for flag in --no-shared-suffix ''; do \
             python3 wide_beam.py --quick --hf-tokens '' --tokens ${WIDEBEAM_W1_TOKENS_SET:-16,32,64,128} \
             \$flag || exit 1; done" ;;
+        w1-split) echo "cd bench && for rule in 8:8 ${WIDEBEAM_W1_SPLIT:-4:4}; do \
+            python3 wide_beam.py --quick --hf-tokens '' --tokens 32,64,128 \
+            --tree-split \$rule || exit 1; done" ;;
         attention-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider \
             tests/kernels/attention/test_triton_shared_suffix.py \
             tests/kernels/attention/test_triton_cascade.py \
@@ -146,7 +151,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
+        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from widebeam.kernels.attention.suffix_tree import SplitRule
 from widebeam.services.decoder.config import (
     BeamExpansion,
     DType,
@@ -117,6 +118,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="every row reads its whole generated suffix alone (shared_suffix_attention off)",
     )
     parser.add_argument(
+        "--tree-split",
+        help="PRIVATE_MIN:ALIGN, the Triton backend's shared-suffix split rule (default 8:8)",
+    )
+    parser.add_argument(
         "--normalization",
         default=Normalization.VOCAB,
         choices=[n.value for n in Normalization],
@@ -158,6 +163,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,
         "shared_suffix_attention": not args.no_shared_suffix,
+        **({"tree_split": args.tree_split} if args.tree_split else {}),
         "overlap_scheduling": not args.no_overlap,
         "prefix_cache": not args.no_prefix_cache,
     }
@@ -194,6 +200,7 @@ def make_engine(
     max_kv_slots: int,
     model: CausalLM | None = None,
     dtype: str = DType.BFLOAT16,
+    tree_split: str | None = None,  # "PRIVATE_MIN:ALIGN" for the Triton backend
     **kwargs: object,
 ) -> Engine:
     config = EngineConfig(
@@ -205,6 +212,11 @@ def make_engine(
         **kwargs,
     )
     engine = Engine(config, model=model)
+    if tree_split:  # a kernel variant, not a user setting: set on the backend the engine built
+        backend = engine.runner.backend
+        if not hasattr(backend, "tree_split"):
+            raise SystemExit(f"--tree-split needs the triton backend, not {backend.name}")
+        backend.tree_split = SplitRule(*map(int, tree_split.split(":")))  # type: ignore[attr-defined]
     # As the decoder server does: the objects alive now (modules, weights' wrappers, graphs'
     # owners) leave the collector's view, so a full collection only walks what requests made.
     gc.freeze()

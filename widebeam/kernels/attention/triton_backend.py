@@ -32,7 +32,12 @@ from widebeam.kernels.attention.metadata import (
     PrefillBatch,
 )
 from widebeam.kernels.attention.packed import PackedDecode, pack_decode
-from widebeam.kernels.attention.suffix_tree import ITEM_ROWS, SuffixTreePlan
+from widebeam.kernels.attention.suffix_tree import (
+    DEFAULT_SPLIT,
+    ITEM_ROWS,
+    SplitRule,
+    SuffixTreePlan,
+)
 from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 from widebeam.kernels.attention.triton_common import (
     default_block_rows,
@@ -78,15 +83,21 @@ class TritonAttention(AttentionBackend):
     name = "triton"
 
     def __init__(
-        self, page_size: int = 1, num_splits: int | None = None, shared_suffix: bool = True
+        self,
+        page_size: int = 1,
+        num_splits: int | None = None,
+        shared_suffix: bool = True,
+        tree_split: SplitRule = DEFAULT_SPLIT,
     ) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
         num_splits None = choose per batch (or bucket) from the grid size and the longest
         prompt; shared_suffix: rows read the generated tokens they share with other beams once
-        per ancestor group (`suffix_tree`) once suffixes are long enough."""
+        per ancestor group (`suffix_tree`) once suffixes are long enough, split by
+        `tree_split`."""
         self.page_size = page_size
         self.num_splits = num_splits
         self.tree_rows = ITEM_ROWS if shared_suffix else 0
+        self.tree_split = tree_split
         # One batch object serves every layer of a step: pack once, keyed by identity (the
         # reference keeps the object alive, so its id cannot be reused meanwhile).
         self._decode_key: tuple[DecodeBatch, int, int, int] | None = None
@@ -110,7 +121,7 @@ class TritonAttention(AttentionBackend):
             splits = default_num_splits(items * kv_heads, longest, device)
         packed = pack_decode(
             batch, rows, block_rows=block_rows, num_splits=splits, page_size=self.page_size,
-            tree_rows=self.tree_rows,
+            tree_rows=self.tree_rows, tree_split=self.tree_split,
         )  # fmt: skip
         self._decode_key, self._decode_packed = key, packed
         return packed
@@ -208,6 +219,7 @@ class TritonAttention(AttentionBackend):
             suffix_capacity=bucket.suffix,
             table_capacity=bucket.table,
             tree_rows=self.tree_rows,
+            tree_split=self.tree_split,
         )
 
     # ----- CUDA-graph hooks -------------------------------------------------------------------
