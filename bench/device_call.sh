@@ -36,7 +36,8 @@
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
 #                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
 #                          programs per SM 8/16/32 × warps 4/8 × split rules 8:8 (the
-#                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT} lists), the plan's time
+#                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT,ROWS} lists), the plan's
+#                          time
 #   kernels-padding [120]  kernels.py --only padding
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
@@ -116,7 +117,8 @@ step_command() {
             --shared-block-n ${WIDEBEAM_TREE_BLOCK_N:-32,64} \
             --shared-programs ${WIDEBEAM_TREE_PROGRAMS:-8,16,32} \
             --shared-warps ${WIDEBEAM_TREE_WARPS:-4,8} \
-            --tree-split ${WIDEBEAM_TREE_SPLIT:-8:8} --tag _tree" ;;
+            --tree-split ${WIDEBEAM_TREE_SPLIT:-8:8} --tree-rows ${WIDEBEAM_TREE_ROWS:-auto} \
+            --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;

@@ -3,7 +3,7 @@
     python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv] [--reps 50]
         [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
         [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
-        [--shared-warps auto] [--tree-split 8:8] [--tag SUFFIX] [--smoke]
+        [--shared-warps auto] [--tree-split 8:8] [--tree-rows auto] [--tag SUFFIX] [--smoke]
 
 Each call is timed on the device with its own pair of CUDA events, after warm-up, with the GPU
 queue held by a sleep kernel while the host enqueues (so Python launch overhead is not timed)
@@ -254,6 +254,7 @@ def tree(args: argparse.Namespace) -> list[Case]:
         )
     )
     rules = [SplitRule(*map(int, pair.split(":"))) for pair in args.tree_split.split(",")]
+    tree_rows = [ITEM_ROWS if v is None else v for v in ints(args.tree_rows)]
     cases = []
     for rows, prompt, steps in shapes:
         q, k_cache, v_cache, batch = beam_tree_inputs(rows, prompt, steps, heads, seed=steps)
@@ -262,8 +263,8 @@ def tree(args: argparse.Namespace) -> list[Case]:
         layouts: list[tuple[str, object, dict[str, int]]] = [
             ("rows alone", pack(batch, rows, heads), {})
         ]
-        for rule in rules:
-            shared = pack(batch, rows, heads, tree_rows=ITEM_ROWS, tree_split=rule)
+        for rule, item_rows in itertools.product(rules, tree_rows):
+            shared = pack(batch, rows, heads, tree_rows=item_rows, tree_split=rule)
             assert shared.tree is not None
             items = int(shared.tree.num_items)
             for bn, pps, warps in sweep:
@@ -271,8 +272,9 @@ def tree(args: argparse.Namespace) -> list[Case]:
                     "shared_block_n": bn, "shared_programs_per_sm": pps, "shared_warps": warps
                 }  # fmt: skip
                 label = (
-                    f"shared: split {rule.private_min}:{rule.align}, {items} items, N tile "
-                    f"{bn or 'auto'}, programs/SM {pps or 'auto'}, warps {warps or 'auto'}"
+                    f"shared: split {rule.private_min}:{rule.align}, {items} items of "
+                    f"{item_rows} rows, N tile {bn or 'auto'}, programs/SM {pps or 'auto'}, "
+                    f"warps {warps or 'auto'}"
                 )
                 opts = {k: v for k, v in named.items() if v is not None}
                 layouts.append((label, shared, opts))
@@ -633,6 +635,9 @@ def main() -> None:
     parser.add_argument("--shared-warps", default="auto", help=f"{shared} (num_warps)")
     parser.add_argument(
         "--tree-split", default="8:8", help="split rules private_min:align (group tree), comma list"
+    )
+    parser.add_argument(
+        "--tree-rows", default="auto", help=f"{shared} (rows per item, a power of two)"
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")

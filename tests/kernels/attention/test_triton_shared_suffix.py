@@ -110,8 +110,9 @@ def test_shared_suffix_matches_reference(kernel_device: torch.device, name: str)
     expected = cascade_decode(case.q, k_cache, v_cache, case.batch, 0.17, scales)
     real = case.real_rows
     outs = []
-    rules = [(0, DEFAULT_SPLIT), (ITEM_ROWS, DEFAULT_SPLIT), (4, DEFAULT_SPLIT)]
-    rules += [(ITEM_ROWS, SplitRule(2, 4)), (4, SplitRule(1, 1))]
+    narrow = block_rows  # the fewest rows per item the GPU's tl.dot takes (M = 16)
+    rules = [(0, DEFAULT_SPLIT), (ITEM_ROWS, DEFAULT_SPLIT), (narrow, DEFAULT_SPLIT)]
+    rules += [(ITEM_ROWS, SplitRule(2, 4)), (narrow, SplitRule(1, 1))]
     for tree_rows, rule in rules:
         packed = pack_decode(
             case.batch, rows, block_rows=block_rows, num_splits=splits, tree_rows=tree_rows,
@@ -125,6 +126,10 @@ def test_shared_suffix_matches_reference(kernel_device: torch.device, name: str)
         outs.append(out)
     if dtype == torch.float32:  # the same sums in another order: within rounding
         torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=2e-5)
+    if q_heads == kv_heads:  # M = rows per item × 1 query head: 8 rows are too few for tl.dot
+        packed = pack_decode(case.batch, rows, block_rows=block_rows, tree_rows=8)
+        with pytest.raises(ValueError, match="rows per item"):
+            cascade_decode_packed(case.q, k_cache, v_cache, packed, 0.17, scales)
 
 
 def test_padded_bucket_with_a_plan(kernel_device: torch.device) -> None:

@@ -258,6 +258,8 @@ def cascade_decode_packed(
     tree = packed.tree
     tree_o, tree_lse = o_part, lse_part  # unread without a plan
     if tree is not None:
+        if tree.block_rows * gqa_p < 16 or tree.block_rows & (tree.block_rows - 1):
+            raise ValueError("the plan's rows per item must be a power of two, times gqa >= 16")
         tree_o = torch.empty((rows, q_heads, dim), dtype=torch.float32, device=q.device)
         tree_lse = torch.empty((rows, q_heads), dtype=torch.float32, device=q.device)
         programs = shared_suffix_programs(rows, kv_heads, q.device, shared_programs_per_sm)
