@@ -34,8 +34,11 @@ def test_tree_split_refused_without_triton(tiny: Path) -> None:
                             tree_split="4:4")  # fmt: skip
 
 
-@pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 def test_tree_split_reaches_the_triton_backend(tiny: Path) -> None:
+    # Asked here, not in a skipif at collection: importing triton before tests/kernels'
+    # conftest sets TRITON_INTERPRET would decorate triton.language for the GPU in this worker.
+    if not triton_available():
+        pytest.skip("triton is not installed")
     harness = load_bench_module("harness")
     engine = harness.make_engine(
         tiny, 8, 4096, dtype="float32", attention_backend="triton", tree_split="4:4"
