@@ -205,20 +205,17 @@ def attention(args: argparse.Namespace) -> list[Case]:
 
 
 def beam_tree_inputs(rows: int, prompt: int, steps: int, heads: tuple[int, int, int], seed: int):
-    """One wide request whose suffixes come from a simulated beam search: each step every row
-    takes a parent drawn with weights u^8 (u uniform), so a few beams get most children. At
-    5,000 rows and 64 steps the distinct slots are ~4% of rows × steps, as W1's random-weight
-    model gives (`suffix_sharing.py`). Returns (q, k_cache, v_cache, DecodeBatch)."""
+    """One wide request whose suffixes come from `suffix_sharing.simulated_tables` (a beam
+    search without a model, sharing about as much as W1's). Returns (q, k_cache, v_cache,
+    DecodeBatch)."""
+    from suffix_sharing import simulated_tables
+
     from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup
 
     q_heads, kv_heads, dim = heads
     gen = torch.Generator().manual_seed(seed)
     page = 16
-    table = torch.empty((rows, 0), dtype=torch.int64)
-    for step in range(steps):
-        weights = torch.rand(rows, generator=gen) ** 8 + 1e-9
-        parents = torch.multinomial(weights, rows, True, generator=gen)
-        table = torch.cat([table[parents], torch.arange(rows)[:, None] + step * rows], dim=1)
+    *_, table = simulated_tables(rows, steps, seed)
     prompt_slots = torch.arange(prompt)  # pages 0.. (a page-aligned prompt)
     base = -(-prompt // page) * page
     shuffle = torch.randperm(rows * steps, generator=gen) + base  # suffix slots scattered
