@@ -31,6 +31,7 @@ from widebeam.kernels.attention.triton_common import (
     gqa_padded,
     interpreting,
     kv_tile,
+    shared_length,
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
 from widebeam.kernels.attention.triton_shared_suffix import shared_suffix_kernel
@@ -93,7 +94,7 @@ def _suffix_merge_kernel(
     # Where each row's private suffix starts: 0, or after the part read per ancestor group.
     n_start = 0
     if TREE:
-        n_start = (tl.maximum(n_len - PRIVATE_MIN, 0) // ALIGN) * ALIGN
+        n_start = shared_length(n_len, PRIVATE_MIN, ALIGN)
     # First tile's slots now: without TREE they wait on no other load (masked by S_cap, not
     # the row length).
     suffix_row = suffix_ptr + n_row * stride_suffix
@@ -127,7 +128,7 @@ def _suffix_merge_kernel(
         m_i, l_i, acc = _merge_partial(m_i, l_i, acc, lse_p, o_p)
     if TREE:  # the shared part's partial, as one more split (rows that have one)
         m_len = tl.load(row_suffix_len_ptr + m_row, mask=m_ok, other=0)
-        m_tree = live & (m_len - PRIVATE_MIN >= ALIGN)
+        m_tree = live & (shared_length(m_len, PRIVATE_MIN, ALIGN) > 0)
         lse_p = tl.load(tree_lse_ptr + out_idx, mask=m_tree, other=float("-inf"))
         o_p = tl.load(
             tree_o_ptr + out_idx[:, None] * D + d[None, :], mask=m_tree[:, None], other=0.0

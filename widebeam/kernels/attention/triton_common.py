@@ -88,3 +88,10 @@ def kv_tile(
         pv = pv * v_scale
     acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
+
+
+@triton.jit
+def shared_length(length, PRIVATE_MIN: tl.constexpr, ALIGN: tl.constexpr):
+    """`suffix_tree.SplitRule.shared_length` inside a kernel: the generated tokens of a row of
+    `length` read through its ancestor group (0: none)."""
+    return (tl.maximum(length - PRIVATE_MIN, 0) // ALIGN) * ALIGN

@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from widebeam.kernels.attention.triton_common import kv_tile
+from widebeam.kernels.attention.triton_common import kv_tile, shared_length
 
 
 @triton.jit
@@ -77,7 +77,7 @@ def shared_suffix_kernel(
         row = tl.load(order_ptr + position, mask=member, other=0).to(tl.int64)
         leader = tl.load(order_ptr + first).to(tl.int64)
         length = tl.load(row_suffix_len_ptr + leader)
-        shared = (tl.maximum(length - PRIVATE_MIN, 0) // ALIGN) * ALIGN
+        shared = shared_length(length, PRIVATE_MIN, ALIGN)
         m_ok = member & head_ok
         q = tl.load(
             q_ptr + row[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
