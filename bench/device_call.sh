@@ -58,6 +58,8 @@
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
 #                          --quantization fp8 --kv-dtype fp8
+# w2-fp8, w3-fp8 and w4-fp8 pass $WIDEBEAM_PROFILE, when set, as `--profile PHASES` to both of
+# their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths, bf16 and FP8).
 # Every stack* step appends $WIDEBEAM_STACK_ARGS to its stack.py command (e.g.
 # "--gateway-workers 2").
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
@@ -81,6 +83,7 @@ echo "setup: $(( $(date +%s) - started )) s" >> "$OUT/setup.log"
 
 STACK_ARGS=${WIDEBEAM_STACK_ARGS:-}
 AB_B_ARGS=${WIDEBEAM_AB_B_ARGS:---answers-at-step-start --group-wait-ms 3}
+PROFILE_ARGS=${WIDEBEAM_PROFILE:+--profile $WIDEBEAM_PROFILE}
 step_command() {
     case "$1" in
         gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels \
@@ -139,14 +142,14 @@ step_command() {
         fp8-kv-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
             --quantization none --kv-dtype fp8" ;;
         fp8-all-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8" ;;
-        w2-fp8) echo "cd bench && python3 sid_decode.py --quick && python3 sid_decode.py \
-            --quick --quantization fp8 --kv-dtype fp8 --tag _fp8" ;;
+        w2-fp8) echo "cd bench && python3 sid_decode.py --quick $PROFILE_ARGS && python3 \
+            sid_decode.py --quick --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
-            && python3 recif_throughput.py --quick --variants distinct --quantization fp8 \
-            --kv-dtype fp8 --tag _fp8" ;;
-        w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick \
+            $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
+            --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
+        w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick $PROFILE_ARGS \
             && python3 genrec_throughput.py --quick --quantization fp8 --kv-dtype fp8 \
-            --tag _fp8" ;;
+            --tag _fp8 $PROFILE_ARGS" ;;
         *) return 1 ;;
     esac
 }

@@ -28,6 +28,7 @@ from harness import (
     matmul_tflops,
     maybe_profile,
     model_dir,
+    profiled,
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
@@ -108,7 +109,7 @@ def main() -> None:
             drive(engine, [make(-100 - wave * conc - i) for i in range(conc)], None, conc)
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         with (
-            maybe_profile(args.profile and width == min(WIDTHS), f"n={width}, c={conc}"),
+            maybe_profile(profiled(args.profile, width, min(WIDTHS)), f"n={width}, c={conc}"),
             traced(engine, f"w3_n{width}") if args.trace else contextlib.nullcontext(),
         ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()

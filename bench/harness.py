@@ -128,10 +128,35 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="constrained requests' log-prob normalisation (sid: the SID tokens only)",
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
-    parser.add_argument("--profile", action="store_true", help="profile the first timed phase")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const=FIRST_PHASE,
+        default=None,
+        metavar="PHASES",
+        help="torch-profile timed phases: the first (no value), or those listed (comma-separated "
+        "widths n, or W2's contexts)",
+    )
     parser.add_argument(
         "--trace", action="store_true", help="timeline of the single-request phases (tracing.py)"
     )
+
+
+FIRST_PHASE = "first"
+PROFILE_ROWS = 30
+
+
+def profiled(profile: str | None, phase: int, first: int) -> bool:
+    """Whether `--profile`'s value names `phase` (a width or context; `first`: the bench's
+    first timed phase)."""
+    if profile is None:
+        return False
+    if profile == FIRST_PHASE:
+        return phase == first
+    try:
+        return phase in {int(part) for part in profile.split(",")}
+    except ValueError:
+        raise SystemExit(f"--profile takes comma-separated integers, got {profile!r}") from None
 
 
 @contextlib.contextmanager
@@ -144,7 +169,9 @@ def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         yield
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=20)
+    table = prof.key_averages().table(
+        sort_by="cuda_time_total", row_limit=PROFILE_ROWS, max_name_column_width=70
+    )
     print(f"--- profile: {label}\n{table}", flush=True)
 
 

@@ -35,7 +35,9 @@ from harness import (
     make_engine,
     markdown_table,
     matmul_tflops,
+    maybe_profile,
     model_dir,
+    profiled,
     write_json,
 )
 
@@ -119,7 +121,11 @@ def main() -> None:
         prompts = _prompts(engine, shape, sids, text_vocab, shared=variant != "distinct")
         for width, (num, conc) in shape.widths.items():
             num = max(2 * conc, num // 4) if args.quick else num
-            row, beams = _measure(engine, prompts, variant, width, num, conc, shape, sids, peak)
+            profile = profiled(args.profile, width, min(shape.widths))
+            with_profile = maybe_profile(profile, f"{variant}, n={width}, c={conc}")
+            row, beams = _measure(
+                engine, prompts, variant, width, num, conc, shape, sids, peak, with_profile
+            )
             answers.setdefault(variant, {}).update(beams)
             print(row, flush=True)
             results.append(row)
@@ -193,7 +199,7 @@ def _prompts(engine: Engine, shape: Shape, sids: list, text_vocab: int, shared: 
     return prompt
 
 
-def _measure(engine, prompts, variant, width, num, conc, shape, sids, peak):
+def _measure(engine, prompts, variant, width, num, conc, shape, sids, peak, with_profile):
     layout = engine.sid_layout
     bases = [lv.base for lv in layout.levels]
     end = layout.end_token_id
@@ -220,7 +226,8 @@ def _measure(engine, prompts, variant, width, num, conc, shape, sids, peak):
     alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
     kv = engine.scheduler.kv
     before = kv.stats()
-    stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
+    with with_profile:
+        stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
     after = kv.stats()
     prompt_len = len(prompts(0))
     looked_up = after.prompt_tokens - before.prompt_tokens

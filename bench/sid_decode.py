@@ -24,7 +24,9 @@ from harness import (
     make_engine,
     markdown_table,
     matmul_tflops,
+    maybe_profile,
     model_dir,
+    profiled,
     versus_cells,
     write_json,
 )
@@ -97,7 +99,10 @@ def main() -> None:
         drive(engine, [req(ctx, -1)], None, 1)
         for wave in range(3):  # c4's graphs captured, its kernels compiled
             drive(engine, [req(ctx, -10 - 8 * wave - i) for i in range(8)], None, 4)
-        with traced(engine, f"w2_ctx{ctx}") if args.trace else contextlib.nullcontext():
+        with (
+            traced(engine, f"w2_ctx{ctx}") if args.trace else contextlib.nullcontext(),
+            maybe_profile(profiled(args.profile, ctx, 1000), f"context {ctx}, single"),
+        ):
             single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()
         online = drive(engine, [req(ctx, 100 + i) for i in range(4 * reps)], None, 4).summary()
         flops = request_flops(model.config, ctx, BEAMS, STEPS, head_columns)

@@ -25,3 +25,12 @@ def test_recif_smoke_run(tmp_path: Path) -> None:
     assert report["shared_cache_on_equals_off"] is True
     assert report["shared_cache_max_score_diff"] < 1e-4
     assert report["shared_cache_beam_overlap"] == 1.0
+
+
+def test_recif_profiles_the_listed_widths_only(tmp_path: Path) -> None:
+    _, stdout = run_smoke(
+        "recif_throughput.py", tmp_path, "--cache", str(tmp_path), "--variants", "distinct",
+        "--profile", "8",
+    )  # fmt: skip
+    assert "--- profile: distinct, n=8, c=" in stdout
+    assert "n=4, c=" not in stdout
