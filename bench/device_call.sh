@@ -39,6 +39,8 @@
 #                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT,ROWS} lists), the plan's
 #                          time
 #   kernels-padding [120]  kernels.py --only padding
+#   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
+#                          bf16 cache, then FP8 with bf16 dots and with fp16 dots
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
 #   fp8-quality [240]      fp8_quality.py --users 3000
@@ -123,6 +125,7 @@ step_command() {
             --tree-split ${WIDEBEAM_TREE_SPLIT:-8:8} --tree-rows ${WIDEBEAM_TREE_ROWS:-auto} \
             --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
+        kernels-fp8kv) echo "cd bench && python3 kernels.py --only fp8kv --tag _fp8kv" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
         fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;

@@ -1,6 +1,6 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv] [--reps 50]
+    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv] [--reps 50]
         [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
         [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
         [--shared-warps auto] [--tree-split 8:8] [--tree-rows auto] [--tag SUFFIX] [--smoke]
@@ -68,6 +68,20 @@ def close(tol: dict[str, float]) -> Callable[[object, object], str]:
             except AssertionError as err:
                 return "MISMATCH " + str(err).splitlines()[-1][:60]
         return "ok"
+
+    return check
+
+
+def close_with_error(tol: dict[str, float]) -> Callable[[object, object], str]:
+    """`close`'s check, its "ok" followed by the largest absolute difference."""
+    within = close(tol)
+
+    def check(a: object, b: object) -> str:
+        verdict = within(a, b)
+        if verdict != "ok":
+            return verdict
+        err = (a.float() - b.float()).abs().max().item()  # type: ignore[union-attr]
+        return f"ok, max |err| {err:.2e}"
 
     return check
 
@@ -486,6 +500,64 @@ def layers(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
+def fp8_kv_cases(name: str, groups: list[tuple[int, int, int]], heads: tuple[int, int, int]):
+    """Cascade decode over one layer's cache in the model dtype, then in FP8 with the dots in
+    bf16 and in fp16 (`triton_common.fp8_kv_dot`); the FP8 rows are checked against the torch
+    reference over the same FP8 values, with the largest error printed."""
+    from widebeam.kernels.attention.torch_ref import cascade_decode
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+    from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
+
+    q, k_cache, v_cache, batch = decode_inputs(groups, heads, seed=len(groups))
+    rows, (_, kv_heads, dim) = q.shape[0], heads
+    packed = pack(batch, rows, heads)
+    scale = dim**-0.5
+    scales = KvScales.of(
+        *(x.float().abs().amax(dim=(0, 2)) / 448 for x in (k_cache, v_cache))  # [Hkv] fp32
+    )
+    k8, v8 = quantize_kv(k_cache, scales.k_inv), quantize_kv(v_cache, scales.v_inv)
+    shape = f"{name}: R {rows}, G {len(groups)}, P {groups[0][1]}, s {groups[0][2]}"
+    prompt_slots = sum(p for _, p, _ in groups)
+    cases = [
+        Case(
+            kernel=f"cascade decode, {str(q.dtype).removeprefix('torch.')} KV",
+            shape=shape,
+            triton=lambda: cascade_decode_packed(q, k_cache, v_cache, packed, scale),
+            torch=lambda: cascade_decode(q, k_cache, v_cache, batch, scale),
+            bytes=prompt_slots * kv_heads * dim * 2 * k_cache.element_size(),
+            check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
+            breakdown=("prefix_kernel", "_suffix_merge_kernel"),
+            torch_key=shape + " model dtype",
+        )
+    ]
+    for dot in (torch.bfloat16, torch.float16):
+        cases.append(
+            Case(
+                kernel=f"cascade decode, FP8 KV, {str(dot).removeprefix('torch.')} dots",
+                shape=shape,
+                triton=lambda dot=dot: cascade_decode_packed(
+                    q, k8, v8, packed, scale, scales, fp8_dot=dot
+                ),
+                torch=lambda: cascade_decode(q, k8, v8, batch, scale, scales),
+                bytes=prompt_slots * kv_heads * dim * 2,
+                check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
+                breakdown=("prefix_kernel", "_suffix_merge_kernel"),
+                torch_key=shape + " fp8",
+            )
+        )
+    return cases
+
+
+def fp8_kv(args: argparse.Namespace) -> list[Case]:
+    if args.smoke:
+        return fp8_kv_cases("smoke", [(40, 20, 3), (9, 5, 11)], (4, 2, 32))
+    heads = QWEN3["1.7b"]
+    cases = fp8_kv_cases("W2 ctx 5000", [(256, 5000, 2)], heads)
+    cases += fp8_kv_cases("W4 n=1000", [(1000, 2451, 2)] * 4, heads)
+    cases += fp8_kv_cases("W4 n=50", [(50, 2451, 2)] * 32, heads)
+    return cases + fp8_kv_cases("W3 n=50", [(50, 301, 2)] * 64, heads)
+
+
 def kv(args: argparse.Namespace) -> list[Case]:
     """The KV write of one layer: K and V rows (strided views of a fused qkv output) to their
     slots, against two `index_copy_` calls."""
@@ -530,6 +602,7 @@ GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "logits": logits,
     "layers": layers,
     "kv": kv,
+    "fp8kv": fp8_kv,
 }
 
 

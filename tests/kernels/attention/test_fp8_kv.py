@@ -165,3 +165,39 @@ def test_triton_backend_saturated_keys_stay_finite(kernel_device: torch.device) 
     expected = cascade_decode(case.q, k8, v8, case.batch, 0.2, scales)
     assert out.isfinite().all()
     torch.testing.assert_close(out.float(), expected.float(), **tolerance(torch.bfloat16))
+
+
+def test_fp8_dots_are_fp16_for_16_bit_queries() -> None:
+    import triton.language as tl
+
+    from widebeam.kernels.attention.triton_common import fp8_kv_dot
+
+    assert fp8_kv_dot(torch.bfloat16) == tl.float16 == fp8_kv_dot(torch.float16)
+    assert fp8_kv_dot(torch.float32) == tl.float32
+    assert fp8_kv_dot(torch.float32, torch.bfloat16) == tl.bfloat16
+    with pytest.raises(ValueError, match=r"no FP8 KV dot in torch\.int8"):
+        fp8_kv_dot(torch.bfloat16, torch.int8)
+
+
+@pytest.mark.parametrize("dot", [torch.float16, torch.bfloat16])
+def test_triton_cascade_fp8_queries_beyond_fp16_range_stay_finite(
+    kernel_device: torch.device, dot: torch.dtype
+) -> None:
+    """A bf16 query component beyond fp16's range (65504) is clamped for the fp16 dots: the
+    softmax still lands on the same key as the reference's, no inf or NaN."""
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    case = decode_case(
+        GROUPS, q_heads=4, kv_heads=2, dim=32, dtype=torch.bfloat16, device=kernel_device,
+        seed=21, pad_rows=1, page_size=4,
+    )  # fmt: skip
+    q = case.q.clone()
+    q[:, :, 0] = 3.0e5  # fp16's largest finite value is 65504
+    scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
+    k8, v8 = quantized(case, scales)
+    packed = pack_decode(case.batch, q.shape[0], block_rows=8, num_splits=2, page_size=4)
+    out = cascade_decode_packed(q, k8, v8, packed, 0.2, scales, fp8_dot=dot)
+    expected = cascade_decode(q, k8, v8, case.batch, 0.2, scales)
+    real = case.real_rows
+    assert out[real].isfinite().all()
+    torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dot))

@@ -14,8 +14,9 @@ one-row-per-program kernel.
 
 LSEs inside this module are in log2 units (exp2 is the cheap instruction); nothing outside sees
 them. Accumulation is fp32 for every input dtype. An FP8 cache (`kv_scales`) is read as
-`triton_prefix` reads it: K and V widened to q's dtype, the head's K scale in the scores' scale,
-its V scale on each suffix tile's product (the prompt partials come scaled).
+`triton_prefix` reads it: K and V widened to the FP8 dot dtype (`triton_common.fp8_kv_dot`), the
+head's K scale in the scores' scale, its V scale on each suffix tile's product (the prompt
+partials come scaled).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.kernels.attention.triton_common import (
     LOG2E,
     dot_precision,
+    fp8_dot_queries,
+    fp8_kv_dot,
     gqa_padded,
     interpreting,
     kv_tile,
@@ -68,6 +71,7 @@ def _suffix_merge_kernel(
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs
     KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
+    KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only)
     TREE: tl.constexpr,  # suffixes start with a shared part that shared_suffix_kernel read
     PRIVATE_MIN: tl.constexpr,  # suffix_tree's split rule (TREE only)
     ALIGN: tl.constexpr,
@@ -106,6 +110,8 @@ def _suffix_merge_kernel(
         mask=m_ok[:, None],
         other=0.0,
     )
+    if KV_FP8:
+        q = fp8_dot_queries(q, KV_DOT)
     if UPCAST:
         q = q.to(tl.float32)
     # A prompt partial is a normalised state (out, lse): merge it as (m = lse, l = 1, acc = out).
@@ -137,7 +143,7 @@ def _suffix_merge_kernel(
     m_i, l_i, acc = kv_tile(
         q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
         stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION, KV_FP8,
-        q_ptr.dtype.element_ty,
+        KV_DOT,
     )  # fmt: skip
     if not ONE_TILE:
         for s0 in range(BLOCK_S, tl.max(n_len - n_start, 0), BLOCK_S):
@@ -146,7 +152,7 @@ def _suffix_merge_kernel(
             m_i, l_i, acc = kv_tile(
                 q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
                 stride_vh, qk_scale, v_scale, s_idx < n_len, same_row, D, UPCAST, DOT_PRECISION,
-                KV_FP8, q_ptr.dtype.element_ty,
+                KV_FP8, KV_DOT,
             )  # fmt: skip
     has = l_i > 0.0  # padding rows and rows with no KV at all get zeros, not NaN
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
@@ -210,6 +216,7 @@ def cascade_decode_packed(
     shared_block_n: int | None = None,
     shared_programs_per_sm: int | None = None,
     shared_warps: int | None = None,
+    fp8_dot: torch.dtype | None = None,  # an FP8 cache's dot dtype (None: `fp8_kv_dot`'s)
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -239,8 +246,11 @@ def cascade_decode_packed(
     o_part = torch.empty((splits, rows, q_heads, dim), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((splits, rows, q_heads), dtype=torch.float32, device=q.device)
     qk_scale = scale * LOG2E
-    common = dict(HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim)
     fp8 = kv_scales is not None
+    common = dict(
+        HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
+        KV_DOT=fp8_kv_dot(q.dtype, fp8_dot),
+    )  # fmt: skip
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
     items = packed.work_group.shape[0]
     if items:

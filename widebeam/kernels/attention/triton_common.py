@@ -22,6 +22,34 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+# The largest finite fp16 value: queries beyond it are clamped before an FP8 tile's fp16 dot.
+FP16_MAX = tl.constexpr(65504.0)
+_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+def fp8_kv_dot(q_dtype: torch.dtype, override: torch.dtype | None = None) -> tl.dtype:
+    """The dtype of the dots over an FP8 KV tile (its K and V widened to it, the queries and
+    the probabilities cast to it): fp16 for 16-bit queries, fp32 for fp32 ones. On Hopper an
+    e4m3 pair widens to fp16 in one instruction but to bf16 only through fp16 and two more
+    (every e4m3 value is exact in either), and a decode kernel widens each prompt tile once
+    per block of rows that reads it. fp16 also keeps P to 11 bits where bf16 keeps 8; a bf16
+    query is exact in fp16 within its range (FP16_MAX; `fp8_dot_queries`). `override`: the
+    dtype to use instead (bench/kernels.py's comparison)."""
+    dtype = override or (torch.float32 if q_dtype == torch.float32 else torch.float16)
+    if dtype not in _TL_DTYPES:
+        raise ValueError(f"no FP8 KV dot in {dtype}")
+    return _TL_DTYPES[dtype]
+
+
+@triton.jit
+def fp8_dot_queries(q, KV_DOT: tl.constexpr):
+    """Queries as the dots over FP8 tiles take them: in KV_DOT, clamped to fp16's range when
+    that is fp16 (a bf16 query beyond it, never seen from a normed model, stays finite)."""
+    if tl.float16 == KV_DOT:
+        q = tl.minimum(tl.maximum(q.to(tl.float32), -FP16_MAX), FP16_MAX)
+    return q.to(KV_DOT)
+
+
 def gqa_padded(q_heads: int, kv_heads: int) -> int:
     if q_heads % kv_heads:
         raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} kv heads")
@@ -50,7 +78,7 @@ def kv_tile(
     q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
     qk_scale, v_scale, kv_ok, same_row,
     D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
-    Q_DTYPE: tl.constexpr,  # the queries' dtype as stored (q itself may be upcast)
+    KV_DOT: tl.constexpr,  # an FP8 tile's dot dtype (`fp8_kv_dot`; q already in it)
 ):  # fmt: skip
     """One tile of N gathered KV slots against M queries: dense dots on tensor cores, the pairs
     `same_row & kv_ok` kept (the suffix kernel's block diagonal, or all pairs). Updates the
@@ -68,8 +96,8 @@ def kv_tile(
         other=0.0,
     )
     if KV_FP8:
-        k_t = k_t.to(Q_DTYPE)
-        v = v.to(Q_DTYPE)
+        k_t = k_t.to(KV_DOT)
+        v = v.to(KV_DOT)
     if UPCAST:
         k_t = k_t.to(tl.float32)
     s = tl.dot(q, k_t, input_precision=DOT_PRECISION)

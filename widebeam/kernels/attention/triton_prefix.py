@@ -11,15 +11,18 @@ A CUDA graph fixes the grid, so it is launched at a bucket's capacities (work it
 the programs of padding items and of splits beyond the batch's `live_splits` return before they
 load anything, which keeps the padding nearly free.
 
-An FP8 cache (KV_FP8) is read as stored and widened to q's dtype (exact: every e4m3 value is a
-bf16, fp16 and fp32 value); the head's K scale multiplies the scores and its V scale the
-output, the same as dequantizing every key and value, in fewer multiplies.
+An FP8 cache (KV_FP8) is read as stored and widened to KV_DOT (`triton_common.fp8_kv_dot`: fp16
+for 16-bit queries; exact, every e4m3 value is an fp16 and fp32 value), the queries cast to it
+once; the head's K scale multiplies the scores and its V scale the output, the same as
+dequantizing every key and value, in fewer multiplies.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from widebeam.kernels.attention.triton_common import fp8_dot_queries
 
 
 @triton.jit
@@ -57,6 +60,7 @@ def prefix_kernel(
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
+    KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only)
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -89,6 +93,7 @@ def prefix_kernel(
     )
     if KV_FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        q = fp8_dot_queries(q, KV_DOT)
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
@@ -110,8 +115,8 @@ def prefix_kernel(
             other=0.0,
         )
         if KV_FP8:
-            k_t = k_t.to(q_ptr.dtype.element_ty)
-            v = v.to(q_ptr.dtype.element_ty)
+            k_t = k_t.to(KV_DOT)
+            v = v.to(KV_DOT)
         if UPCAST:
             k_t = k_t.to(tl.float32)
         s = tl.dot(q, k_t, input_precision=DOT_PRECISION)

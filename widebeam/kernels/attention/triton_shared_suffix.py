@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from widebeam.kernels.attention.triton_common import kv_tile, shared_length
+from widebeam.kernels.attention.triton_common import fp8_dot_queries, kv_tile, shared_length
 
 
 @triton.jit
@@ -55,6 +55,7 @@ def shared_suffix_kernel(
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     KV_FP8: tl.constexpr,
+    KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only)
 ):
     kv_head = tl.program_id(1)
     v_scale = 1.0
@@ -84,6 +85,8 @@ def shared_suffix_kernel(
             mask=m_ok[:, None],
             other=0.0,
         )
+        if KV_FP8:
+            q = fp8_dot_queries(q, KV_DOT)
         if UPCAST:
             q = q.to(tl.float32)
         m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
@@ -96,7 +99,7 @@ def shared_suffix_kernel(
             m_i, l_i, acc = kv_tile(
                 q, m_i, l_i, acc, slot, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
                 stride_vh, qk_scale, v_scale, n_ok, every_query, D, UPCAST, DOT_PRECISION,
-                KV_FP8, q_ptr.dtype.element_ty,
+                KV_FP8, KV_DOT,
             )  # fmt: skip
         out = acc / l_i[:, None]  # shared >= ALIGN slots: every query saw a key
         index = row * HQ + head
