@@ -40,7 +40,7 @@
 #                          time
 #   kernels-padding [120]  kernels.py --only padding
 #   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
-#                          bf16 cache, then FP8 with bf16 dots and with fp16 dots
+#                          bf16 cache, then FP8 with the prefix kernel's dots in bf16, fp16, default
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
 #   fp8-quality [240]      fp8_quality.py --users 3000

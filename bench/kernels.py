@@ -501,9 +501,9 @@ def layers(args: argparse.Namespace) -> list[Case]:
 
 
 def fp8_kv_cases(name: str, groups: list[tuple[int, int, int]], heads: tuple[int, int, int]):
-    """Cascade decode over one layer's cache in the model dtype, then in FP8 with the dots in
-    bf16 and in fp16 (`triton_common.fp8_kv_dot`); the FP8 rows are checked against the torch
-    reference over the same FP8 values, with the largest error printed."""
+    """Cascade decode over one layer's cache in the model dtype, then in FP8 with the prefix
+    kernel's dots in bf16, in fp16 and as `triton_common.fp8_kv_dot` chooses; the FP8 rows are
+    checked against the torch reference over the same FP8 values, the largest error printed."""
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
@@ -530,10 +530,11 @@ def fp8_kv_cases(name: str, groups: list[tuple[int, int, int]], heads: tuple[int
             torch_key=shape + " model dtype",
         )
     ]
-    for dot in (torch.bfloat16, torch.float16):
+    for dot in (torch.bfloat16, torch.float16, None):
+        chosen = "default" if dot is None else str(dot).removeprefix("torch.")
         cases.append(
             Case(
-                kernel=f"cascade decode, FP8 KV, {str(dot).removeprefix('torch.')} dots",
+                kernel=f"cascade decode, FP8 KV, prefix dots {chosen}",
                 shape=shape,
                 triton=lambda dot=dot: cascade_decode_packed(
                     q, k8, v8, packed, scale, scales, fp8_dot=dot

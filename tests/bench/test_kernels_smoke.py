@@ -50,16 +50,18 @@ def test_tree_cases_match_the_reference(tmp_path: Path) -> None:
 
 
 def test_fp8_kv_cases_match_the_reference(tmp_path: Path) -> None:
-    """`--only fp8kv`: the model-dtype cache, then FP8 with bf16 and with fp16 dots, each within
-    tolerance of the torch reference over the same values, its error printed."""
+    """`--only fp8kv`: the model-dtype cache, then FP8 with the prefix kernel's dots in bf16, in
+    fp16 and by default, each within tolerance of the torch reference over the same values,
+    its error printed."""
     report, _ = run_smoke(
         "kernels.py", tmp_path, "--only", "fp8kv", "--reps", "1", "--warmup", "0", timeout=300
     )
     kernels = [row["kernel"] for row in report["rows"]]
     assert kernels == [
         "cascade decode, float32 KV",
-        "cascade decode, FP8 KV, bfloat16 dots",
-        "cascade decode, FP8 KV, float16 dots",
+        "cascade decode, FP8 KV, prefix dots bfloat16",
+        "cascade decode, FP8 KV, prefix dots float16",
+        "cascade decode, FP8 KV, prefix dots default",
     ]
     for row in report["rows"]:
         assert re.fullmatch(r"ok, max \|err\| \d\.\d\de-\d\d", row["check"]), row["check"]

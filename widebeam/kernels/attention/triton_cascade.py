@@ -14,9 +14,9 @@ one-row-per-program kernel.
 
 LSEs inside this module are in log2 units (exp2 is the cheap instruction); nothing outside sees
 them. Accumulation is fp32 for every input dtype. An FP8 cache (`kv_scales`) is read as
-`triton_prefix` reads it: K and V widened to the FP8 dot dtype (`triton_common.fp8_kv_dot`), the
-head's K scale in the scores' scale, its V scale on each suffix tile's product (the prompt
-partials come scaled).
+`triton_prefix` reads it: K and V widened to the dots' dtype (`triton_common.fp8_kv_dot`: the
+queries' own here, each suffix tile being read by one row), the head's K scale in the scores'
+scale, its V scale on each suffix tile's product (the prompt partials come scaled).
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def cascade_decode_packed(
     shared_block_n: int | None = None,
     shared_programs_per_sm: int | None = None,
     shared_warps: int | None = None,
-    fp8_dot: torch.dtype | None = None,  # an FP8 cache's dot dtype (None: `fp8_kv_dot`'s)
+    fp8_dot: torch.dtype | None = None,  # the prefix kernel's FP8 dots (None: `fp8_kv_dot`)
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -247,12 +247,10 @@ def cascade_decode_packed(
     lse_part = torch.empty((splits, rows, q_heads), dtype=torch.float32, device=q.device)
     qk_scale = scale * LOG2E
     fp8 = kv_scales is not None
-    common = dict(
-        HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
-        KV_DOT=fp8_kv_dot(q.dtype, fp8_dot),
-    )  # fmt: skip
+    common = dict(HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim)
+    own_dot = fp8_kv_dot(q.dtype, widenings=1)  # suffix tiles: one row reads each
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
-    items = packed.work_group.shape[0]
+    items, groups = packed.work_group.shape[0], max(packed.group_num_rows.shape[0], 1)
     if items:
         prefix_kernel[(items, kv_heads, splits)](
             q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
@@ -263,7 +261,7 @@ def cascade_decode_packed(
             v_cache.stride(0), v_cache.stride(1), qk_scale,
             BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
-            **common,
+            KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot), **common,
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
     tree = packed.tree
@@ -283,8 +281,8 @@ def cascade_decode_packed(
             BLOCK_R=tree.block_rows, BLOCK_N=shared_block_n or SHARED_TILE,
             PRIVATE_MIN=tree.rule.private_min, ALIGN=tree.rule.align,
             UPCAST=interpreting(shared_suffix_kernel),
-            DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, num_warps=shared_warps or 4,
-            **common,
+            DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, KV_DOT=own_dot,
+            num_warps=shared_warps or 4, **common,
         )  # fmt: skip
     # With a plan a row reads at most the rule's longest private tail itself.
     private_cap = suffix_cap if tree is None else min(suffix_cap, tree.rule.longest_private)
@@ -303,7 +301,7 @@ def cascade_decode_packed(
         v_cache.stride(0), v_cache.stride(1), packed.row_suffix_slots.stride(0),
         qk_scale, BLOCK_R=block_r, BLOCK_S=block_s, ONE_TILE=one_tile,
         UPCAST=interpreting(_suffix_merge_kernel), DOT_PRECISION=dot_precision(q.dtype),
-        KV_FP8=fp8, TREE=tree is not None,
+        KV_FP8=fp8, KV_DOT=own_dot, TREE=tree is not None,
         PRIVATE_MIN=tree.rule.private_min if tree else 0, ALIGN=tree.rule.align if tree else 1,
         **common, **launch,
     )  # fmt: skip

@@ -12,9 +12,10 @@ the programs of padding items and of splits beyond the batch's `live_splits` ret
 load anything, which keeps the padding nearly free.
 
 An FP8 cache (KV_FP8) is read as stored and widened to KV_DOT (`triton_common.fp8_kv_dot`: fp16
-for 16-bit queries; exact, every e4m3 value is an fp16 and fp32 value), the queries cast to it
-once; the head's K scale multiplies the scores and its V scale the output, the same as
-dequantizing every key and value, in fewer multiplies.
+where a group's rows span several work items, each widening every prompt tile again; exact,
+every e4m3 value is a bf16, fp16 and fp32 value), the queries cast to it once; the head's K
+scale multiplies the scores and its V scale the output, the same as dequantizing every key and
+value, in fewer multiplies.
 """
 
 from __future__ import annotations
