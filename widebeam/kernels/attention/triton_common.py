@@ -28,11 +28,10 @@ _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.floa
 
 
 # A prompt tile of an FP8 cache is widened once per prefix work item that reads it. From this many
-# items per group the prefix kernel's dots run in fp16, below it in the queries' dtype: on the
-# H200 (bench/kernels.py --only fp8kv, docs/benchmarks.md) fp16 dots took the prefix kernel from
-# 389 to 327 us at W4 n = 1000 (32 items a group) and from 65 to 54 us at W2's 5,000-token
-# context (8), but from 231 to 253 us at W4 n = 50 (2), level at W3 n = 50 (2); the merge
-# kernel, whose suffix tiles each row reads alone, lost 3-10% with them.
+# items per group (shapes of the launch: bucket capacities under CUDA graphs) the prefix
+# kernel's dots run in fp16, below it in the queries' dtype, where fp16 measured slower
+# (`bench/kernels.py --only fp8kv`; the table in docs/benchmarks.md). The merge and
+# shared-suffix kernels read each tile for one row or one item: they keep the queries' dtype.
 FP16_DOTS_FROM_WIDENINGS = 4
 
 
@@ -41,10 +40,10 @@ def fp8_kv_dot(
 ) -> tl.dtype:
     """The dtype of a kernel's dots over FP8 KV tiles (its K and V widened to it, the queries
     and the probabilities cast to it): fp16 for 16-bit queries when each tile is widened at
-    least FP16_DOTS_FROM_WIDENINGS times, else the queries' dtype. On Hopper an e4m3 pair
-    widens to fp16 in one instruction but to bf16 only through fp16 (every e4m3 value is
-    exact in either); fp16 also keeps P to 11 bits where bf16 keeps 8, and a bf16 query is
-    exact in fp16 within its range (`fp8_dot_queries` clamps to it). `override`: this dtype
+    least FP16_DOTS_FROM_WIDENINGS times, else the queries' dtype. e4m3 widens to fp16 with
+    fewer instructions than to bf16 (every e4m3 value is exact in either); fp16 also keeps P
+    to 11 bits where bf16 keeps 8, and a bf16 query is exact in fp16 within its range
+    (`fp8_dot_queries` clamps to it). `override`: this dtype
     instead (bench/kernels.py's comparison)."""
     dtype = override or q_dtype
     if override is None and q_dtype != torch.float32 and widenings >= FP16_DOTS_FROM_WIDENINGS:
