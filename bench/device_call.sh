@@ -56,6 +56,10 @@
 #   fp8-all-quality [240]  fp8_quality.py --users 3000 --kv-dtype fp8: FP8 linears (fast
 #                          accumulation) and the FP8 KV cache, the FP8 serving defaults
 #   w2-fp8 [240]           sid_decode.py --quick, bf16 then --quantization fp8 --kv-dtype fp8
+#   w2-clock [300]         sid_decode.py --contexts 5000 --reps ${WIDEBEAM_W2_REPS:-10}
+#                          --host-clock: bf16, FP8 + FP8 KV, FP8 linears alone, FP8 KV alone,
+#                          FP8 + FP8 KV with --sync-debug, then both with --profile 5000 (the
+#                          profiler's effect on the time), bf16 again last
 #   w3-fp8 [300]           genrec_throughput.py --quick, bf16 then --quantization fp8
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
@@ -147,6 +151,13 @@ step_command() {
         fp8-all-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8" ;;
         w2-fp8) echo "cd bench && python3 sid_decode.py --quick $PROFILE_ARGS && python3 \
             sid_decode.py --quick --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
+        w2-clock) echo "cd bench && W2='python3 sid_decode.py --contexts 5000 --host-clock \
+            --reps ${WIDEBEAM_W2_REPS:-10}' && FP8='--quantization fp8 --kv-dtype fp8' \
+            ; \$W2 --tag _bf16 ; \$W2 \$FP8 --tag _fp8 \
+            ; \$W2 --quantization fp8 --tag _fp8w ; \$W2 --kv-dtype fp8 --tag _fp8kv \
+            ; \$W2 \$FP8 --sync-debug --tag _fp8sync \
+            ; \$W2 \$FP8 --profile 5000 --tag _fp8prof ; \$W2 --profile 5000 --tag _bf16prof \
+            ; \$W2 --tag _bf16again" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
             --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
@@ -162,7 +173,7 @@ default_limit() {
         gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
-        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w3-fp8 | w4-fp8) echo 300 ;;
+        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

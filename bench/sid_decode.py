@@ -2,7 +2,7 @@
 decode steps, context 1000 and 5000 tokens: single-request latency, and online throughput at
 concurrency 4.
 
-    python bench/sid_decode.py [--quick] [--hf]
+    python bench/sid_decode.py [--quick] [--hf] [--contexts 5000] [--reps N] [--host-clock]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
-from tracing import traced
+from tracing import host_clock, traced
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
@@ -46,8 +46,27 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hf", action="store_true", help="transformers at context 1000")
+    parser.add_argument(
+        "--contexts",
+        type=lambda v: [int(c) for c in v.split(",")],
+        default=[1000, 5000],
+        help="comma-separated prompt lengths (of 1000, 5000)",
+    )
+    parser.add_argument("--reps", type=int, help="single requests a context (default 3 quick, 10)")
+    parser.add_argument(
+        "--host-clock",
+        action="store_true",
+        help="the single phase's host time per engine phase and allocator trips, no profiler",
+    )
+    parser.add_argument(
+        "--sync-debug",
+        action="store_true",
+        help="with --host-clock: list the operations that waited for the device",
+    )
     add_engine_args(parser)
     args = parser.parse_args()
+    if unknown := set(args.contexts) - set(PUBLIC):
+        parser.error(f"--contexts: {sorted(unknown)} not among {sorted(PUBLIC)}")
     path = model_dir("qwen3-1.7b")
     catalog = random_catalog(200_000, (CODEBOOK,) * 3)
     rng = random.Random(0)
@@ -94,13 +113,16 @@ def main() -> None:
         )
 
     results, rows = [], []
-    reps = 3 if args.quick else 10
-    for ctx in (1000, 5000):
+    reps = args.reps or (3 if args.quick else 10)
+    for ctx in args.contexts:
         drive(engine, [req(ctx, -1)], None, 1)
         for wave in range(3):  # c4's graphs captured, its kernels compiled
             drive(engine, [req(ctx, -10 - 8 * wave - i) for i in range(8)], None, 4)
         with (
             traced(engine, f"w2_ctx{ctx}") if args.trace else contextlib.nullcontext(),
+            host_clock(engine, f"context {ctx}, single", reps, args.sync_debug)
+            if args.host_clock
+            else contextlib.nullcontext(),
             maybe_profile(profiled(args.profile, ctx, 1000), f"context {ctx}, single"),
         ):
             single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()

@@ -5,7 +5,8 @@ the device's kernels (torch profiler; run on the GPU machine).
 select, resolve, finish) for the duration of the block, profiles it, writes the Chrome trace
 to `$OUT/trace_<name>.json.gz` and prints: wall time, the device's busy time (union of kernel
 intervals), the host time per phase, the largest device-idle gaps with the phase the host was
-in, and the top kernels.
+in, and the top kernels. `host_clock(engine, name, requests)` times the same phases on the
+host without a profiler.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import json
 import os
 import shutil
 import tempfile
+import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from widebeam.services.decoder.engine import Engine
@@ -35,6 +39,9 @@ PHASES = {
 }
 
 
+Wrapper = Callable[[str, Callable], Callable]
+
+
 def _labelled(label: str, fn: Callable) -> Callable:
     def call(*args: object, **kwargs: object) -> object:
         with record_function(f"phase:{label}"):
@@ -44,11 +51,11 @@ def _labelled(label: str, fn: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def _phase_labels(engine: Engine) -> Iterator[None]:
+def _phase_labels(engine: Engine, wrap: Wrapper = _labelled) -> Iterator[None]:
     patched = []
     for label, (owner_name, method) in PHASES.items():
         owner = getattr(engine, owner_name) if owner_name else engine
-        setattr(owner, method, _labelled(label, getattr(owner, method)))
+        setattr(owner, method, wrap(label, getattr(owner, method)))
         patched.append((owner, method))
     try:
         yield
@@ -106,6 +113,64 @@ def summarize(events: list[dict]) -> str:
     for name, durs in sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))[:20]:
         lines.append(f"  {sum(durs):8.2f} {len(durs):6d}  {name}")
     return "\n".join(lines)
+
+
+# torch.cuda.memory_stats() counters that show the caching allocator going to the driver
+# (cudaMalloc / cudaFree, and frees that synchronize every stream first).
+ALLOCATOR_COUNTERS = (
+    "num_device_alloc",
+    "num_device_free",
+    "num_sync_all_streams",
+    "num_alloc_retries",
+)
+
+
+@contextlib.contextmanager
+def host_clock(
+    engine: Engine, name: str, requests: int, sync_debug: bool = False
+) -> Iterator[None]:
+    """The host's time per engine phase without a profiler (a profiler changes what it times:
+    the tenth and eighteenth sessions saw FP8's W2 single request faster under it), the
+    allocator's trips to the driver, and with `sync_debug` the operations that made the host
+    wait for the device (torch's sync debug mode, by call site)."""
+    spent: dict[str, list[float]] = defaultdict(list)
+
+    def clocked(label: str, fn: Callable) -> Callable:
+        def call(*args: object, **kwargs: object) -> object:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label].append((time.perf_counter() - t0) * 1000)
+
+        return call
+
+    before = torch.cuda.memory_stats() if torch.cuda.is_available() else {}
+    with contextlib.ExitStack() as stack:
+        caught = stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")
+        if sync_debug:
+            torch.cuda.set_sync_debug_mode("warn")
+            stack.callback(torch.cuda.set_sync_debug_mode, "default")
+        stack.enter_context(_phase_labels(engine, clocked))
+        t0 = time.perf_counter()
+        yield
+        wall = (time.perf_counter() - t0) * 1000
+    after = torch.cuda.memory_stats() if torch.cuda.is_available() else {}
+    lines = [f"--- host clock {name}: {wall / requests:.2f} ms a request over {requests}"]
+    for label, durs in sorted(spent.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(
+            f"  {label:14s} {sum(durs) / requests:8.2f} ms a request, {len(durs) / requests:6.1f} "
+            f"calls, longest {max(durs):7.2f} ms"
+        )
+    counters = {k: after.get(k, 0) - before.get(k, 0) for k in ALLOCATOR_COUNTERS}
+    lines.append("  allocator: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    sites: dict[str, int] = defaultdict(int)
+    for w in caught:
+        sites[f"{Path(w.filename).name}:{w.lineno} {str(w.message)[:60]}"] += 1
+    for site, count in sorted(sites.items(), key=lambda kv: -kv[1])[:15]:
+        lines.append(f"  warning x{count}: {site}")
+    print("\n".join(lines), flush=True)
 
 
 @contextlib.contextmanager
