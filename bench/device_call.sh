@@ -60,6 +60,10 @@
 #                          --host-clock: bf16, FP8 + FP8 KV, FP8 linears alone, FP8 KV alone,
 #                          FP8 + FP8 KV with --sync-debug, then both with --profile 5000 (the
 #                          profiler's effect on the time), bf16 again last
+#   prefill-limit [420]    W2 at 5000 tokens (--host-clock) and W4 (--quick --variants
+#                          distinct), bf16 then FP8 + FP8 KV, each first at the engine's
+#                          prefill graph limit, then --max-prefill-graph-tokens
+#                          ${WIDEBEAM_PREFILL_LIMIT:-8192} (W2's and W4's prompts are past 2,048)
 #   w3-fp8 [300]           genrec_throughput.py --quick, bf16 then --quantization fp8
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
@@ -158,6 +162,14 @@ step_command() {
             ; \$W2 \$FP8 --sync-debug --tag _fp8sync \
             ; \$W2 \$FP8 --profile 5000 --tag _fp8prof ; \$W2 --profile 5000 --tag _bf16prof \
             ; \$W2 --tag _bf16again" ;;
+        prefill-limit) echo "cd bench && LIMIT='--max-prefill-graph-tokens \
+            ${WIDEBEAM_PREFILL_LIMIT:-8192}' && FP8='--quantization fp8 --kv-dtype fp8' \
+            && W2='python3 sid_decode.py --contexts 5000 --host-clock --reps 10' \
+            && W4='python3 recif_throughput.py --quick --variants distinct' \
+            ; \$W2 --tag _bf16 ; \$W2 \$LIMIT --tag _bf16lim \
+            ; \$W2 \$FP8 --tag _fp8 ; \$W2 \$FP8 \$LIMIT --tag _fp8lim \
+            ; \$W4 --tag _bf16 ; \$W4 \$LIMIT --tag _bf16lim \
+            ; \$W4 \$FP8 --tag _fp8 ; \$W4 \$FP8 \$LIMIT --tag _fp8lim" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
             --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
@@ -173,7 +185,7 @@ default_limit() {
         gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
-        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; w3-fp8 | w4-fp8) echo 300 ;;
+        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

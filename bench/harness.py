@@ -113,6 +113,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         "--no-prefill-graphs", action="store_true", help="eager prefill at exact shapes"
     )
     parser.add_argument(
+        "--max-prefill-graph-tokens",
+        type=int,
+        help="the largest prefill batch replayed from a CUDA graph (default: the engine's)",
+    )
+    parser.add_argument(
         "--no-shared-suffix",
         action="store_true",
         help="every row reads its whole generated suffix alone (shared_suffix_attention off)",
@@ -194,6 +199,11 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,
+        **(
+            {"max_prefill_graph_tokens": args.max_prefill_graph_tokens}
+            if args.max_prefill_graph_tokens
+            else {}
+        ),
         "shared_suffix_attention": not args.no_shared_suffix,
         **({"tree_split": args.tree_split} if args.tree_split else {}),
         "overlap_scheduling": not args.no_overlap,
