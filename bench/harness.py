@@ -135,6 +135,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument(
         "--profile",
+        type=profile_value,
         nargs="?",
         const=FIRST_PHASE,
         default=None,
@@ -151,17 +152,36 @@ FIRST_PHASE = "first"
 PROFILE_ROWS = 30
 
 
+def _profile_phases(profile: str) -> set[int] | None:
+    """The phases a `--profile` value lists (None: FIRST_PHASE); ValueError if malformed."""
+    if profile == FIRST_PHASE:
+        return None
+    try:
+        return {int(part) for part in profile.split(",")}
+    except ValueError:
+        raise ValueError(f"--profile takes comma-separated integers, got {profile!r}") from None
+
+
+def profile_value(value: str) -> str:
+    """argparse's check of `--profile PHASES`: a malformed list is refused before the model
+    loads, not when the first phase asks."""
+    try:
+        _profile_phases(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
 def profiled(profile: str | None, phase: int, first: int) -> bool:
     """Whether `--profile`'s value names `phase` (a width or context; `first`: the bench's
     first timed phase)."""
     if profile is None:
         return False
-    if profile == FIRST_PHASE:
-        return phase == first
     try:
-        return phase in {int(part) for part in profile.split(",")}
-    except ValueError:
-        raise SystemExit(f"--profile takes comma-separated integers, got {profile!r}") from None
+        phases = _profile_phases(profile)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return phase == first if phases is None else phase in phases
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from tests.bench.smoke import load_bench_module
@@ -20,3 +22,16 @@ def test_profiled_refuses_a_malformed_list() -> None:
     harness = load_bench_module("harness")
     with pytest.raises(SystemExit, match="comma-separated integers, got 'n=50'"):
         harness.profiled("n=50", 50, 50)
+
+
+def test_the_command_line_refuses_a_malformed_list_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    harness = load_bench_module("harness")
+    parser = argparse.ArgumentParser()
+    harness.add_engine_args(parser)
+    assert parser.parse_args(["--profile", "50,1000"]).profile == "50,1000"
+    assert parser.parse_args(["--profile"]).profile == harness.FIRST_PHASE
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--profile", "n=50"])
+    assert "comma-separated integers, got 'n=50'" in capsys.readouterr().err
