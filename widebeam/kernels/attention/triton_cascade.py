@@ -29,11 +29,11 @@ from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.kernels.attention.triton_common import (
     LOG2E,
     dot_precision,
-    fp8_dot_queries,
     fp8_kv_dot,
     gqa_padded,
     interpreting,
     kv_tile,
+    load_queries,
     shared_length,
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
@@ -105,15 +105,7 @@ def _suffix_merge_kernel(
     s_idx = n_start + n_s
     slot = tl.load(suffix_row + s_idx, mask=n_ok & (s_idx < suffix_cap), other=0)
     d = tl.arange(0, D)
-    q = tl.load(
-        q_ptr + m_row[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
-        mask=m_ok[:, None],
-        other=0.0,
-    )
-    if KV_FP8:
-        q = fp8_dot_queries(q, KV_DOT)
-    if UPCAST:
-        q = q.to(tl.float32)
+    q = load_queries(q_ptr, m_row, head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST)
     # A prompt partial is a normalised state (out, lse): merge it as (m = lse, l = 1, acc = out).
     # Padding rows have none (never written: masked after the load, which then waits on nothing).
     # The first split is outside the loop (every batch has one): its loads issue with the

@@ -62,6 +62,26 @@ def fp8_dot_queries(q, KV_DOT: tl.constexpr):
     return q.to(KV_DOT)
 
 
+@triton.jit
+def load_queries(
+    q_ptr, row, head, d, ok, stride_qr, stride_qh,
+    KV_FP8: tl.constexpr, KV_DOT: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """[M, D] the queries of M (row [M] int, head [M]) pairs, 0 where not `ok`, as a decode
+    kernel's dots take them: `fp8_dot_queries` over an FP8 cache, fp32 in the interpreter
+    (UPCAST: its bf16 dot is wrong)."""
+    q = tl.load(
+        q_ptr + row[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
+        mask=ok[:, None],
+        other=0.0,
+    )
+    if KV_FP8:
+        q = fp8_dot_queries(q, KV_DOT)
+    if UPCAST:
+        q = q.to(tl.float32)
+    return q
+
+
 def gqa_padded(q_heads: int, kv_heads: int) -> int:
     if q_heads % kv_heads:
         raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} kv heads")

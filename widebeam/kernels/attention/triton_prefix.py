@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from widebeam.kernels.attention.triton_common import fp8_dot_queries
+from widebeam.kernels.attention.triton_common import load_queries
 
 
 @triton.jit
@@ -87,16 +87,11 @@ def prefix_kernel(
     head = kv_head * GQA + head_in_group
     m_ok = (m_idx // GQA_P < rows_here) & (head_in_group < GQA)
     d = tl.arange(0, D)
-    q = tl.load(
-        q_ptr + row.to(tl.int64)[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
-        mask=m_ok[:, None],
-        other=0.0,
+    q = load_queries(
+        q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST
     )
     if KV_FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
-        q = fp8_dot_queries(q, KV_DOT)
-    if UPCAST:
-        q = q.to(tl.float32)
     m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
     acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)

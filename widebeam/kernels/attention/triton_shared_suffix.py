@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from widebeam.kernels.attention.triton_common import fp8_dot_queries, kv_tile, shared_length
+from widebeam.kernels.attention.triton_common import kv_tile, load_queries, shared_length
 
 
 @triton.jit
@@ -80,15 +80,7 @@ def shared_suffix_kernel(
         length = tl.load(row_suffix_len_ptr + leader)
         shared = shared_length(length, PRIVATE_MIN, ALIGN)
         m_ok = member & head_ok
-        q = tl.load(
-            q_ptr + row[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
-            mask=m_ok[:, None],
-            other=0.0,
-        )
-        if KV_FP8:
-            q = fp8_dot_queries(q, KV_DOT)
-        if UPCAST:
-            q = q.to(tl.float32)
+        q = load_queries(q_ptr, row, head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST)
         m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
         acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
