@@ -22,16 +22,10 @@ from pathlib import Path
 import torch
 
 from widebeam.kernels.attention.suffix_tree import SplitRule
-from widebeam.services.decoder.config import (
-    BeamExpansion,
-    DType,
-    EngineConfig,
-    Fp8Accumulation,
-    KVDType,
-    Quantization,
-)
+from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.precision_args import add_precision_arguments
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
 from widebeam.services.decoder.testing.tiny_model import write_tiny_model
@@ -86,24 +80,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expansion", default=BeamExpansion.STREAMED, choices=[e.value for e in BeamExpansion]
     )
-    parser.add_argument(
-        "--quantization",
-        default=Quantization.NONE,
-        choices=[q.value for q in Quantization],
-        help="fp8: the decoder layers' linears in W8A8 FP8 (torch._scaled_mm)",
-    )
-    parser.add_argument(
-        "--fp8-accumulation",
-        default=Fp8Accumulation.FAST,
-        choices=[a.value for a in Fp8Accumulation],
-        help="with --quantization fp8 on CUDA: fast (use_fast_accum) or precise FP8 GEMM sums",
-    )
-    parser.add_argument(
-        "--kv-dtype",
-        default=KVDType.AUTO,
-        choices=[k.value for k in KVDType],
-        help="fp8: the KV cache in float8_e4m3fn with per-head scales",
-    )
+    add_precision_arguments(parser, "the model's dtype")
     parser.add_argument("--no-graphs", action="store_true", help="eager decode steps")
     parser.add_argument("--no-overlap", action="store_true", help="synchronous scheduling")
     parser.add_argument(

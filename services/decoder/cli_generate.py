@@ -7,14 +7,8 @@ import json
 import sys
 from typing import IO, Any
 
-from widebeam.services.decoder.config import (
-    DEFAULT_KV_SLOTS,
-    DType,
-    EngineConfig,
-    Fp8Accumulation,
-    KVDType,
-    Quantization,
-)
+from widebeam.services.decoder.config import DEFAULT_KV_SLOTS, DType, EngineConfig
+from widebeam.services.decoder.precision_args import add_precision_arguments
 from widebeam.services.decoder.requests.parsing import request_from_dict
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
@@ -29,26 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sid-layout", help="BASE:SIZE,... (default: from the tokenizer)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default=DType.FLOAT32, choices=[d.value for d in DType])
-    parser.add_argument(
-        "--quantization",
-        default=Quantization.NONE,
-        choices=[q.value for q in Quantization],
-        help="fp8: the decoder layers' linears in W8A8 FP8 (CUDA: with --dtype bfloat16)",
-    )
-    parser.add_argument(
-        "--fp8-accumulation",
-        default=Fp8Accumulation.FAST,
-        choices=[a.value for a in Fp8Accumulation],
-        help="with --quantization fp8 on CUDA: fast (partial sums in the tensor cores' reduced "
-        "precision, torch._scaled_mm's use_fast_accum) or precise (promoted to fp32); the CPU "
-        "reference sums in fp32 either way",
-    )
-    parser.add_argument(
-        "--kv-dtype",
-        default=KVDType.AUTO,
-        choices=[k.value for k in KVDType],
-        help="fp8: the KV cache in float8_e4m3fn with per-head scales (auto: in --dtype)",
-    )
+    add_precision_arguments(parser, "--dtype")
     parser.add_argument("--input", default="-", help="JSONL file of requests, or - for stdin")
     parser.add_argument("--output", default="-", help="JSONL output file, or - for stdout")
     parser.add_argument("--max-rows", type=int, default=EngineConfig.max_rows)
