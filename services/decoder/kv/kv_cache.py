@@ -79,14 +79,16 @@ class KVCache:
         self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [N, kv_heads, head_dim] x2
         """`write`, returning the rows as the cache now holds them, for attention over them (a
-        prefill): k and v themselves in a model-dtype cache, their FP8 form in an FP8 one (so a
-        prompt's tokens see the same keys whether prefilled now or read from cached pages)."""
+        prefill): k and v themselves in a model-dtype cache; in an FP8 one their FP8 values,
+        widened exactly to k's dtype by the write itself (read with the layer's scales, so a
+        prompt's tokens see the same keys whether prefilled now or read from cached pages, and
+        the prefill kernel needs no widening pass)."""
         scales = self.layer_scales[layer]
         if scales is None:
             write_kv(self.k[layer], self.v[layer], slots, k, v)
             return k, v
-        rows = (torch.empty(k.shape, dtype=self.k.dtype, device=k.device),
-                torch.empty(v.shape, dtype=self.v.dtype, device=v.device))  # fmt: skip
+        rows = (torch.empty(k.shape, dtype=k.dtype, device=k.device),
+                torch.empty(v.shape, dtype=k.dtype, device=v.device))  # fmt: skip
         write_kv(self.k[layer], self.v[layer], slots, k, v, scales, rows)
         return rows
 

@@ -153,6 +153,13 @@ def test_triton_prefill_reads_fp8_as_the_reference(kernel_device: torch.device) 
     # FP8 K/V widened before the kernel (the default) or in its loop: the same bits
     in_loop = ragged_causal_prefill(q, k8, v8, cu, 0.21, scales, widen_kv=False)
     assert torch.equal(in_loop, out)
+    # ... or handed over already widened to q's dtype (as KVCache.write_rows does)
+    widened = ragged_causal_prefill(q, k8.to(q.dtype), v8.to(q.dtype), cu, 0.21, scales)
+    assert torch.equal(widened, out)
+    with pytest.raises(ValueError, match=r"but k, v are torch\.float32/torch\.float32"):
+        ragged_causal_prefill(q, k8.float(), v8.float(), cu, 0.21, scales)  # not q's dtype
+    with pytest.raises(ValueError, match="kv_scales none, but k, v are"):
+        ragged_causal_prefill(q, k8, v8, cu, 0.21)  # FP8 needs its scales
 
 
 def test_triton_backend_saturated_keys_stay_finite(kernel_device: torch.device) -> None:

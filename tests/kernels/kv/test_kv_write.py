@@ -53,13 +53,15 @@ def test_kv_write_rejects_mismatched_shapes(kernel_device: torch.device) -> None
         write_kv_triton(cache, cache, torch.arange(3, device=kernel_device), k, k[:, :1])
 
 
-@pytest.mark.parametrize("keep_rows", [False, True])
+@pytest.mark.parametrize(
+    "keep_rows", [None, KV_FP8_DTYPE, torch.bfloat16], ids=["no-rows", "fp8-rows", "bf16-rows"]
+)
 def test_fp8_kv_write_matches_the_reference_bit_for_bit(
-    kernel_device: torch.device, keep_rows: bool
+    kernel_device: torch.device, keep_rows: torch.dtype | None
 ) -> None:
     """An FP8 cache: the Triton write quantizes as `quantize_kv` does (per-head reciprocal
     scales, saturation at ±448, ties to even, the sign of a value that rounds to zero), and
-    `rows_out` receives the stored rows."""
+    `rows_out` receives the stored rows, as stored or widened to bf16 (what a prefill reads)."""
     from widebeam.kernels.kv.triton_kv_write import write_kv_triton
 
     gen = torch.Generator().manual_seed(3)
@@ -81,18 +83,19 @@ def test_fp8_kv_write_matches_the_reference_bit_for_bit(
     for write in (write_kv_triton, write_kv_ref):
         cache = torch.zeros(2, slots_total, heads, dim, dtype=KV_FP8_DTYPE, device=kernel_device)
         kept = None
-        if keep_rows:
-            kept = tuple(torch.empty(rows, heads, dim, dtype=KV_FP8_DTYPE).to(kernel_device)
+        if keep_rows is not None:
+            kept = tuple(torch.empty(rows, heads, dim, dtype=keep_rows).to(kernel_device)
                          for _ in range(2))  # fmt: skip
         write(cache[0], cache[1], slots, k, v, scales, kept)
         results.append((cache, kept))
     (triton_cache, triton_rows), (ref_cache, ref_rows) = results
     assert torch.equal(triton_cache.view(torch.uint8), ref_cache.view(torch.uint8))
     assert triton_cache.float().abs().max() == 448.0
-    if keep_rows:
+    if keep_rows is not None:
         for got, want, stored in zip(triton_rows, ref_rows, triton_cache, strict=True):
-            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
-            assert torch.equal(got.view(torch.uint8), stored[slots].view(torch.uint8))
+            assert got.dtype == keep_rows
+            assert torch.equal(got.float(), want.float())
+            assert torch.equal(got.float(), stored[slots].float())
 
 
 def test_fp8_cache_needs_scales_and_a_plain_one_refuses_them(kernel_device: torch.device) -> None:
@@ -107,3 +110,28 @@ def test_fp8_cache_needs_scales_and_a_plain_one_refuses_them(kernel_device: torc
             write(fp8, fp8.clone(), slots, k, k)
         with pytest.raises(ValueError, match="takes no KvScales"):
             write(k.clone(), k.clone(), slots, k, k, KvScales.of(ones, ones))
+
+
+def test_rows_out_in_another_dtype_is_refused(kernel_device: torch.device) -> None:
+    """Rows kept in the cache's dtype, or an FP8 cache's values widened to a float that holds
+    them; anything else would round what the prefill reads."""
+    from widebeam.kernels.kv.triton_kv_write import write_kv_triton
+
+    k = torch.zeros(3, 2, 16, dtype=torch.bfloat16, device=kernel_device)
+    slots = torch.arange(3, device=kernel_device)
+    ones = torch.ones(2, device=kernel_device)
+    fp8 = torch.zeros(4, 2, 16, dtype=KV_FP8_DTYPE, device=kernel_device)
+    plain = torch.zeros(4, 2, 16, dtype=torch.bfloat16, device=kernel_device)
+    uint8_rows = tuple(torch.zeros(3, 2, 16, dtype=torch.uint8, device=kernel_device)
+                       for _ in range(2))  # fmt: skip
+    fp32_rows = tuple(torch.zeros(3, 2, 16, device=kernel_device) for _ in range(2))
+    short_rows = tuple(torch.zeros(2, 2, 16, dtype=torch.bfloat16, device=kernel_device)
+                       for _ in range(2))  # fmt: skip
+    for write in (write_kv_triton, write_kv_ref):
+        with pytest.raises(ValueError, match="rows_out must be two tensors of shape"):
+            write(fp8, fp8.clone(), slots, k, k, KvScales.of(ones, ones), uint8_rows)
+        with pytest.raises(ValueError, match=r"in torch.bfloat16, got"):
+            write(plain, plain.clone(), slots, k, k, None, fp32_rows)  # a bf16 cache: bf16
+        with pytest.raises(ValueError, match=r"shape \(3, 2, 16\)"):
+            write(fp8, fp8.clone(), slots, k, k, KvScales.of(ones, ones), short_rows)
+        assert not fp8.float().any() and not plain.float().any()  # nothing written

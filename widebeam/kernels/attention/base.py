@@ -45,7 +45,7 @@ class AttentionBackend(ABC):
         v: torch.Tensor,  # [N, kv_heads, head_dim]
         metadata: object,  # a PrefillBatch, what prepare_prefill returned, or static buffers
         scale: float,
-        kv_scales: KvScales | None = None,  # k, v in FP8 with these scales
+        kv_scales: KvScales | None = None,  # k, v: FP8 values (stored or widened) of these
     ) -> torch.Tensor:  # [N, q_heads, head_dim], dtype of q
         """Causal attention within each prompt segment."""
 

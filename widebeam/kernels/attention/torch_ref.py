@@ -124,7 +124,7 @@ def causal_prefill(
     v: torch.Tensor,  # [N, Hkv, D]
     cu_seqlens: tuple[int, ...],
     scale: float,
-    kv_scales: KvScales | None = None,  # k, v in FP8 with these scales
+    kv_scales: KvScales | None = None,  # k, v: FP8 values (stored or widened) of these
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     out = torch.empty_like(q)
     k_scale, v_scale = _scales(kv_scales)

@@ -4,13 +4,13 @@ Segments are packed back to back (`cu_seqlens`); each program takes one block of
 tokens of one segment × one KV head, with the GQA group's query heads stacked into the M
 dimension (as in the decode prefix kernel), and streams that segment's keys up to the block's
 last token. K and V come from this batch's fresh k, v (the engine writes the cache separately).
-With FP8 KV (`kv_scales`) they come as the cache holds them, in float8_e4m3fn, and are read as
-`triton_prefix` reads the cache: widened to q's dtype, the head's K scale in the scores' scale,
-its V scale on the output. They are widened once, before the kernel, rather than in it: each K/V
-tile is read by every query block after it (dozens of times for a long prompt), and on Hopper
-the e4m3 conversion is several instructions an element, so in the loop it cost W2 at 5,000
-tokens more than FP8 saved elsewhere. The values are the same either way (every e4m3 value is
-one of q's dtype).
+With FP8 KV (`kv_scales`) they are FP8 values, read as `triton_prefix` reads the cache: in q's
+dtype, the head's K scale in the scores' scale, its V scale on the output. The engine's come
+already widened to q's dtype by the KV write (`KVCache.write_rows`); FP8 tensors are widened
+once, before the kernel, rather than in it: each K/V tile is read by every query block after it
+(dozens of times for a long prompt), and on Hopper the e4m3 conversion is several instructions
+an element, so in the loop it cost W2 at 5,000 tokens more than FP8 saved elsewhere. The values
+are the same every way (every e4m3 value is one of q's dtype).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def ragged_causal_prefill(
     v: torch.Tensor,  # [N, Hkv, D]
     cu_seqlens: tuple[int, ...],
     scale: float,
-    kv_scales: KvScales | None = None,  # k, v in FP8 with these scales (the layer's)
+    kv_scales: KvScales | None = None,  # k, v: FP8 values (stored or widened) of these scales
     *,
     work: torch.Tensor | None = None,  # prefill_work(cu_seqlens, block_q, q.device), reusable
     out: torch.Tensor | None = None,  # [N, Hq, D] contiguous, dtype of q
@@ -167,7 +167,10 @@ def ragged_causal_prefill(
         raise ValueError(f"head_dim must be a power of two, got {dim}")
     gqa_p = gqa_padded(q_heads, kv_heads)
     block_q = block_q or prefill_block_q(q_heads, kv_heads)
-    if any((x.dtype == KV_FP8_DTYPE) != (kv_scales is not None) for x in (k, v)):
+    fp8 = kv_scales is not None
+    # With scales: FP8 values as stored, or already widened to q's dtype (KVCache.write_rows).
+    fp8_values = (KV_FP8_DTYPE, q.dtype)
+    if not all(x.dtype in fp8_values if fp8 else x.dtype != KV_FP8_DTYPE for x in (k, v)):
         raise ValueError(
             f"q is {q.dtype}, kv_scales {'given' if kv_scales else 'none'}, but k, v are "
             f"{k.dtype}/{v.dtype}"
@@ -183,9 +186,8 @@ def ragged_causal_prefill(
         work = prefill_work(cu_seqlens, block_q, q.device)
     if work.shape[1] == 0:
         return out
-    fp8 = kv_scales is not None
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
-    if fp8 and widen_kv:  # exact; the kernel's own widening is then a no-op
+    if fp8 and widen_kv:  # exact (a no-op for values already widened); the kernel's: a no-op
         k, v = k.to(q.dtype), v.to(q.dtype)
     _prefill_kernel[(work.shape[1], kv_heads)](
         q, k, v, k_scale, v_scale, out, work[0], work[1], work[2],

@@ -1,7 +1,9 @@
 """A batch's K and V rows written to their cache slots: one Triton launch for both on CUDA
 (at 5000 decode rows, two `index_copy_` calls per layer cost about three times as long), the
 torch reference otherwise. An FP8 cache (`fp8_kv.py`) takes its rows quantized by its layer's
-scales, in the same launch."""
+scales, in the same launch; a prefill also gets the rows as stored (`rows_out`), for an FP8
+cache already widened to the model dtype if it asks (every e4m3 value is exact in bf16, fp16
+and fp32), so its attention needs no widening pass of its own."""
 
 from __future__ import annotations
 
@@ -22,6 +24,29 @@ def check_scales(cache: torch.Tensor, scales: KvScales | None) -> None:
         )
 
 
+# What `rows_out` may hold beside the cache's own dtype, for an FP8 cache: its values exactly.
+FP8_WIDENED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_rows_out(
+    cache: torch.Tensor,  # [slots, kv_heads, head_dim] one layer's K cache
+    k: torch.Tensor,  # [N, kv_heads, head_dim]
+    rows_out: tuple[torch.Tensor, torch.Tensor] | None,
+) -> None:
+    """Two tensors of k's shape, both in the cache's dtype or (an FP8 cache) one that holds
+    its values exactly."""
+    if rows_out is None:
+        return
+    dtypes = {r.dtype for r in rows_out}
+    allowed = {cache.dtype, *(FP8_WIDENED_DTYPES if cache.dtype == KV_FP8_DTYPE else ())}
+    if any(r.shape != k.shape for r in rows_out) or len(dtypes) != 1 or not dtypes <= allowed:
+        names = " or ".join(sorted(str(d) for d in allowed))
+        raise ValueError(
+            f"rows_out must be two tensors of shape {tuple(k.shape)} in {names}, got "
+            f"{[(tuple(r.shape), r.dtype) for r in rows_out]}"
+        )
+
+
 def write_kv_ref(
     k_cache: torch.Tensor,  # [slots, kv_heads, head_dim] one layer's cache
     v_cache: torch.Tensor,  # [slots, kv_heads, head_dim]
@@ -31,8 +56,10 @@ def write_kv_ref(
     scales: KvScales | None = None,  # the layer's, for an FP8 cache
     rows_out: tuple[torch.Tensor, torch.Tensor] | None = None,  # [N, kv_heads, head_dim] x2
 ) -> None:
-    """`rows_out`: also receives the rows as stored (a prefill attends over exactly those)."""
+    """`rows_out`: also receives the rows as stored (a prefill attends over exactly those), in
+    its own dtype (`check_rows_out`)."""
     check_scales(k_cache, scales)
+    check_rows_out(k_cache, k, rows_out)
     if scales is None:
         k_rows, v_rows = k.to(k_cache.dtype), v.to(v_cache.dtype)
     else:

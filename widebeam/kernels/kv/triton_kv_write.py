@@ -1,6 +1,7 @@
 """The Triton KV write: one program per row copies its K and V heads to the row's slot, for an
 FP8 cache quantized on the way (`fp8_kv.py`'s arithmetic: times the head's reciprocal scale,
-clamped to ±448, rounded to nearest even), and optionally to a dense copy of the rows."""
+clamped to ±448, rounded to nearest even), and optionally to a dense copy of the rows (in the
+cache's dtype, or an FP8 cache's values widened: `kv_write.check_rows_out`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import triton.language as tl
 from widebeam.kernels.fp8.quantize import FP8_MAX
 from widebeam.kernels.fp8.triton_quantize import _round_to_e4m3
 from widebeam.kernels.kv.fp8_kv import KvScales
-from widebeam.kernels.kv.kv_write import check_scales
+from widebeam.kernels.kv.kv_write import check_rows_out, check_scales
 
 
 @triton.jit
@@ -32,7 +33,7 @@ def _stored(x, inv_scale_ptr, h, inside, fp8_max, QUANTIZE: tl.constexpr, DTYPE:
 def _kv_write_kernel(
     k_ptr, v_ptr, slots_ptr, k_cache_ptr, v_cache_ptr,
     k_inv_ptr, v_inv_ptr,  # [HEADS] fp32 reciprocal scales (QUANTIZE only)
-    k_rows_ptr, v_rows_ptr,  # [N, HEADS, D] contiguous, the cache's dtype (KEEP_ROWS only)
+    k_rows_ptr, v_rows_ptr,  # [N, HEADS, D] contiguous, the cache's dtype or wider (KEEP_ROWS)
     stride_kn, stride_kh, stride_vn, stride_vh, fp8_max,
     HEADS: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
     QUANTIZE: tl.constexpr, KEEP_ROWS: tl.constexpr,
@@ -52,8 +53,9 @@ def _kv_write_kernel(
     tl.store(v_cache_ptr + dst, v, mask=inside)
     if KEEP_ROWS:
         here = row * (HEADS * D) + h * D + d
-        tl.store(k_rows_ptr + here, k, mask=inside)
-        tl.store(v_rows_ptr + here, v, mask=inside)
+        rows_dtype = k_rows_ptr.dtype.element_ty
+        tl.store(k_rows_ptr + here, k.to(rows_dtype), mask=inside)
+        tl.store(v_rows_ptr + here, v.to(rows_dtype), mask=inside)
 
 
 def supports(
@@ -89,10 +91,7 @@ def write_kv_triton(
             f"{tuple(v_cache.shape)} disagree"
         )
     check_scales(k_cache, scales)
-    if rows_out is not None and any(
-        r.shape != k.shape or r.dtype != k_cache.dtype for r in rows_out
-    ):
-        raise ValueError("rows_out must be two tensors of k's shape in the cache's dtype")
+    check_rows_out(k_cache, k, rows_out)
     if rows == 0:
         return
     k_inv, v_inv = (k_cache, v_cache) if scales is None else (scales.k_inv, scales.v_inv)

@@ -31,7 +31,8 @@ def test_fp8_writes_quantize_with_the_layers_scales() -> None:
     k, v = torch.randn(2, 5, HEADS, DIM, generator=gen)
     slots = torch.tensor([3, 9, 4, 20, 31])
     k_rows, v_rows = cache.write_rows(1, slots, k, v)
-    assert k_rows.dtype == v_rows.dtype == KV_FP8_DTYPE
+    # The stored FP8 values, widened to the model dtype by the write (the prefill's input).
+    assert k_rows.dtype == v_rows.dtype == k.dtype
     assert torch.equal(cache.k[1, slots].float(), k_rows.float())
     assert torch.equal(cache.v[1, slots].float(), v_rows.float())
     assert not cache.k[0].float().any()  # layer 0 untouched
@@ -56,3 +57,13 @@ def test_scales_and_dtype_must_match() -> None:
         KVCache(LAYERS, SLOTS, HEADS, DIM, torch.float32, "cpu", _scales())
     with pytest.raises(ValueError, match=r"KV scales of shape \(2, 2\) / \(2, 2\) for 3 layers"):
         KVCache(3, SLOTS, HEADS, DIM, KV_FP8_DTYPE, "cpu", _scales())
+
+
+def test_fp8_write_rows_in_bf16_hold_the_stored_values() -> None:
+    cache = KVCache(LAYERS, SLOTS, HEADS, DIM, KV_FP8_DTYPE, "cpu", _scales())
+    k = torch.randn(4, HEADS, DIM).to(torch.bfloat16)
+    slots = torch.tensor([0, 5, 6, 7])
+    k_rows, v_rows = cache.write_rows(0, slots, k, 3 * k)
+    assert k_rows.dtype == v_rows.dtype == torch.bfloat16
+    assert torch.equal(k_rows, cache.k[0, slots].to(torch.bfloat16))
+    assert torch.equal(v_rows, cache.v[0, slots].to(torch.bfloat16))
