@@ -41,6 +41,9 @@
 #   kernels-padding [120]  kernels.py --only padding
 #   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
 #                          bf16 cache, then FP8 with the prefix kernel's dots in bf16, fp16, default
+#   kernels-fp8prefill [90]  kernels.py --only fp8prefill: one layer's KV write + prefill at W2
+#                          (5,000 tokens) and W4 (3 x 2,451) shapes: bf16 cache, FP8 with the
+#                          rows widened by the prefill (two copies), FP8 widened by the write
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
 #   fp8-quality [240]      fp8_quality.py --users 3000
@@ -134,6 +137,8 @@ step_command() {
             --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         kernels-fp8kv) echo "cd bench && python3 kernels.py --only fp8kv --tag _fp8kv" ;;
+        kernels-fp8prefill) echo "cd bench && python3 kernels.py --only fp8prefill \
+            --tag _fp8prefill" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
         fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;
@@ -185,7 +190,7 @@ default_limit() {
         gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
-        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
+        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

@@ -1,6 +1,7 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv] [--reps 50]
+    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv,fp8prefill]
+        [--reps 50]
         [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
         [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
         [--shared-warps auto] [--tree-split 8:8] [--tree-rows auto] [--tag SUFFIX] [--smoke]
@@ -559,6 +560,94 @@ def fp8_kv(args: argparse.Namespace) -> list[Case]:
     return cases + fp8_kv_cases("W3 n=50", [(50, 301, 2)] * 64, heads)
 
 
+def fp8_prefill_cases(name: str, lengths: list[int], heads: tuple[int, int, int]) -> list[Case]:
+    """One layer of a prefill's KV path: the KV write, then the causal prefill over what the
+    write stored. A model-dtype cache; an FP8 one whose write keeps its rows in FP8 and the
+    prefill widens them first (two copies); and the engine's way, the write keeping them
+    already widened to the model dtype (`KVCache.write_rows`). Checked against the torch
+    reference over the same FP8 values."""
+    from widebeam.kernels.attention.torch_ref import causal_prefill
+    from widebeam.kernels.attention.triton_common import gqa_padded
+    from widebeam.kernels.attention.triton_prefill import prefill_work, ragged_causal_prefill
+    from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales, quantize_kv
+    from widebeam.kernels.kv.triton_kv_write import write_kv_triton
+
+    q_heads, kv_heads, dim = heads
+    tokens = sum(lengths)
+    cu = tuple(itertools.accumulate(lengths, initial=0))
+    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    gen = torch.Generator().manual_seed(tokens)
+    qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * dim, generator=gen).to(DEVICE, dtype)
+    q = qkv[:, : q_heads * dim].view(tokens, q_heads, dim)
+    k = qkv[:, q_heads * dim : (q_heads + kv_heads) * dim].view(tokens, kv_heads, dim)
+    v = qkv[:, (q_heads + kv_heads) * dim :].view(tokens, kv_heads, dim)
+    slots = torch.randperm(2 * tokens, generator=gen)[:tokens].to(DEVICE)
+    scales = KvScales.of(*(x.float().abs().amax(dim=(0, 2)) / 448 for x in (k, v)))  # [Hkv]
+    block_q = max(64 // gqa_padded(q_heads, kv_heads), 1)
+    work = prefill_work(cu, block_q, DEVICE)
+    scale = dim**-0.5
+    cache_shape = (2 * tokens, kv_heads, dim)
+    plain = [torch.zeros(cache_shape, dtype=dtype, device=DEVICE) for _ in "kv"]
+    fp8 = [torch.zeros(cache_shape, dtype=KV_FP8_DTYPE, device=DEVICE) for _ in "kv"]
+    rows_fp8 = [torch.empty(k.shape, dtype=KV_FP8_DTYPE, device=DEVICE) for _ in "kv"]
+    rows_wide = [torch.empty(k.shape, dtype=dtype, device=DEVICE) for _ in "kv"]
+
+    def attend(kv: list[torch.Tensor], kv_scales: KvScales | None) -> torch.Tensor:
+        return ragged_causal_prefill(q, kv[0], kv[1], cu, scale, kv_scales, work=work,
+                                     block_q=block_q)  # fmt: skip
+
+    def model_dtype() -> torch.Tensor:
+        write_kv_triton(plain[0], plain[1], slots, k, v)
+        return attend([k, v], None)
+
+    def fp8_rows(rows: list[torch.Tensor]) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            write_kv_triton(fp8[0], fp8[1], slots, k, v, scales, (rows[0], rows[1]))
+            return attend(rows, scales)
+
+        return run
+
+    k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    shape = f"{name}: {len(lengths)} x {lengths[0]} tokens, heads {q_heads}/{kv_heads}/{dim}"
+    bytes_plain = tokens * (q_heads * 2 + kv_heads * 2 * 2) * dim * q.element_size()
+    breakdown = ("_kv_write_kernel", "_prefill_kernel", "elementwise")
+    cases = [
+        Case(
+            kernel=f"KV write + prefill, {str(dtype).removeprefix('torch.')} KV",
+            shape=shape,
+            triton=model_dtype,
+            torch=lambda: causal_prefill(q, k, v, cu, scale),
+            bytes=bytes_plain,
+            check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
+            breakdown=breakdown,
+            torch_key=shape + " model dtype",
+        )
+    ]
+    for label, rows in (("rows FP8, widened by the prefill", rows_fp8),
+                        ("rows widened by the write", rows_wide)):  # fmt: skip
+        cases.append(
+            Case(
+                kernel=f"KV write + prefill, FP8 KV, {label}",
+                shape=shape,
+                triton=fp8_rows(rows),
+                torch=lambda: causal_prefill(q, k8, v8, cu, scale, scales),
+                bytes=bytes_plain,
+                check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
+                breakdown=breakdown,
+                torch_key=shape + " fp8",
+            )
+        )
+    return cases
+
+
+def fp8_prefill(args: argparse.Namespace) -> list[Case]:
+    if args.smoke:
+        return fp8_prefill_cases("smoke", [40, 9], (4, 2, 32))
+    heads = QWEN3["1.7b"]
+    cases = fp8_prefill_cases("W2 ctx 5000", [5000], heads)
+    return cases + fp8_prefill_cases("W4, 3 prompts", [2451] * 3, heads)
+
+
 def kv(args: argparse.Namespace) -> list[Case]:
     """The KV write of one layer: K and V rows (strided views of a fused qkv output) to their
     slots, against two `index_copy_` calls."""
@@ -604,6 +693,7 @@ GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "layers": layers,
     "kv": kv,
     "fp8kv": fp8_kv,
+    "fp8prefill": fp8_prefill,
 }
 
 
