@@ -67,6 +67,10 @@
 #                          distinct), bf16 then FP8 + FP8 KV, each first at the engine's
 #                          prefill graph limit, then --max-prefill-graph-tokens
 #                          ${WIDEBEAM_PREFILL_LIMIT:-8192} (W2's and W4's prompts are past 2,048)
+#   prefill-split [420]    prefill_graph_limit.py --limits 2048,2048+split,4096 --rounds 10
+#                          --requests 360: W3 n = 50, c = 12 (3,612-token prefill batches) with
+#                          the batches past 2,048 eager, split into graph-sized batches, or
+#                          graphed at 4,096, in alternation
 #   w3-fp8 [300]           genrec_throughput.py --quick, bf16 then --quantization fp8
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
@@ -175,6 +179,8 @@ step_command() {
             ; \$W2 \$FP8 --tag _fp8 ; \$W2 \$FP8 \$LIMIT --tag _fp8lim \
             ; \$W4 --tag _bf16 ; \$W4 \$LIMIT --tag _bf16lim \
             ; \$W4 \$FP8 --tag _fp8 ; \$W4 \$FP8 \$LIMIT --tag _fp8lim" ;;
+        prefill-split) echo "cd bench && python3 prefill_graph_limit.py \
+            --limits 2048,2048+split,4096 --rounds 10 --requests 360" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
             --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
@@ -190,7 +196,7 @@ default_limit() {
         gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
-        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
+        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

@@ -95,6 +95,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="the largest prefill batch replayed from a CUDA graph (default: the engine's)",
     )
     parser.add_argument(
+        "--prefill-graph-split",
+        action="store_true",
+        help="a prefill batch past the graph limit runs as graph-sized batches (not eagerly)",
+    )
+    parser.add_argument(
         "--no-shared-suffix",
         action="store_true",
         help="every row reads its whole generated suffix alone (shared_suffix_attention off)",
@@ -196,6 +201,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,
+        "prefill_graph_split": args.prefill_graph_split,
         **(
             {"max_prefill_graph_tokens": args.max_prefill_graph_tokens}
             if args.max_prefill_graph_tokens

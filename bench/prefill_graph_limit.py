@@ -1,4 +1,6 @@
-"""Engines that differ only in `max_prefill_graph_tokens`, timed in alternation in one process.
+"""Engines that differ only in how they run long prefill batches, timed in alternation in one
+process: `max_prefill_graph_tokens`, and with `+split` `prefill_graph_split` (a batch past the
+limit runs as consecutive graph-sized batches instead of one eager forward).
 
 At n = 50 the engine thread's host time bounds the rate, and a prefill batch past the graph
 limit (twelve 301-token prompts: 3,612 tokens, over the default 2,048) is launched eagerly, some
@@ -7,7 +9,7 @@ new ones every phase) in turn, the order swapped every round, with the host prob
 phase: the host's speed flips by up to 2x from second to second on the lent machine, so only
 alternation and medians compare two settings fairly.
 
-    python prefill_graph_limit.py [--limits 2048,4096] [--width 50] [--concurrency 12]
+    python prefill_graph_limit.py [--limits 2048,4096,2048+split] [--width 50] [--concurrency 12]
                                   [--rounds 6] [--requests 240] [--smoke]
 """
 
@@ -20,6 +22,7 @@ import random
 import statistics
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from catalogs import random_catalog
@@ -36,6 +39,26 @@ from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 W3_LEVELS = (512, 512, 512)
 SMOKE_LEVELS = (16, 16, 16)
 HISTORY_ITEMS = 60
+SPLIT = "+split"
+
+
+class Variant(NamedTuple):
+    label: str  # as given: "2048", "2048+split"
+    limit: int  # max_prefill_graph_tokens
+    split: bool  # prefill_graph_split
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """`LIMIT[+split],...`; ValueError naming what is wrong."""
+    variants = []
+    for label in (part.strip() for part in text.split(",") if part.strip()):
+        number = label.removesuffix(SPLIT)
+        if not number.isdigit() or int(number) <= 0:
+            raise ValueError(f"{label!r} is not a positive token count, optionally +split")
+        variants.append(Variant(label, int(number), label.endswith(SPLIT)))
+    if not variants or len({v.label for v in variants}) != len(variants):
+        raise ValueError("name at least one variant, each once")
+    return variants
 
 
 def main() -> None:
@@ -43,7 +66,8 @@ def main() -> None:
     parser.add_argument(
         "--limits",
         default="2048,4096",
-        help="max_prefill_graph_tokens of each engine (comma-separated)",
+        help="each engine's max_prefill_graph_tokens, +split for prefill_graph_split "
+        "(comma-separated, e.g. 2048,2048+split)",
     )
     parser.add_argument("--width", type=int, default=50, help="beam = n")
     parser.add_argument("--concurrency", type=int, default=12)
@@ -52,11 +76,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU: a tiny model, a few requests")
     args = parser.parse_args()  # fmt: skip
     try:
-        limits = [int(x) for x in args.limits.split(",") if x.strip()]
-    except ValueError:
-        parser.error(f"--limits must be comma-separated integers, got {args.limits!r}")
-    if not limits or min(limits) <= 0 or len(set(limits)) != len(limits):
-        parser.error("--limits must name distinct positive token counts")
+        variants = parse_variants(args.limits)
+    except ValueError as err:
+        parser.error(f"--limits must be LIMIT[+split],...: {err}")
     if args.rounds < 1 or args.requests < 1 or args.concurrency < 1:
         parser.error("--rounds, --requests and --concurrency must be >= 1")
     if args.smoke:
@@ -70,9 +92,7 @@ def main() -> None:
     else:
         model = model_dir("qwen3-1.7b", sid_levels=W3_LEVELS)
         catalog, rows, slots = random_catalog(430_000, W3_LEVELS), 16384, 120_000
-    engines = {
-        limit: start_engine(model, catalog, rows, slots, limit, args.width) for limit in limits
-    }
+    engines = {v.label: start_engine(model, catalog, rows, slots, v, args.width) for v in variants}
     layout = SidLayout.from_tokenizer(model)
     assert layout is not None, f"{model} has no SID tokens"
     requests = RequestMaker(catalog, layout, args.width)
@@ -80,19 +100,20 @@ def main() -> None:
         drive(engine, requests.batch("warm", 2 * args.concurrency), None, args.concurrency)
     phases = []
     for rnd in range(args.rounds):
-        order = limits if rnd % 2 == 0 else limits[::-1]
-        for limit in order:
-            phases.append(timed_phase(engines[limit], limit, rnd, requests, args))
+        order = variants if rnd % 2 == 0 else variants[::-1]
+        for variant in order:
+            phases.append(timed_phase(engines[variant.label], variant, rnd, requests, args))
             print(phases[-1], flush=True)
-    report(args, limits, engines, phases)
+    report(args, [v.label for v in variants], engines, phases)
 
 
 def start_engine(
-    model: Path, catalog: Path, rows: int, slots: int, limit: int, width: int
+    model: Path, catalog: Path, rows: int, slots: int, variant: Variant, width: int
 ) -> Engine:
     engine = make_engine(
         model, rows, slots, catalog_path=str(catalog), capture_at_start=True,
-        capture_beam_widths=(width,), max_prefill_graph_tokens=limit,
+        capture_beam_widths=(width,), max_prefill_graph_tokens=variant.limit,
+        prefill_graph_split=variant.split,
     )  # fmt: skip
     engine.warm_up()
     engine.mark_ready()
@@ -127,18 +148,21 @@ class RequestMaker:
 
 
 def timed_phase(
-    engine: Engine, limit: int, rnd: int, requests: RequestMaker, args: argparse.Namespace
+    engine: Engine, variant: Variant, rnd: int, requests: RequestMaker, args: argparse.Namespace
 ) -> dict[str, object]:
-    batch = requests.batch(f"l{limit}-r{rnd}", args.requests)
+    batch = requests.batch(f"{variant.label}-r{rnd}", args.requests)
     counts = engine.step_counts
     prefills, eager_before = counts.prefill_forwards, eager_prefills(engine)
+    split_before = engine.runner.split_prefills
     probe = probe_ms()
     cpu = time.process_time()
     stats = drive(engine, batch, None, args.concurrency)
     n = len(stats.latencies_ms)
     summary = stats.summary()
     return {
-        "limit": limit,
+        "variant": variant.label,
+        "limit": variant.limit,
+        "split": variant.split,
         "round": rnd,
         "answered_rps": n / stats.wall_s,
         "p50_ms": summary["p50_ms"],
@@ -146,6 +170,7 @@ def timed_phase(
         "cpu_ms_per_request": (time.process_time() - cpu) * 1000 / max(n, 1),
         "prefills_per_request": (counts.prefill_forwards - prefills) / max(n, 1),
         "eager_prefills_per_request": (eager_prefills(engine) - eager_before) / max(n, 1),
+        "split_prefills_per_request": (engine.runner.split_prefills - split_before) / max(n, 1),
         "host_probe_ms": probe,
     }
 
@@ -156,48 +181,49 @@ def eager_prefills(engine: Engine) -> int:
 
 
 def report(
-    args: argparse.Namespace, limits: list[int], engines: dict[int, Engine], phases: list[dict]
+    args: argparse.Namespace, labels: list[str], engines: dict[str, Engine], phases: list[dict]
 ) -> None:
     medians = {
-        limit: statistics.median(p["answered_rps"] for p in phases if p["limit"] == limit)
-        for limit in limits
+        label: statistics.median(p["answered_rps"] for p in phases if p["variant"] == label)
+        for label in labels
     }
-    base = limits[0]
-    # each round's rate over the first limit's in the same round (adjacent phases)
+    base = labels[0]
+    # each round's rate over the first variant's in the same round (adjacent phases)
     paired = {
-        limit: [
+        label: [
             p["answered_rps"] / q["answered_rps"]
-            for p in phases if p["limit"] == limit
-            for q in phases if q["limit"] == base and q["round"] == p["round"]
+            for p in phases if p["variant"] == label
+            for q in phases if q["variant"] == base and q["round"] == p["round"]
         ]
-        for limit in limits[1:]
+        for label in labels[1:]
     }  # fmt: skip
     captures = {
-        limit: engine.runner.capture_counts.total(CapturePhase.SERVING)
-        for limit, engine in engines.items()
+        label: engine.runner.capture_counts.total(CapturePhase.SERVING)
+        for label, engine in engines.items()
     }
     result = {
         "env": environment() | {"width": args.width, "concurrency": args.concurrency,
                                 "requests": args.requests, "rounds": args.rounds},
         "phases": phases,
-        "median_rps": {str(k): v for k, v in medians.items()},
-        "paired_ratio_median": {str(k): statistics.median(v) for k, v in paired.items()},
-        "captures_after_ready": {str(k): v for k, v in captures.items()},
+        "median_rps": medians,
+        "paired_ratio_median": {k: statistics.median(v) for k, v in paired.items()},
+        "captures_after_ready": captures,
     }  # fmt: skip
     write_result("prefill_graph_limit", result)
     print(markdown_table(
-        ["limit", "round", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "prefills/req",
-         "eager prefills/req", "host probe ms"],
-        [[p["limit"], p["round"], p["answered_rps"], p["p50_ms"], p["p99_ms"],
+        ["variant", "round", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "prefills/req",
+         "eager prefills/req", "split batches/req", "host probe ms"],
+        [[p["variant"], p["round"], p["answered_rps"], p["p50_ms"], p["p99_ms"],
           f"{p['cpu_ms_per_request']:.2f}", f"{p['prefills_per_request']:.3f}",
-          f"{p['eager_prefills_per_request']:.3f}", f"{p['host_probe_ms']:.2f}"]
+          f"{p['eager_prefills_per_request']:.3f}", f"{p['split_prefills_per_request']:.3f}",
+          f"{p['host_probe_ms']:.2f}"]
          for p in phases],
     ))  # fmt: skip
-    for limit in limits:
-        line = f"limit {limit}: median {medians[limit]:.1f} req/s"
-        if limit in paired:
-            line += f", ÷ limit {base} per round (median) {statistics.median(paired[limit]):.3f}"
-        print(line + f"; captures after ready {captures[limit]}")
+    for label in labels:
+        line = f"limit {label}: median {medians[label]:.1f} req/s"
+        if label in paired:
+            line += f", ÷ limit {base} per round (median) {statistics.median(paired[label]):.3f}"
+        print(line + f"; captures after ready {captures[label]}")
 
 
 if __name__ == "__main__":

@@ -207,6 +207,16 @@ class EngineConfig:
         default=2048,
         metadata=_help("the largest prefill batch (prompt tokens) replayed from a CUDA graph"),
     )
+    # Off until an A/B on the GPU shows it pays (bench/prefill_graph_limit.py --split): the
+    # split trades one eager forward's launches for several replays of smaller batches.
+    prefill_graph_split: bool = field(
+        default=False,
+        metadata=_help(
+            "a prefill batch past max_prefill_graph_tokens whose prompts each fit one runs as "
+            "consecutive graph-sized batches, each replayed from its CUDA graph (false: one "
+            "eager forward)"
+        ),
+    )
     # Off by default until its start-up time is measured on the GPU: a 5000-row decoder's
     # warm-up did not finish within its test's start-up limit. Captures while serving are
     # counted either way (widebeam_decoder_graph_captures_total).

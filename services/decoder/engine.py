@@ -150,6 +150,7 @@ class Engine:
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,
             prefill_graph_tokens=prefill_graph_tokens(config),
+            prefill_graph_split=config.prefill_graph_split,
         )
         self.step_policy = StepPolicy(
             mc.vocab_size,

@@ -23,6 +23,7 @@ from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import (
     TOKEN_STEP,
     PrefillGraphs,
+    graph_sized_groups,
     prefill_host_inputs,
     split_prefill_inputs,
 )
@@ -40,12 +41,14 @@ class ModelRunner:
         trash_slot: int | None = None,  # a cache slot no request owns (padding rows write it)
         cuda_graphs: bool = False,
         prefill_graph_tokens: int = 0,
+        prefill_graph_split: bool = False,
     ) -> None:
         """When the attention backend supports graphs on the cache's device and a trash slot is
         given, decode steps and streamed beam expansions run at bucketed shapes, replayed from
         CUDA graphs when `cuda_graphs` and the device is CUDA (else eagerly at the same
         shapes); so do prefill batches of up to `prefill_graph_tokens` prompt tokens (0:
-        eager). Otherwise every step runs eagerly at its own size."""
+        eager), and with `prefill_graph_split` larger batches of prompts that each fit, as
+        consecutive graph-sized batches. Otherwise every step runs eagerly at its own size."""
         self.model = model
         self.cache = cache
         self.backend = backend
@@ -83,7 +86,9 @@ class ModelRunner:
             )
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_tokens = prefill_graph_tokens
+        self.prefill_graph_split = prefill_graph_split
         self.eager_prefills = 0  # prefill forwards outside the graph buckets (launched op by op)
+        self.split_prefills = 0  # batches past the graph limit run as several graph batches
         self.uses_graphs = self.graphs is not None and use_graphs
         if self.graphs is not None and prefill_graph_tokens > 0:
             token_buckets = math.ceil(prefill_graph_tokens / TOKEN_STEP)
@@ -136,6 +141,14 @@ class ModelRunner:
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
         lengths = [len(p) for p in prompts]
         in_graph = self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens
+        if not in_graph and self.prefill_graphs is not None and self.prefill_graph_split:
+            groups = graph_sized_groups(lengths, self.prefill_graph_tokens)
+            if groups is not None:
+                self.split_prefills += 1
+                cached = cached or [0] * len(prompts)
+                return torch.cat([
+                    self.prefill(prompts[a:b], prompt_slots[a:b], cached[a:b]) for a, b in groups
+                ])  # fmt: skip
         if not in_graph:
             self.eager_prefills += 1
         if cached is not None and any(cached):

@@ -57,6 +57,21 @@ def split_prefill_inputs(
     return packed[:tokens], packed[tokens : 2 * tokens], packed[2 * tokens :]
 
 
+def graph_sized_groups(lengths: list[int], limit: int) -> list[tuple[int, int]] | None:
+    """Consecutive runs [a, b) of the prompts, each holding at most `limit` tokens, as few as
+    the order allows (each run filled greedily); None when a prompt alone exceeds `limit`."""
+    if not lengths or max(lengths) > limit:
+        return None
+    groups, start, tokens = [], 0, 0
+    for i, length in enumerate(lengths):
+        if tokens + length > limit:
+            groups.append((start, i))
+            start, tokens = i, 0
+        tokens += length
+    groups.append((start, len(lengths)))
+    return groups
+
+
 class PrefillShape(NamedTuple):
     tokens: int  # padded token count
     prompts: int  # prompt capacity, the padding segment included

@@ -4,6 +4,7 @@ buffers are reused."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -14,6 +15,7 @@ from widebeam.services.decoder.runner.prefill_graphs import (
     MIN_PROMPTS,
     TOKEN_STEP,
     PrefillGraphs,
+    graph_sized_groups,
     padded_segments,
     prefill_shape,
 )
@@ -79,3 +81,19 @@ def test_eager_bucket_pads_tokens_and_reuses_buffers() -> None:
     assert len(graphs.cache.entries) == 2 and seen[-1][4][:15].tolist() == list(range(15))
     graphs.run([(3,)] * 16, list(torch.arange(16).split(1)))  # 16: more than it holds
     assert len(graphs.cache.entries) == 3 and seen[-1][4].shape == (32,)
+
+
+def test_graph_sized_groups_fill_each_run_in_order() -> None:
+    assert graph_sized_groups([301] * 12, 2048) == [(0, 6), (6, 12)]
+    assert graph_sized_groups([2048, 1, 2047, 1], 2048) == [(0, 1), (1, 3), (3, 4)]
+    assert graph_sized_groups([10, 20, 30], 60) == [(0, 3)]  # fits whole: one run
+    assert graph_sized_groups([100, 2049], 2048) is None  # a prompt past the limit alone
+    assert graph_sized_groups([], 2048) is None
+    lengths = [7, 300, 1500, 260, 900, 1200, 33]
+    groups = graph_sized_groups(lengths, 1600)
+    assert groups is not None and groups[0][0] == 0 and groups[-1][1] == len(lengths)
+    assert all(a < b for a, b in groups)
+    assert all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(groups))  # consecutive
+    assert all(sum(lengths[a:b]) <= 1600 for a, b in groups)
+    # as few as the order allows: no two neighbours would fit together
+    assert all(sum(lengths[a:d]) > 1600 for (a, _), (_, d) in itertools.pairwise(groups))
