@@ -152,8 +152,8 @@ def timed_phase(
 ) -> dict[str, object]:
     batch = requests.batch(f"{variant.label}-r{rnd}", args.requests)
     counts = engine.step_counts
-    prefills, eager_before = counts.prefill_forwards, eager_prefills(engine)
-    split_before = engine.runner.split_prefills
+    prefills, eager_before = counts.prefill_forwards, counts.eager_prefills
+    split_before = counts.split_prefills
     probe = probe_ms()
     cpu = time.process_time()
     stats = drive(engine, batch, None, args.concurrency)
@@ -169,15 +169,10 @@ def timed_phase(
         "p99_ms": summary["p99_ms"],
         "cpu_ms_per_request": (time.process_time() - cpu) * 1000 / max(n, 1),
         "prefills_per_request": (counts.prefill_forwards - prefills) / max(n, 1),
-        "eager_prefills_per_request": (eager_prefills(engine) - eager_before) / max(n, 1),
-        "split_prefills_per_request": (engine.runner.split_prefills - split_before) / max(n, 1),
+        "eager_prefills_per_request": (counts.eager_prefills - eager_before) / max(n, 1),
+        "split_prefills_per_request": (counts.split_prefills - split_before) / max(n, 1),
         "host_probe_ms": probe,
     }
-
-
-def eager_prefills(engine: Engine) -> int:
-    """Prefill forwards past the graph limit so far (counted by the runner)."""
-    return engine.runner.eager_prefills
 
 
 def report(

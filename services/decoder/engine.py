@@ -139,6 +139,7 @@ class Engine:
             kv_scales,
         )
         backend_name = resolve_backend_name(config.attention_backend, self.device.type)
+        self.step_counts = StepCounts()
         self.runner = ModelRunner(
             self.model,
             cache,
@@ -151,6 +152,7 @@ class Engine:
             cuda_graphs=config.cuda_graphs,
             prefill_graph_tokens=prefill_graph_tokens(config),
             prefill_graph_split=config.prefill_graph_split,
+            step_counts=self.step_counts,
         )
         self.step_policy = StepPolicy(
             mc.vocab_size,
@@ -174,7 +176,6 @@ class Engine:
         self._arrivals = itertools.count()
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
         self.last_step_rows = 0  # rows the last step advanced by a token (throughput meters)
-        self.step_counts = StepCounts()
         # Marks each phase of a step on a device timeline (`profiling/capture.py` swaps in
         # torch's record_function while it captures); "engine.<phase>" names.
         self.annotate: Callable[[str], AbstractContextManager[object]] = no_annotation

@@ -28,6 +28,7 @@ from widebeam.services.decoder.runner.prefill_graphs import (
     split_prefill_inputs,
 )
 from widebeam.services.decoder.runner.prefix_prefill import prefix_prefill_inputs
+from widebeam.services.decoder.runner.step_counts import StepCounts
 from widebeam.services.decoder.runner.step_inputs import DecodeInputs, PreparedStep
 from widebeam.services.decoder.search.beam_expansion import Expander
 
@@ -42,6 +43,7 @@ class ModelRunner:
         cuda_graphs: bool = False,
         prefill_graph_tokens: int = 0,
         prefill_graph_split: bool = False,
+        step_counts: StepCounts | None = None,  # where the prefills past the graph limit count
     ) -> None:
         """When the attention backend supports graphs on the cache's device and a trash slot is
         given, decode steps and streamed beam expansions run at bucketed shapes, replayed from
@@ -87,8 +89,7 @@ class ModelRunner:
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_graph_tokens = prefill_graph_tokens
         self.prefill_graph_split = prefill_graph_split
-        self.eager_prefills = 0  # prefill forwards outside the graph buckets (launched op by op)
-        self.split_prefills = 0  # batches past the graph limit run as several graph batches
+        self.step_counts = StepCounts() if step_counts is None else step_counts
         self.uses_graphs = self.graphs is not None and use_graphs
         if self.graphs is not None and prefill_graph_tokens > 0:
             token_buckets = math.ceil(prefill_graph_tokens / TOKEN_STEP)
@@ -144,13 +145,13 @@ class ModelRunner:
         if not in_graph and self.prefill_graphs is not None and self.prefill_graph_split:
             groups = graph_sized_groups(lengths, self.prefill_graph_tokens)
             if groups is not None:
-                self.split_prefills += 1
+                self.step_counts.split_prefills += 1
                 cached = cached or [0] * len(prompts)
                 return torch.cat([
                     self.prefill(prompts[a:b], prompt_slots[a:b], cached[a:b]) for a, b in groups
                 ])  # fmt: skip
         if not in_graph:
-            self.eager_prefills += 1
+            self.step_counts.eager_prefills += 1
         if cached is not None and any(cached):
             if not in_graph:
                 return self._prefill_after_prefixes(prompts, prompt_slots, cached)

@@ -11,15 +11,17 @@ The prompt-prefix cache (`kv/prefix_cache.py`), read from its stats at scrape ti
 `_hit_ratio` (the same since start), `_pages{state}` (cached pages `held` by running requests or
 `unheld`, which eviction may give back) and `_evicted_pages_total`. All 0 with the cache off.
 
-How well arrivals batch (`runner/step_counts.py`): `widebeam_decoder_forwards_total{kind}`
-(prefill / decode forwards run), `widebeam_decoder_forward_rows_total{kind}` (prompt tokens
-computed by prefills, rows of decode forwards: per forward, how full),
-`widebeam_decoder_prefilled_requests_total` (requests those prefills held: per prefill forward,
-the batch), `widebeam_decoder_beam_expansions_total` (streamed beam steps launched, one per
-cohort batch), `widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall
-time, how busy the engine is), and `widebeam_decoder_group_waits_total` /
-`_group_wait_seconds_total` (intakes that waited for a group's next requests,
-`server/async_engine.py`).
+How well arrivals batch (`runner/step_counts.py`): `widebeam_decoder_forwards_total{kind}` (prefill
+/ decode forwards run), `widebeam_decoder_forward_rows_total{kind}` (prompt tokens computed by
+prefills, rows of decode forwards: per forward, how full),
+`widebeam_decoder_prefilled_requests_total` (requests those prefills held: per prefill forward, the
+batch), `widebeam_decoder_eager_prefills_total` (prefill forwards past `max_prefill_graph_tokens`,
+launched op by op: the limit is low for this traffic) and `_split_prefills_total` (such batches run
+as graph-sized batches instead, with `prefill_graph_split`),
+`widebeam_decoder_beam_expansions_total` (streamed beam steps launched, one per cohort batch),
+`widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall time, how busy the
+engine is), and `widebeam_decoder_group_waits_total` / `_group_wait_seconds_total` (intakes that
+waited for a group's next requests, `server/async_engine.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ GRAPH_CAPTURES = "widebeam_decoder_graph_captures"  # exposed with the counter's
 PREFIX_CACHE = "widebeam_decoder_prefix_cache"  # the prefix-cache metrics' common prefix
 FORWARDS = "widebeam_decoder_forwards"
 PREFILLED_REQUESTS = "widebeam_decoder_prefilled_requests"
+EAGER_PREFILLS = "widebeam_decoder_eager_prefills"
+SPLIT_PREFILLS = "widebeam_decoder_split_prefills"
 BEAM_EXPANSIONS = "widebeam_decoder_beam_expansions"
 FORWARD_ROWS = "widebeam_decoder_forward_rows"
 STEP_SECONDS = "widebeam_decoder_step_seconds"
@@ -107,6 +111,10 @@ class _StepCollector(Collector):
         scalars = (  # (name, help, value)
             (PREFILLED_REQUESTS, "requests prefilled (over prefill forwards: the batch)",
              counts.prefilled_requests),
+            (EAGER_PREFILLS, "prefill forwards past max_prefill_graph_tokens, launched op by op",
+             counts.eager_prefills),
+            (SPLIT_PREFILLS, "prefill batches past max_prefill_graph_tokens run as graph-sized "
+             "batches (prefill_graph_split)", counts.split_prefills),
             (BEAM_EXPANSIONS, "streamed beam steps launched, one per cohort batch",
              counts.beam_expansions),
             (STEP_SECONDS, "wall time in engine steps (over wall time: how busy the engine is)",

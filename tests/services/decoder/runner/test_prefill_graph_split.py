@@ -49,12 +49,12 @@ def test_a_long_batch_runs_as_graph_sized_batches(model: CausalLM) -> None:
     want = plain.prefill(PROMPTS, PROMPT_SLOTS)
     eager = _runner(model, 64, split=False)  # 99 tokens: past the limit, one eager forward
     _close(eager.prefill(PROMPTS, PROMPT_SLOTS), want)
-    assert (eager.eager_prefills, eager.split_prefills) == (1, 0)
+    assert (eager.step_counts.eager_prefills, eager.step_counts.split_prefills) == (1, 0)
 
     split = _runner(model, 64, split=True)
     got = split.prefill(PROMPTS, PROMPT_SLOTS)
     _close(got, want)
-    assert (split.eager_prefills, split.split_prefills) == (0, 1)
+    assert (split.step_counts.eager_prefills, split.step_counts.split_prefills) == (0, 1)
     assert split.prefill_graphs is not None
     assert len(split.prefill_graphs.cache.entries) == 1  # runs of 64 and 35 tokens: one bucket
     used = torch.cat(PROMPT_SLOTS)
@@ -66,7 +66,7 @@ def test_a_prompt_past_the_limit_alone_keeps_the_eager_forward(model: CausalLM) 
     runner = _runner(model, 32, split=True)  # the 40-token prompt fits no graph
     _close(runner.prefill(PROMPTS, PROMPT_SLOTS), _runner(model, 2048, False).prefill(
         PROMPTS, PROMPT_SLOTS))  # fmt: skip
-    assert (runner.eager_prefills, runner.split_prefills) == (1, 0)
+    assert (runner.step_counts.eager_prefills, runner.step_counts.split_prefills) == (1, 0)
 
 
 def test_cached_prefixes_keep_their_pages_in_every_run(model: CausalLM) -> None:
@@ -78,7 +78,7 @@ def test_cached_prefixes_keep_their_pages_in_every_run(model: CausalLM) -> None:
     got = runner.prefill(PROMPTS, PROMPT_SLOTS, cached=cached)
     _close(got, want)
     assert (runner.cache.k[:, cached_slots] == 7.0).all()  # written to the trash slot instead
-    assert runner.split_prefills == 1 and runner.eager_prefills == 0
+    assert (runner.step_counts.split_prefills, runner.step_counts.eager_prefills) == (1, 0)
 
 
 def test_the_engine_setting_reaches_the_runner(sid_model: SidModel) -> None:
