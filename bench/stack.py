@@ -218,10 +218,12 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
     return engine
 
 
-def graph_limit(args: argparse.Namespace) -> dict[str, int]:
-    """`max_prefill_graph_tokens` where the command line sets it (else EngineConfig's)."""
+def graph_limit(args: argparse.Namespace) -> dict[str, int | bool]:
+    """`max_prefill_graph_tokens` and `prefill_graph_split` where the command line sets them
+    (else EngineConfig's)."""
     limit = args.max_prefill_graph_tokens
-    return {} if limit is None else {"max_prefill_graph_tokens": limit}
+    split = {"prefill_graph_split": True} if args.prefill_graph_split else {}
+    return split if limit is None else {"max_prefill_graph_tokens": limit, **split}
 
 
 def engine_phases(
@@ -597,6 +599,9 @@ def main() -> None:
     parser.add_argument("--max-prefill-graph-tokens", type=int,
                         help="the engine's and the decoder's largest prefill batch replayed "
                         "from a CUDA graph (default: EngineConfig's)")  # fmt: skip
+    parser.add_argument("--prefill-graph-split", action="store_true",
+                        help="the engine's and the decoder's prefill_graph_split: batches past "
+                        "the graph limit as graph-sized batches")  # fmt: skip
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
@@ -646,7 +651,8 @@ def main() -> None:
         "--api-processes", str(args.api_processes),
         "--admission-ratio", str(args.admission_ratio),
         "--admission-max-wait-steps", str(args.admission_max_wait_steps),
-        *(f"--{name.replace('_', '-')}={value}" for name, value in graph_limit(args).items()),
+        *(f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
+          for name, value in graph_limit(args).items()),
         "--group-wait-ms", str(args.group_wait_ms),
         *(["--answers-at-step-start"] if args.answers_at_step_start else []),
         *(["--max-queue-wait-s", str(args.max_queue_wait_s)] if args.max_queue_wait_s else []),
@@ -791,6 +797,7 @@ def report(
                                 "admission_max_wait_steps": args.admission_max_wait_steps,
                                 "max_queue_wait_s": args.max_queue_wait_s,
                                 "max_prefill_graph_tokens": args.max_prefill_graph_tokens,
+                                "prefill_graph_split": args.prefill_graph_split,
                                 "answers_at_step_start": args.answers_at_step_start,
                                 "group_wait_ms": args.group_wait_ms,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},
