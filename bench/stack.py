@@ -164,6 +164,9 @@ def batching(
         "busy": (after.step_seconds - before.step_seconds) / max(wall_s, 1e-9),
         # a server's intakes that waited for a group's next requests, per request
         "group_waits_per_request": (after.group_waits - before.group_waits) / answered,
+        # prefill forwards launched op by op (past the graph limit), and batches split instead
+        "eager_prefills_per_request": (after.eager_prefills - before.eager_prefills) / answered,
+        "split_prefills_per_request": (after.split_prefills - before.split_prefills) / answered,
     }
 
 
@@ -175,6 +178,8 @@ BATCHING_COLUMNS = {  # `batching`'s keys, as the table names them
     "expansions_per_request": "expansions/req",
     "busy": "engine busy",
     "group_waits_per_request": "group waits/req",
+    "eager_prefills_per_request": "eager prefills/req",
+    "split_prefills_per_request": "split prefills/req",
 }
 
 
@@ -544,6 +549,8 @@ def step_counts(metrics_url: str) -> StepCounts:
         step_seconds=sample("widebeam_decoder_step_seconds_total"),
         group_waits=count("widebeam_decoder_group_waits_total"),
         group_wait_seconds=sample("widebeam_decoder_group_wait_seconds_total"),
+        eager_prefills=count("widebeam_decoder_eager_prefills_total"),
+        split_prefills=count("widebeam_decoder_split_prefills_total"),
     )
 
 

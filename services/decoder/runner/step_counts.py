@@ -19,9 +19,9 @@ class StepCounts:
     prefill_forwards: int = 0
     prefilled_requests: int = 0
     prefill_tokens: int = 0  # prompt tokens computed (cached prefixes not counted)
-    # prefill forwards past the graph limit, launched op by op (MAX_PREFILL_GRAPH_TOKENS too low
-    # for the batches this traffic makes), and batches past it run as graph-sized batches
-    # (`prefill_graph_split`) instead
+    # prefill forwards launched op by op: past the graph limit (MAX_PREFILL_GRAPH_TOKENS too low
+    # for the batches this traffic makes), or with no prefill graphs (CPU, PREFILL_GRAPHS off);
+    # and batches past the limit run as graph-sized batches (`prefill_graph_split`) instead
     eager_prefills: int = 0
     split_prefills: int = 0
     decode_forwards: int = 0

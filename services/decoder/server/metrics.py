@@ -15,13 +15,13 @@ How well arrivals batch (`runner/step_counts.py`): `widebeam_decoder_forwards_to
 / decode forwards run), `widebeam_decoder_forward_rows_total{kind}` (prompt tokens computed by
 prefills, rows of decode forwards: per forward, how full),
 `widebeam_decoder_prefilled_requests_total` (requests those prefills held: per prefill forward, the
-batch), `widebeam_decoder_eager_prefills_total` (prefill forwards past `max_prefill_graph_tokens`,
-launched op by op: the limit is low for this traffic) and `_split_prefills_total` (such batches run
-as graph-sized batches instead, with `prefill_graph_split`),
-`widebeam_decoder_beam_expansions_total` (streamed beam steps launched, one per cohort batch),
-`widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall time, how busy the
-engine is), and `widebeam_decoder_group_waits_total` / `_group_wait_seconds_total` (intakes that
-waited for a group's next requests, `server/async_engine.py`).
+batch), `widebeam_decoder_eager_prefills_total` (prefill forwards launched op by op: past
+`max_prefill_graph_tokens`, the limit low for this traffic, or with no prefill graphs at all) and
+`_split_prefills_total` (such batches run as graph-sized batches instead, with
+`prefill_graph_split`), `widebeam_decoder_beam_expansions_total` (streamed beam steps launched, one
+per cohort batch), `widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall time,
+how busy the engine is), and `widebeam_decoder_group_waits_total` / `_group_wait_seconds_total`
+(intakes that waited for a group's next requests, `server/async_engine.py`).
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ class _StepCollector(Collector):
         scalars = (  # (name, help, value)
             (PREFILLED_REQUESTS, "requests prefilled (over prefill forwards: the batch)",
              counts.prefilled_requests),
-            (EAGER_PREFILLS, "prefill forwards past max_prefill_graph_tokens, launched op by op",
+            (EAGER_PREFILLS, "prefill forwards launched op by op (past max_prefill_graph_tokens, "
+             "or no prefill graphs)",
              counts.eager_prefills),
             (SPLIT_PREFILLS, "prefill batches past max_prefill_graph_tokens run as graph-sized "
              "batches (prefill_graph_split)", counts.split_prefills),

@@ -34,9 +34,10 @@ def test_requests_run_together_share_their_forwards(sid_model: SidModel) -> None
     outputs = engine.generate(_requests("together", 4))
     assert all(out.error is None for out in outputs)
     # one prefill of all four (it picks the first token), then STEPS - 1 decode forwards, and
-    # every step's expansion is one cohort of four lockstep requests
+    # every step's expansion is one cohort of four lockstep requests; the CPU has no prefill
+    # graphs, so the prefill is launched op by op
     assert _untimed(engine.step_counts) == StepCounts(
-        prefill_forwards=1, prefilled_requests=4, prefill_tokens=4 * 3,
+        prefill_forwards=1, prefilled_requests=4, prefill_tokens=4 * 3, eager_prefills=1,
         decode_forwards=STEPS - 1, decode_rows=(STEPS - 1) * 4 * 8, beam_expansions=STEPS,
     )  # fmt: skip
     assert engine.step_counts.step_seconds > 0
@@ -48,7 +49,7 @@ def test_requests_run_apart_take_a_forward_each(sid_model: SidModel) -> None:
         [out] = engine.generate([request])
         assert out.error is None
     assert _untimed(engine.step_counts) == StepCounts(
-        prefill_forwards=4, prefilled_requests=4, prefill_tokens=4 * 3,
+        prefill_forwards=4, prefilled_requests=4, prefill_tokens=4 * 3, eager_prefills=4,
         decode_forwards=4 * (STEPS - 1), decode_rows=4 * (STEPS - 1) * 8,
         beam_expansions=4 * STEPS,
     )  # fmt: skip
