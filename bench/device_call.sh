@@ -44,6 +44,9 @@
 #   kernels-fp8prefill [90]  kernels.py --only fp8prefill: one layer's KV write + prefill at W2
 #                          (5,000 tokens) and W4 (3 x 2,451) shapes: bf16 cache, FP8 with the
 #                          rows widened by the prefill (two copies), FP8 widened by the write
+#   prefill-tiles [300]    prefill_tiles.py --tiles few: the prefill kernel at W2's 1,000 / 5,000
+#                          tokens and W4's 3 x 2,451, five tiles x its options (unmasked tiles
+#                          before the diagonal, tensor-descriptor K/V, longest work first)
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
 #   fp8-quality [240]      fp8_quality.py --users 3000
@@ -130,6 +133,7 @@ step_command() {
             --tree-split \$rule || exit 1; done" ;;
         attention-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider \
             tests/kernels/attention/test_triton_shared_suffix.py \
+            tests/kernels/attention/test_triton_prefill.py \
             tests/kernels/attention/test_triton_cascade.py \
             tests/kernels/attention/test_engine_with_triton.py \
             tests/services/decoder/test_engine_graphs_gpu.py" ;;
@@ -143,6 +147,7 @@ step_command() {
         kernels-fp8kv) echo "cd bench && python3 kernels.py --only fp8kv --tag _fp8kv" ;;
         kernels-fp8prefill) echo "cd bench && python3 kernels.py --only fp8prefill \
             --tag _fp8prefill" ;;
+        prefill-tiles) echo "cd bench && python3 prefill_tiles.py --tiles few" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
         fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;
@@ -196,7 +201,7 @@ default_limit() {
         gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
-        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
+        fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3) echo 150 ;; *) echo 120 ;;
     esac
 }

@@ -20,6 +20,7 @@ import itertools
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from widebeam.kernels.attention.triton_common import (
     LOG2E,
@@ -31,10 +32,74 @@ from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
 @triton.jit
+def _kv_tiles(
+    k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh, stride_vt, stride_vh,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """Keys n0 .. n0 + BLOCK_N of one KV head: [BLOCK_N] their indices, [D, BLOCK_N] K^T,
+    [BLOCK_N, D] V. TMA: k_src / v_src are [N, Hkv * D] tensor descriptors (keys past the
+    batch read as zeros, keys of the next segment as they are: the caller masks them), else
+    pointers, keys from kv_end on read as zeros."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    if TMA:
+        k_t = k_src.load([n0, kv_head * D]).T
+        v = v_src.load([n0, kv_head * D])
+    else:
+        d = tl.arange(0, D)
+        n_ok = n < kv_end
+        k_t = tl.load(
+            k_src + n.to(tl.int64)[None, :] * stride_kt + kv_head * stride_kh + d[:, None],
+            mask=n_ok[None, :],
+            other=0.0,
+        )
+        v = tl.load(
+            v_src + n.to(tl.int64)[:, None] * stride_vt + kv_head * stride_vh + d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
+    return n, k_t, v
+
+
+@triton.jit
+def _attend_tile(
+    q, k_t, v, n, tok, kv_end, qk_scale, acc, m_i, l_i,
+    MASKED: tl.constexpr, KV_FP8: tl.constexpr, Q_DTYPE: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One key tile of the online softmax. MASKED: keys past a row's token or past kv_end
+    are hidden (the causal diagonal, the segment's end); else every key is visible to every
+    row, so the scale is applied after the row maximum and the mask is skipped."""
+    if KV_FP8:  # exact: every e4m3 value is a value of q's dtype
+        k_t = k_t.to(Q_DTYPE)
+        v = v.to(Q_DTYPE)
+    if UPCAST:
+        k_t = k_t.to(tl.float32)
+    s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+    if MASKED:
+        visible = (n[None, :] < kv_end) & (n[None, :] <= tok[:, None])
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # padded M rows see no key
+        p = tl.exp2(s - m_ref[:, None])
+    else:  # qk_scale > 0: the maximum of the scaled scores is the scaled maximum
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_ref = m_new
+        p = tl.exp2(s * qk_scale - m_ref[:, None])
+    alpha = tl.exp2(m_i - m_ref)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    p_v = p.to(v.dtype)
+    if UPCAST:
+        p_v = p_v.to(tl.float32)
+        v = v.to(tl.float32)
+    acc = tl.dot(p_v, v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
 def _prefill_kernel(
     q_ptr,  # [N, HQ, D] last dim contiguous
-    k_ptr,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8: else FP8 values already widened)
-    v_ptr,  # [N, HKV, D]
+    k_src,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8: else FP8 values already widened);
+    v_src,  # [N, HKV, D]   with TMA, [N, HKV * D] tensor descriptors of them
     k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
     v_scale_ptr,  # [HKV] fp32, its V scales (KV_FP8 only)
     out_ptr,  # [N, HQ, D] contiguous, dtype of q
@@ -57,6 +122,8 @@ def _prefill_kernel(
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V in FP8 with per-head scales
+    SPLIT_DIAGONAL: tl.constexpr,  # key tiles wholly before the block first, unmasked
+    TMA: tl.constexpr,  # K and V through tensor descriptors (Hopper's bulk copies)
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -82,39 +149,23 @@ def _prefill_kernel(
     l_i = tl.zeros([BLOCK_Q * GQA_P], tl.float32)
     acc = tl.zeros([BLOCK_Q * GQA_P, D], tl.float32)
     kv_end = tl.minimum(q_start + BLOCK_Q, seg_end)  # causal: nothing past the block's last token
-    for n0 in range(seg_start, kv_end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = n < kv_end
-        k_t = tl.load(
-            k_ptr + n.to(tl.int64)[None, :] * stride_kt + kv_head * stride_kh + d[:, None],
-            mask=n_ok[None, :],
-            other=0.0,
-        )
-        v = tl.load(
-            v_ptr + n.to(tl.int64)[:, None] * stride_vt + kv_head * stride_vh + d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
-        )
-        if KV_FP8:  # exact: every e4m3 value is a value of q's dtype
-            k_t = k_t.to(q_ptr.dtype.element_ty)
-            v = v.to(q_ptr.dtype.element_ty)
-        if UPCAST:
-            k_t = k_t.to(tl.float32)
-        s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
-        visible = n_ok[None, :] & (n[None, :] <= tok[:, None])
-        s = tl.where(visible, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # padded M rows see no key
-        alpha = tl.exp2(m_i - m_ref)
-        p = tl.exp2(s - m_ref[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        p_v = p.to(v.dtype)
-        if UPCAST:
-            p_v = p_v.to(tl.float32)
-            v = v.to(tl.float32)
-        pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    masked_from = seg_start
+    if SPLIT_DIAGONAL:  # tiles whose keys all precede the block's first token: no mask
+        masked_from = seg_start + (q_start - seg_start) // BLOCK_N * BLOCK_N
+        for n0 in range(seg_start, masked_from, BLOCK_N):
+            n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
+                                  stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
+            acc, m_i, l_i = _attend_tile(
+                q, k_t, v, n, tok, kv_end, qk_scale, acc, m_i, l_i, False, KV_FP8,
+                q_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+            )  # fmt: skip
+    for n0 in range(masked_from, kv_end, BLOCK_N):
+        n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
+                              stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
+        acc, m_i, l_i = _attend_tile(
+            q, k_t, v, n, tok, kv_end, qk_scale, acc, m_i, l_i, True, KV_FP8,
+            q_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+        )  # fmt: skip
     has = l_i > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     if KV_FP8:
@@ -126,19 +177,33 @@ def _prefill_kernel(
     )
 
 
+# The kernel's options where a caller names none; bench/prefill_tiles.py compares them on the
+# GPU (docs/benchmarks.md): key tiles wholly before a query block run without the causal mask,
+# K and V through tensor descriptors where the device has them (compute capability 9+), and
+# the work list longest items first (a query block late in a long prompt reads the most keys).
+SPLIT_DIAGONAL = False
+TMA_KV = False
+HEAVY_FIRST = False
+
+
 def prefill_block_q(q_heads: int, kv_heads: int) -> int:
     """Query tokens per program: M = BLOCK_Q × padded GQA = 64."""
     return max(64 // gqa_padded(q_heads, kv_heads), 1)
 
 
 def prefill_work(
-    cu_seqlens: tuple[int, ...], block_q: int, device: torch.device
+    cu_seqlens: tuple[int, ...],
+    block_q: int,
+    device: torch.device,
+    heavy_first: bool | None = None,  # None: HEAVY_FIRST
 ) -> torch.Tensor:  # [3, B] int32: segment start, segment end, block's first query token
     items = [
         (start, end, q0)
         for start, end in itertools.pairwise(cu_seqlens)
         for q0 in range(start, end, block_q)
     ]
+    if HEAVY_FIRST if heavy_first is None else heavy_first:
+        items.sort(key=lambda item: item[0] - item[2])  # most keys before the block first
     host = torch.tensor(items, dtype=torch.int32).reshape(-1, 3).t().contiguous()
     if device.type == "cuda":  # pinned + queued: the host never waits for the device here
         return host.pin_memory().to(device, non_blocking=True)
@@ -160,6 +225,8 @@ def ragged_causal_prefill(
     widen_kv: bool = True,  # FP8 k, v widened to q's dtype before the kernel (False: in it)
     num_warps: int = 4,
     num_stages: int = 3,
+    split_diagonal: bool | None = None,  # None: SPLIT_DIAGONAL
+    tma: bool | None = None,  # None: TMA_KV where tma_usable; True: refused where it is not
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     tokens, q_heads, dim = q.shape
     kv_heads = k.shape[1]
@@ -189,12 +256,54 @@ def ragged_causal_prefill(
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
     if fp8 and widen_kv:  # exact (a no-op for values already widened); the kernel's: a no-op
         k, v = k.to(q.dtype), v.to(q.dtype)
+    usable = tma_usable(q, k, v)
+    if tma and not usable:
+        raise ValueError(
+            "tma needs K and V in q's dtype, heads contiguous, 16-byte aligned rows, and a "
+            "device of compute capability 9+ (or the interpreter)"
+        )
+    use_tma = usable and (TMA_KV if tma is None else tma)
+    k_src, v_src = (_descriptor(x, block_n) for x in (k, v)) if use_tma else (k, v)
+    split = SPLIT_DIAGONAL if split_diagonal is None else split_diagonal
     _prefill_kernel[(work.shape[1], kv_heads)](
-        q, k, v, k_scale, v_scale, out, work[0], work[1], work[2],
+        q, k_src, v_src, k_scale, v_scale, out, work[0], work[1], work[2],
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
         BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
-        DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
+        DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, SPLIT_DIAGONAL=split, TMA=use_tma,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out
+
+
+def tma_usable(
+    q: torch.Tensor,  # [N, Hq, D]
+    k: torch.Tensor,  # [N, Hkv, D]
+    v: torch.Tensor,  # [N, Hkv, D]
+) -> bool:
+    """Whether K and V can be read as [N, Hkv * D] tensor descriptors: q's dtype (FP8 values
+    widened), each token's heads contiguous, rows 16-byte aligned, and a device with bulk
+    tensor copies (the interpreter emulates them)."""
+    device = k.device
+    if device.type == "cuda":
+        if torch.cuda.get_device_capability(device)[0] < 9:
+            return False
+    elif not interpreting(_prefill_kernel):
+        return False
+    heads, dim = k.shape[1], k.shape[2]
+    return all(
+        x.dtype == q.dtype
+        and x.shape[1:] == (heads, dim)
+        and x.stride(2) == 1
+        and x.stride(1) == dim
+        and x.data_ptr() % 16 == 0
+        and x.stride(0) * x.element_size() % 16 == 0
+        for x in (k, v)
+    )
+
+
+def _descriptor(x: torch.Tensor, block_n: int) -> TensorDescriptor:  # x [N, Hkv, D]
+    tokens, heads, dim = x.shape
+    return TensorDescriptor(
+        x, shape=[tokens, heads * dim], strides=[x.stride(0), 1], block_shape=[block_n, dim]
+    )
