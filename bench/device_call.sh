@@ -33,6 +33,7 @@
 #                          (the default), then ${WIDEBEAM_W1_SPLIT:-4:4}
 #   attention-gpu-tests [240]  pytest over the cascade and shared-suffix kernels (compiled),
 #                          the engine on Triton and the graph = eager = overlap digests
+#   engine-gpu-tests [120] the last two of those alone: the engine on Triton, the digests
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
 #                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
 #                          programs per SM 8/16/32 × warps 4/8 × split rules 8:8 (the
@@ -73,7 +74,8 @@
 #   prefill-split [420]    prefill_graph_limit.py --limits 2048,2048+split,4096 --rounds 10
 #                          --requests 360: W3 n = 50, c = 12 (3,612-token prefill batches) with
 #                          the batches past 2,048 eager, split into graph-sized batches, or
-#                          graphed at 4,096, in alternation
+#                          graphed at 4,096, in alternation ($WIDEBEAM_SPLIT_LIMITS,
+#                          $WIDEBEAM_SPLIT_ROUNDS, $WIDEBEAM_SPLIT_REQUESTS replace the three)
 #   w3-fp8 [300]           genrec_throughput.py --quick, bf16 then --quantization fp8
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
@@ -185,7 +187,11 @@ step_command() {
             ; \$W4 --tag _bf16 ; \$W4 \$LIMIT --tag _bf16lim \
             ; \$W4 \$FP8 --tag _fp8 ; \$W4 \$FP8 \$LIMIT --tag _fp8lim" ;;
         prefill-split) echo "cd bench && python3 prefill_graph_limit.py \
-            --limits 2048,2048+split,4096 --rounds 10 --requests 360" ;;
+            --limits ${WIDEBEAM_SPLIT_LIMITS:-2048,2048+split,4096} \
+            --rounds ${WIDEBEAM_SPLIT_ROUNDS:-10} --requests ${WIDEBEAM_SPLIT_REQUESTS:-360}" ;;
+        engine-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider \
+            tests/kernels/attention/test_engine_with_triton.py \
+            tests/services/decoder/test_engine_graphs_gpu.py" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
             --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;

@@ -177,13 +177,15 @@ def _prefill_kernel(
     )
 
 
-# The kernel's options where a caller names none; bench/prefill_tiles.py compares them on the
-# GPU (docs/benchmarks.md): key tiles wholly before a query block run without the causal mask,
-# K and V through tensor descriptors where the device has them (compute capability 9+), and
-# the work list longest items first (a query block late in a long prompt reads the most keys).
-SPLIT_DIAGONAL = False
-TMA_KV = False
-HEAVY_FIRST = False
+# The kernel's options where a caller names none, all on: key tiles wholly before a query block
+# run without the causal mask, K and V through tensor descriptors where the device has them
+# (compute capability 9+), and the work list longest items first (a query block late in a long
+# prompt reads the most keys, so it must not start last). Together they are what made the
+# default tile fastest at W2's and W4's prompt lengths (bench/prefill_tiles.py, numbers in
+# docs/benchmarks.md); each alone gained less.
+SPLIT_DIAGONAL = True
+TMA_KV = True
+HEAVY_FIRST = True
 
 
 def prefill_block_q(q_heads: int, kv_heads: int) -> int:
