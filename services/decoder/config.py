@@ -201,10 +201,11 @@ class EngineConfig:
         ),
     )
     # Small prefill batches are bound by the host's kernel launches, large ones by their
-    # kernels; an eager batch still costs the engine thread its launches (one bucket per
-    # TOKEN_STEP tokens up to here is captured at start-up).
+    # kernels; an eager batch still costs the engine thread its launches, which bound the
+    # host-bound rates (W3 at n = 50, FP8 at long contexts: docs/benchmarks.md). One graph
+    # per TOKEN_STEP tokens up to here is captured at start-up.
     max_prefill_graph_tokens: int = field(
-        default=2048,
+        default=8192,
         metadata=_help("the largest prefill batch (prompt tokens) replayed from a CUDA graph"),
     )
     # Off until an A/B on the GPU shows it pays (bench/prefill_graph_limit.py --split): the

@@ -13,7 +13,6 @@ lazily, and counted (`capture_counts.CaptureCounts`).
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from widebeam.services.decoder.config import EngineConfig, is_cuda_device
@@ -21,7 +20,11 @@ from widebeam.services.decoder.requests.spec import GenerationRequest
 from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
 from widebeam.services.decoder.runner.expansion_graphs import BATCH_STEP, EXACT_BATCH, MAX_COHORT
-from widebeam.services.decoder.runner.prefill_graphs import TOKEN_STEP
+from widebeam.services.decoder.runner.prefill_graphs import (
+    TOKEN_STEP,
+    largest_bucket,
+    prompt_capacity,
+)
 
 WIDENED_LOCKSTEP = 2  # widened Recommend calls stepping together that get start-up graphs
 
@@ -65,8 +68,8 @@ def decode_row_buckets(config: EngineConfig) -> list[int]:
 
 
 def prefill_token_buckets(config: EngineConfig) -> list[int]:
-    tokens = prefill_graph_tokens(config)
-    return list(range(TOKEN_STEP, math.ceil(tokens / TOKEN_STEP) * TOKEN_STEP + 1, TOKEN_STEP))
+    """Every prefill token bucket: each holds one graph, whatever the batch's prompt count."""
+    return list(range(TOKEN_STEP, largest_bucket(prefill_graph_tokens(config)) + 1, TOKEN_STEP))
 
 
 def expansion_batches(config: EngineConfig) -> list[CaptureBucket]:
@@ -131,13 +134,23 @@ def warm_up_requests(
     default catalog when one is loaded, so a Recommend of that width finds its beam expansions
     captured too), else two unconstrained steps. Expansion: `requests` such beams of the
     bucket's width, which step in lockstep; with `eos`, shaped like a constrained chat
-    completion instead (the model's EOS, one token more than the path). Prefill: a prompt as
-    long as the bucket's tokens, one token."""
+    completion instead (the model's EOS, one token more than the path). Prefill: prompts that
+    fill the bucket's tokens together (one prefill batch), each within the context length, one
+    token each."""
     no_eos: tuple[int, ...] = ()
     name = f"warm-up-{bucket.kind}-{bucket.size}x{bucket.requests}{'-eos' * bucket.eos}"
     if bucket.kind == GraphKind.PREFILL:
-        length = min(bucket.size, prefill_graph_tokens(config), max_model_len - 1)
-        return [GenerationRequest(name, (0,) * length, max_new_tokens=1, eos_token_id=no_eos)]
+        tokens = min(bucket.size, prefill_graph_tokens(config))
+        longest = max_model_len - 1
+        # no more prompts than the bucket holds beside its padding segment
+        count = min(-(-tokens // longest), prompt_capacity(bucket.size) - 1)
+        return [
+            GenerationRequest(
+                f"{name}-{i}", (0,) * min(longest, tokens - i * longest), max_new_tokens=1,
+                eos_token_id=no_eos,
+            )
+            for i in range(count)
+        ]  # fmt: skip
     width = min(bucket.size, config.max_rows)
     constrained = sid_path_length is not None
     steps = (sid_path_length or 2) + bucket.eos

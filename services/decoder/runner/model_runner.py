@@ -21,8 +21,10 @@ from widebeam.services.decoder.runner.capture_counts import CaptureCounts
 from widebeam.services.decoder.runner.decode_graphs import DecodeGraphs
 from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
 from widebeam.services.decoder.runner.prefill_graphs import (
+    MAX_RECOMPUTED_PREFIX_TOKENS,
     TOKEN_STEP,
     PrefillGraphs,
+    fits_graph,
     graph_sized_groups,
     prefill_host_inputs,
     split_prefill_inputs,
@@ -141,9 +143,12 @@ class ModelRunner:
         cached: list[int] | None = None,  # each prompt's tokens whose KV is cached (default 0)
     ) -> torch.Tensor:  # [num_prompts, hidden] final hidden state of each prompt's last token
         lengths = [len(p) for p in prompts]
-        in_graph = self.prefill_graphs is not None and sum(lengths) <= self.prefill_graph_tokens
-        if not in_graph and self.prefill_graphs is not None and self.prefill_graph_split:
-            groups = graph_sized_groups(lengths, self.prefill_graph_tokens)
+        limit = self.prefill_graph_tokens
+        graphs = self.prefill_graphs is not None
+        skip_prefixes = cached is not None and sum(cached) > MAX_RECOMPUTED_PREFIX_TOKENS
+        in_graph = graphs and not skip_prefixes and fits_graph(lengths, limit)
+        if not in_graph and graphs and not skip_prefixes and self.prefill_graph_split:
+            groups = graph_sized_groups(lengths, limit)
             if groups is not None:
                 self.step_counts.split_prefills += 1
                 cached = cached or [0] * len(prompts)
@@ -155,10 +160,9 @@ class ModelRunner:
         if cached is not None and any(cached):
             if not in_graph:
                 return self._prefill_after_prefixes(prompts, prompt_slots, cached)
-            # A batch that fits a prefill graph runs whole in it: the eager suffix-only
-            # prefill's fixed cost exceeds what skipping at most prefill_graph_tokens tokens
-            # saves (docs/benchmarks.md, W2 with the cache on and off). The cached
-            # positions write the trash slot, so the shared prefix pages keep their KV.
+            # Few enough cached tokens to recompute (MAX_RECOMPUTED_PREFIX_TOKENS): the batch
+            # runs whole in its graph. The cached positions write the trash slot, so the
+            # shared prefix pages keep their KV.
             prompt_slots = [self._trash_prefix(s, c) for s, c in zip(prompt_slots, cached,
                                                                       strict=True)]  # fmt: skip
         if in_graph:

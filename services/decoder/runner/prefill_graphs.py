@@ -2,12 +2,14 @@
 
 An eager prefill launches ~15 kernels per layer from Python: at 1000 prompt tokens the host
 needs longer to queue them than the device to run them. Here a batch's token count is rounded
-up to a multiple of TOKEN_STEP and its prompt count to a power of two, MIN_PROMPTS at least
-(the attention backend sizes its metadata for that: `prefill_bucket`); padding tokens form one
-extra segment that
-attends only to itself and writes its KV to the trash slot, so the real tokens see exactly what
-they would see eagerly. Eager mode (`use_graphs=False`) runs the same padded shapes from the
-same static buffers without capture (graph and eager give identical hidden states).
+up to a multiple of TOKEN_STEP, and the bucket's prompt capacity follows from its tokens
+(`prompt_capacity`; the attention backend sizes its metadata for that: `prefill_bucket`), so
+one graph per token bucket serves every batch that falls in it, however many prompts it holds:
+the start-up list's (a batch of more prompts than its tokens' bucket holds moves to a larger
+bucket, `bucket_tokens`). Padding tokens form one extra segment that attends only to itself and
+writes its KV to the trash slot, so the real tokens see exactly what they would see eagerly.
+Eager mode (`use_graphs=False`) runs the same padded shapes from the same static buffers
+without capture (graph and eager give identical hidden states).
 """
 
 from __future__ import annotations
@@ -24,9 +26,17 @@ from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.graph_capture import BucketedForward
 
 TOKEN_STEP = 256
-# Prompt capacity of a bucket at least: batches of up to 15 prompts share their token bucket's
-# graph (the start-up list's), for 16 padding segments' worth of empty attention blocks.
+# A bucket's prompt capacity: at least MIN_PROMPTS, and one prompt per TOKENS_PER_PROMPT of its
+# tokens, so the larger buckets hold the many short prompts a busy server batches (W3's n = 50
+# prompts are ~300 tokens: 27 of them fill 8,192). Each unused prompt costs the attention
+# kernel one empty work item.
 MIN_PROMPTS = 16
+TOKENS_PER_PROMPT = 32
+# A batch with cached prompt prefixes that fits a graph recomputes them in it when they are at
+# most this many tokens: below it, the eager suffix-only prefill's launches cost more than the
+# GEMMs it skips (docs/benchmarks.md, W2 with the cache on and off, measured up to 2,048).
+# More cached tokens take the suffix-only prefill, graph-sized or not.
+MAX_RECOMPUTED_PREFIX_TOKENS = 2048
 
 # (ids [T], positions [T], write_slots [T], attention metadata, last [P]) -> [P, hidden]
 # last tokens' states
@@ -57,17 +67,43 @@ def split_prefill_inputs(
     return packed[:tokens], packed[tokens : 2 * tokens], packed[2 * tokens :]
 
 
+def prompt_capacity(tokens: int) -> int:
+    """Prompts, the padding segment included, that the bucket of `tokens` padded tokens
+    holds."""
+    return max(MIN_PROMPTS, tokens // TOKENS_PER_PROMPT)
+
+
+def bucket_tokens(prompts: int, total: int) -> int:
+    """The token bucket of a batch of `prompts` prompts, `total` tokens: `total` rounded up to
+    a multiple of TOKEN_STEP, or the smallest bucket whose capacity holds the prompts and the
+    padding segment where that is larger."""
+    room = 0 if prompts < MIN_PROMPTS else (prompts + 1) * TOKENS_PER_PROMPT
+    return max(TOKEN_STEP, math.ceil(max(total, room) / TOKEN_STEP) * TOKEN_STEP)
+
+
+def largest_bucket(limit: int) -> int:
+    """The largest token bucket of a prefill graph limit (the start-up list's last)."""
+    return math.ceil(limit / TOKEN_STEP) * TOKEN_STEP
+
+
+def fits_graph(lengths: list[int], limit: int) -> bool:
+    """Whether a batch of prompts of these lengths runs in a prefill graph under `limit`
+    (`max_prefill_graph_tokens`): at most `limit` tokens, in one of the limit's buckets."""
+    total = sum(lengths)
+    return 0 < total <= limit and bucket_tokens(len(lengths), total) <= largest_bucket(limit)
+
+
 def graph_sized_groups(lengths: list[int], limit: int) -> list[tuple[int, int]] | None:
-    """Consecutive runs [a, b) of the prompts, each holding at most `limit` tokens, as few as
-    the order allows (each run filled greedily); None when a prompt alone exceeds `limit`."""
-    if not lengths or max(lengths) > limit:
+    """Consecutive runs [a, b) of the prompts, each fitting a prefill graph under `limit`
+    (`fits_graph`), as few as the order allows (each run filled greedily); None when a prompt
+    alone does not fit."""
+    if not lengths or not all(fits_graph([n], limit) for n in lengths):
         return None
-    groups, start, tokens = [], 0, 0
-    for i, length in enumerate(lengths):
-        if tokens + length > limit:
+    groups, start = [], 0
+    for i in range(1, len(lengths)):
+        if not fits_graph(lengths[start : i + 1], limit):
             groups.append((start, i))
-            start, tokens = i, 0
-        tokens += length
+            start = i
     groups.append((start, len(lengths)))
     return groups
 
@@ -82,10 +118,10 @@ def prefill_shape(
     lengths: list[int],
     attention_bucket: Callable[[int, int], Hashable],  # (tokens, prompts) -> backend's bucket
 ) -> PrefillShape:
-    total = sum(lengths)
-    tokens = max(TOKEN_STEP, math.ceil(total / TOKEN_STEP) * TOKEN_STEP)
-    # > len(lengths): room for the padding segment
-    prompts = max(MIN_PROMPTS, 1 << len(lengths).bit_length())
+    """The batch's bucket: a function of its token bucket alone, so the start-up list's one
+    graph per token bucket serves every batch."""
+    tokens = bucket_tokens(len(lengths), sum(lengths))
+    prompts = prompt_capacity(tokens)
     return PrefillShape(tokens, prompts, attention_bucket(tokens, prompts))
 
 

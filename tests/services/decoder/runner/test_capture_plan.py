@@ -15,7 +15,7 @@ from widebeam.services.decoder.runner.capture_plan import (
 )
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
 from widebeam.services.decoder.runner.expansion_graphs import batch_bucket
-from widebeam.services.decoder.runner.prefill_graphs import prefill_shape
+from widebeam.services.decoder.runner.prefill_graphs import prefill_shape, prompt_capacity
 
 
 def cuda_config(**overrides: object) -> EngineConfig:
@@ -27,11 +27,11 @@ def sizes(plan: tuple[CaptureBucket, ...], kind: GraphKind) -> list[int]:
     return [b.size for b in plan if b.kind == kind]
 
 
-def test_default_config_lists_sixteen_graphs() -> None:
+def test_default_config_lists_forty_graphs() -> None:
     plan = startup_captures(cuda_config())
     assert sizes(plan, GraphKind.DECODE) == [8, 16, 32, 64, 128, 256, 512, 1024]
-    assert sizes(plan, GraphKind.PREFILL) == [256 * i for i in range(1, 9)]
-    assert len(plan) == 16
+    assert sizes(plan, GraphKind.PREFILL) == [256 * i for i in range(1, 33)]  # to 8,192
+    assert len(plan) == 40
 
 
 def test_every_row_count_up_to_max_rows_has_its_bucket_listed() -> None:
@@ -47,12 +47,13 @@ def test_wide_engine_beyond_1024_rows_steps_by_512() -> None:
 
 
 def test_every_prefill_batch_up_to_the_graph_limit_has_its_bucket_listed() -> None:
-    for tokens_limit in (100, 1000, 8192):
+    graph_limit = cuda_config().max_prefill_graph_tokens
+    for tokens_limit in (100, 1000, 3000, 20000):
         config = cuda_config(max_prefill_tokens=tokens_limit)
         plan = sizes(startup_captures(config), GraphKind.PREFILL)
-        listed = {prefill_shape([t], lambda tokens, cap: None).tokens for t in range(1, 2049)}
-        expected = {b for b in listed if b - 255 <= min(tokens_limit, 2048)}
-        assert set(plan) == expected, tokens_limit
+        top = min(tokens_limit, graph_limit)
+        listed = {prefill_shape([t], lambda tokens, cap: None).tokens for t in range(1, top + 1)}
+        assert set(plan) == listed, tokens_limit
 
 
 @pytest.mark.parametrize("graph_tokens", [256, 3000, 4096])
@@ -107,15 +108,19 @@ def test_prefill_graphs_off_lists_decode_only() -> None:
 def test_warm_up_requests_fall_in_their_bucket() -> None:
     config = cuda_config(max_rows=1000)
     for bucket in startup_captures(config):
-        [request] = warm_up_requests(bucket, config, max_model_len=4096)
+        requests = warm_up_requests(bucket, config, max_model_len=4096)
+        request = requests[0]
         if bucket.kind == GraphKind.DECODE:
+            assert len(requests) == 1
             assert row_bucket(request.beam_width) == bucket.size
             assert request.beam_width <= config.max_rows
             assert request.max_new_tokens == 2
         else:
-            shape = prefill_shape([len(request.input_ids)], lambda tokens, cap: None)
-            assert shape.tokens == bucket.size
-        assert request.eos_token_id == ()  # runs its full length: every step is taken
+            lengths = [len(r.input_ids) for r in requests]
+            assert max(lengths) < 4096  # within the context length
+            shape = prefill_shape(lengths, lambda tokens, cap: None)
+            assert shape.tokens == bucket.size == sum(lengths)  # fills it, one batch
+        assert all(r.eos_token_id == () for r in requests)  # every step is taken
 
 
 def test_decode_warm_ups_are_shaped_like_recommend_over_the_default_catalog() -> None:
@@ -131,8 +136,12 @@ def test_decode_warm_ups_are_shaped_like_recommend_over_the_default_catalog() ->
 def test_warm_up_prompts_respect_the_context_length() -> None:
     config = cuda_config()
     bucket = CaptureBucket(GraphKind.PREFILL, 2048)
-    [request] = warm_up_requests(bucket, config, max_model_len=300)
-    assert len(request.input_ids) == 299
+    requests = warm_up_requests(bucket, config, max_model_len=300)
+    assert [len(r.input_ids) for r in requests] == [299] * 6 + [254]  # 2,048 together
+    assert len({r.request_id for r in requests}) == 7
+    # a context too short for the bucket's prompt capacity: as many prompts as it holds
+    few = warm_up_requests(bucket, config, max_model_len=10)
+    assert [len(r.input_ids) for r in few] == [9] * (prompt_capacity(2048) - 1)
 
 
 def test_declared_beam_widths_list_every_lockstep_batch_max_rows_holds() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import torch
 
@@ -15,9 +16,12 @@ from widebeam.services.decoder.runner.prefill_graphs import (
     MIN_PROMPTS,
     TOKEN_STEP,
     PrefillGraphs,
+    fits_graph,
     graph_sized_groups,
+    largest_bucket,
     padded_segments,
     prefill_shape,
+    prompt_capacity,
 )
 
 LAYOUT = AttentionLayout(
@@ -79,8 +83,11 @@ def test_eager_bucket_pads_tokens_and_reuses_buffers() -> None:
     assert backend.calls["prepare_prefill_replay"] == 3  # once per batch
     graphs.run([(3,)] * 15, list(torch.arange(15).split(1)))  # 15 prompts: the 256 bucket's
     assert len(graphs.cache.entries) == 2 and seen[-1][4][:15].tolist() == list(range(15))
-    graphs.run([(3,)] * 16, list(torch.arange(16).split(1)))  # 16: more than it holds
-    assert len(graphs.cache.entries) == 3 and seen[-1][4].shape == (32,)
+    # 16 prompts and the padding segment: more than 256 tokens hold, so the smallest bucket
+    # that holds 17 prompts (17 * TOKENS_PER_PROMPT = 544 tokens: 768, room for 24)
+    graphs.run([(3,)] * 16, list(torch.arange(16).split(1)))
+    assert len(graphs.cache.entries) == 3 and seen[-1][0].shape == (768,)
+    assert seen[-1][4].shape == (prompt_capacity(768),) == (24,)
 
 
 def test_graph_sized_groups_fill_each_run_in_order() -> None:
@@ -96,4 +103,30 @@ def test_graph_sized_groups_fill_each_run_in_order() -> None:
     assert all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(groups))  # consecutive
     assert all(sum(lengths[a:b]) <= 1600 for a, b in groups)
     # as few as the order allows: no two neighbours would fit together
-    assert all(sum(lengths[a:d]) > 1600 for (a, _), (_, d) in itertools.pairwise(groups))
+    assert all(not fits_graph(lengths[a:d], 1600) for (a, _), (_, d) in itertools.pairwise(groups))
+    # many short prompts: a run ends where its bucket's prompt capacity does, not its tokens
+    short = graph_sized_groups([10] * 40, 512)  # 512 tokens hold 16 prompts, the padding's too
+    assert short == [(0, 15), (15, 30), (30, 40)]
+
+
+def test_a_batch_that_fits_a_graph_falls_in_a_start_up_bucket_that_holds_it() -> None:
+    """However many prompts a batch has, its shape is its token bucket's: the one graph the
+    start-up list captures for those tokens."""
+    rng = random.Random(7)
+    limit = 8192
+    buckets = set(range(TOKEN_STEP, largest_bucket(limit) + 1, TOKEN_STEP))
+    fitted = 0
+    for _ in range(3000):
+        count = rng.choice([1, 2, 15, 16, 17, 40, 100, 255, 300])
+        lengths = [rng.randint(1, rng.choice([8, 64, 400, 3000])) for _ in range(count)]
+        shape = prefill_shape(lengths, lambda tokens, prompts: (tokens, prompts))
+        assert shape.tokens >= sum(lengths) and len(lengths) < shape.prompts  # + padding
+        assert shape.prompts == prompt_capacity(shape.tokens)  # a function of the tokens alone
+        if fits_graph(lengths, limit):
+            fitted += 1
+            assert shape.tokens in buckets
+        else:
+            assert sum(lengths) > limit or shape.tokens > largest_bucket(limit)
+    assert fitted > 500  # the draw reaches both sides of the rule
+    assert not fits_graph([1] * 300, 8192)  # 301 prompts: more than 8,192 tokens hold (256)
+    assert fits_graph([30] * 255, 8192) and not fits_graph([30] * 256, 8192)
