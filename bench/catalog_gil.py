@@ -129,9 +129,15 @@ def main() -> None:
         lookup.items(start, paths)
     per_call = (time.perf_counter() - began) / repeats * 1000
     print(f"PathItems.items, {args.beams} finished beams: {per_call:.2f} ms", flush=True)
-    result = {"machine": machine(), "commit": commit(), "items": args.items,
-              "beams": args.beams, "phases": rows, "path_items_ms": per_call,
-              "command": " ".join([".venv/bin/python", "bench/catalog_gil.py", *sys.argv[1:]])}
+    result = {
+        "machine": machine(),
+        "commit": commit(),
+        "items": args.items,
+        "beams": args.beams,
+        "phases": rows,
+        "path_items_ms": per_call,
+        "command": " ".join([".venv/bin/python", "bench/catalog_gil.py", *sys.argv[1:]]),
+    }
     out = Path(os.environ.get("OUT", "bench-out"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "catalog_gil.json").write_text(json.dumps(result, indent=1))

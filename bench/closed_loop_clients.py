@@ -125,9 +125,7 @@ class ClientProcesses:
         self.pool.terminate()
         self.pool.join()
 
-    def run(
-        self, path: str, route: str, payloads: list, width: int
-    ) -> tuple[SliceOutcome, float]:
+    def run(self, path: str, route: str, payloads: list, width: int) -> tuple[SliceOutcome, float]:
         """Every payload sent once, each process its slice; (the outcomes merged, wall s)."""
         total = sum(self.shares)
         counts = [len(payloads) * share // total for share in self.shares]

@@ -567,11 +567,16 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU tiny model, tiny widths")
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
     parser.add_argument("--concurrency", type=int, default=12)
-    parser.add_argument("--requests", type=int, default=96,
-                        help="the fewest timed requests per width and path")
-    parser.add_argument("--phase-seconds", type=float, default=10.0,
-                        help="timed requests per width and path: what the engine answers in "
-                        "this long (at least --requests)")
+    parser.add_argument(
+        "--requests", type=int, default=96, help="the fewest timed requests per width and path"
+    )
+    parser.add_argument(
+        "--phase-seconds",
+        type=float,
+        default=10.0,
+        help="timed requests per width and path: what the engine answers in "
+        "this long (at least --requests)",
+    )
     parser.add_argument("--clients", type=int, default=4, help="sweep client processes")
     parser.add_argument("--client-processes", type=int,
                         help="processes the closed-loop clients are spread over (default: one "
@@ -586,23 +591,40 @@ def main() -> None:
                         help="the sweep's clients' own deadline (/v1/recommend's timeout_ms, "
                         "a latency budget below the gateway's timeout): the decoder refuses at "
                         "once what it predicts would finish later")  # fmt: skip
-    parser.add_argument("--api-processes", type=int, default=0,
-                        help="the decoder's --api-processes (0: gRPC in the engine's process)")
+    parser.add_argument(
+        "--api-processes",
+        type=int,
+        default=0,
+        help="the decoder's --api-processes (0: gRPC in the engine's process)",
+    )
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of the servers' closed-loop phases, each followed by an "
                         "engine pass; ratios per round, and their median")  # fmt: skip
-    parser.add_argument("--admission-ratio", type=float, default=0.0,
-                        help="batched admission, the engine's and the decoder's (EngineConfig)")
+    parser.add_argument(
+        "--admission-ratio",
+        type=float,
+        default=0.0,
+        help="batched admission, the engine's and the decoder's (EngineConfig)",
+    )
     parser.add_argument("--admission-max-wait-steps", type=int, default=2)
-    parser.add_argument("--gateway-workers", type=int, default=1,
-                        help="the gateways' --workers (processes on one port)")
-    parser.add_argument("--max-queue-wait-s", type=float,
-                        help="the decoder's bound on a request's predicted queue wait (an "
-                        "operator's latency budget below the clients' deadline)")
-    parser.add_argument("--answers-at-step-start", action="store_true",
-                        help="the decoder's --answers-at-step-start")
-    parser.add_argument("--group-wait-ms", type=float, default=0.0,
-                        help="the decoder's --group-wait-ms")
+    parser.add_argument(
+        "--gateway-workers",
+        type=int,
+        default=1,
+        help="the gateways' --workers (processes on one port)",
+    )
+    parser.add_argument(
+        "--max-queue-wait-s",
+        type=float,
+        help="the decoder's bound on a request's predicted queue wait (an "
+        "operator's latency budget below the clients' deadline)",
+    )
+    parser.add_argument(
+        "--answers-at-step-start", action="store_true", help="the decoder's --answers-at-step-start"
+    )
+    parser.add_argument(
+        "--group-wait-ms", type=float, default=0.0, help="the decoder's --group-wait-ms"
+    )
     parser.add_argument("--max-prefill-graph-tokens", type=int,
                         help="the engine's and the decoder's largest prefill batch replayed "
                         "from a CUDA graph (default: EngineConfig's)")  # fmt: skip
@@ -859,11 +881,15 @@ def report(
             [[m["path"], m["width"], m["rounds"], f"{m['vs_engine']:.2f}",
               f"{m['p99_vs_engine']:.2f}"] for m in medians],
         ))  # fmt: skip
-    print("engine drift (last pass ÷ first, req/s): "
-          + ", ".join(f"n = {w}: {d:.2f}" for w, d in drift.items()))
+    print(
+        "engine drift (last pass ÷ first, req/s): "
+        + ", ".join(f"n = {w}: {d:.2f}" for w, d in drift.items())
+    )
     in_sweep = sweep_rows[0]["captures_in_sweep"] if sweep_rows else 0
-    print(f"graph captures after ready: decoder {sum(captures.values())} {captures} "
-          f"({in_sweep} in the sweep), in-process engine {engine_captures}")
+    print(
+        f"graph captures after ready: decoder {sum(captures.values())} {captures} "
+        f"({in_sweep} in the sweep), in-process engine {engine_captures}"
+    )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,10 @@ def timeline_cells(timeline: dict, answered: int) -> list[str]:
     cells = [f"{name} {ms / max(answered, 1):.2f}" for name, ms in idle]
     gc = f"{timeline['gc_passes']}: {timeline['gc_ms']:.0f} ({timeline['gc_max_ms']:.0f})"
     return [
-        f"{timeline['device_busy_share']:.2f}", *cells, *["-"] * (IDLE_COLUMNS - len(cells)), gc
+        f"{timeline['device_busy_share']:.2f}",
+        *cells,
+        *["-"] * (IDLE_COLUMNS - len(cells)),
+        gc,
     ]
 
 

@@ -387,9 +387,7 @@ class Engine:
         with self.annotate("engine.select"):
             return self._select_steps(chunks)
 
-    def _select_steps(
-        self, chunks: list[tuple[RequestState, torch.Tensor]]
-    ) -> list[RequestOutput]:
+    def _select_steps(self, chunks: list[tuple[RequestState, torch.Tensor]]) -> list[RequestOutput]:
         streamed = advance_cohorts(chunks, self.step_policy, self.config.batch_beam_steps)
         self.step_counts.beam_expansions += streamed.cohorts
         finished, beams = [], []

@@ -27,9 +27,7 @@ def test_every_warm_up_request_of_the_cuda_list_runs(sid_model: SidModel) -> Non
     path = engine.constraint.path_length((0,))
     context = min(1024, engine.limits.max_model_len)
     requests = [
-        request
-        for bucket in plan
-        for request in warm_up_requests(bucket, cuda, context, path)
+        request for bucket in plan for request in warm_up_requests(bucket, cuda, context, path)
     ]
     assert max(len(r.input_ids) for r in requests) == context - 1
     assert len([r for r in requests if "prefill-2048" in r.request_id]) == 3

@@ -42,7 +42,9 @@ def make_attention_backend(
         from widebeam.kernels.attention.triton_backend import TritonAttention
 
         return TritonAttention(
-            page_size=page_size, shared_suffix=shared_suffix, **options  # type: ignore[arg-type]
+            page_size=page_size,
+            shared_suffix=shared_suffix,
+            **options,  # type: ignore[arg-type]
         )
     if name == "flashinfer":  # optional package; its absence is a clear ValueError
         from widebeam.kernels.attention.flashinfer_backend import FlashInferAttention
