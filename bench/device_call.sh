@@ -75,7 +75,8 @@
 #                          --requests 360: W3 n = 50, c = 12 (3,612-token prefill batches) with
 #                          the batches past 2,048 eager, split into graph-sized batches, or
 #                          graphed at 4,096, in alternation ($WIDEBEAM_SPLIT_LIMITS,
-#                          $WIDEBEAM_SPLIT_ROUNDS, $WIDEBEAM_SPLIT_REQUESTS replace the three)
+#                          $WIDEBEAM_SPLIT_ROUNDS, $WIDEBEAM_SPLIT_REQUESTS replace the three;
+#                          $WIDEBEAM_SPLIT_CONCURRENCY the 12)
 #   w3-fp8 [300]           genrec_throughput.py --quick, bf16 then --quantization fp8
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
@@ -188,7 +189,8 @@ step_command() {
             ; \$W4 \$FP8 --tag _fp8 ; \$W4 \$FP8 \$LIMIT --tag _fp8lim" ;;
         prefill-split) echo "cd bench && python3 prefill_graph_limit.py \
             --limits ${WIDEBEAM_SPLIT_LIMITS:-2048,2048+split,4096} \
-            --rounds ${WIDEBEAM_SPLIT_ROUNDS:-10} --requests ${WIDEBEAM_SPLIT_REQUESTS:-360}" ;;
+            --rounds ${WIDEBEAM_SPLIT_ROUNDS:-10} --requests ${WIDEBEAM_SPLIT_REQUESTS:-360} \
+            --concurrency ${WIDEBEAM_SPLIT_CONCURRENCY:-12}" ;;
         engine-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider \
             tests/kernels/attention/test_engine_with_triton.py \
             tests/services/decoder/test_engine_graphs_gpu.py" ;;
