@@ -69,8 +69,8 @@
 #                          profiler's effect on the time), bf16 again last
 #   prefill-limit [420]    W2 at 5000 tokens (--host-clock) and W4 (--quick --variants
 #                          distinct), bf16 then FP8 + FP8 KV, each first at the engine's
-#                          prefill graph limit, then --max-prefill-graph-tokens
-#                          ${WIDEBEAM_PREFILL_LIMIT:-8192} (W2's and W4's prompts are past 2,048)
+#                          prefill graph limit (8,192), then --max-prefill-graph-tokens
+#                          ${WIDEBEAM_PREFILL_LIMIT:-2048} (W2's and W4's prompts are past 2,048)
 #   prefill-split [420]    prefill_graph_limit.py --limits 2048,2048+split,4096 --rounds 10
 #                          --requests 360: W3 n = 50, c = 12 (3,612-token prefill batches) with
 #                          the batches past 2,048 eager, split into graph-sized batches, or
@@ -180,7 +180,7 @@ step_command() {
             ; \$W2 \$FP8 --profile 5000 --tag _fp8prof ; \$W2 --profile 5000 --tag _bf16prof \
             ; \$W2 --tag _bf16again" ;;
         prefill-limit) echo "cd bench && LIMIT='--max-prefill-graph-tokens \
-            ${WIDEBEAM_PREFILL_LIMIT:-8192}' && FP8='--quantization fp8 --kv-dtype fp8' \
+            ${WIDEBEAM_PREFILL_LIMIT:-2048}' && FP8='--quantization fp8 --kv-dtype fp8' \
             && W2='python3 sid_decode.py --contexts 5000 --host-clock --reps 10' \
             && W4='python3 recif_throughput.py --quick --variants distinct' \
             ; \$W2 --tag _bf16 ; \$W2 \$LIMIT --tag _bf16lim \
