@@ -92,10 +92,12 @@ def main() -> None:
     else:
         model = model_dir("qwen3-1.7b", sid_levels=W3_LEVELS)
         catalog, rows, slots = random_catalog(430_000, W3_LEVELS), 16384, 120_000
-    engines = {v.label: start_engine(model, catalog, rows, slots, v, args.width) for v in variants}
     layout = SidLayout.from_tokenizer(model)
     assert layout is not None, f"{model} has no SID tokens"
+    # Before the engines: make_engine freezes the heap, the catalog's SID list with it (left to
+    # the collector, every pass of its generation would walk its 430k entries).
     requests = RequestMaker(catalog, layout, args.width)
+    engines = {v.label: start_engine(model, catalog, rows, slots, v, args.width) for v in variants}
     for engine in engines.values():  # every engine's shapes of full concurrency, once
         drive(engine, requests.batch("warm", 2 * args.concurrency), None, args.concurrency)
     phases = []
