@@ -15,7 +15,14 @@ from widebeam.services.decoder.runner.capture_plan import (
 )
 from widebeam.services.decoder.runner.decode_graphs import row_bucket
 from widebeam.services.decoder.runner.expansion_graphs import batch_bucket
-from widebeam.services.decoder.runner.prefill_graphs import prefill_shape, prompt_capacity
+from widebeam.services.decoder.runner.prefill_graphs import (
+    TOKEN_STEP,
+    bucket_tokens,
+    fits_graph,
+    largest_bucket,
+    prefill_shape,
+    prompt_capacity,
+)
 
 
 def cuda_config(**overrides: object) -> EngineConfig:
@@ -142,6 +149,32 @@ def test_warm_up_prompts_respect_the_context_length() -> None:
     # a context too short for the bucket's prompt capacity: as many prompts as it holds
     few = warm_up_requests(bucket, config, max_model_len=10)
     assert [len(r.input_ids) for r in few] == [9] * (prompt_capacity(2048) - 1)
+
+
+@pytest.mark.parametrize("graph_tokens", [1000, 2048, 8192])
+@pytest.mark.parametrize("context", [2, 3, 17, 40, 300, 1000, 5000, 40960])
+def test_a_prefill_bucket_real_batches_can_meet_is_the_one_its_warm_up_fills(
+    graph_tokens: int, context: int
+) -> None:
+    """With prompts of at most `context - 1` tokens, a batch of P prompts lands in every bucket
+    from its fewest tokens' to its most tokens' (`bucket_tokens` grows with the total), if it
+    fits a graph; each such bucket's warm-up must land in it, so serving captures nothing."""
+    config = cuda_config(max_prefill_graph_tokens=graph_tokens)
+    longest, top = context - 1, largest_bucket(graph_tokens)
+    reachable = set()
+    for prompts in range(1, prompt_capacity(top)):
+        most = min(prompts * longest, graph_tokens)
+        if most < prompts:
+            break
+        low, high = bucket_tokens(prompts, prompts), bucket_tokens(prompts, most)
+        reachable |= {b for b in range(low, min(high, top) + 1, TOKEN_STEP)}
+    for bucket in startup_captures(config):
+        if bucket.kind != GraphKind.PREFILL or bucket.size not in reachable:
+            continue
+        lengths = [len(r.input_ids) for r in warm_up_requests(bucket, config, context)]
+        assert max(lengths) <= longest
+        assert fits_graph(lengths, graph_tokens), (bucket.size, lengths)
+        assert bucket_tokens(len(lengths), sum(lengths)) == bucket.size, (bucket.size, lengths)
 
 
 def test_declared_beam_widths_list_every_lockstep_batch_max_rows_holds() -> None:
