@@ -33,7 +33,8 @@
 #                          (the default), then ${WIDEBEAM_W1_SPLIT:-4:4}
 #   attention-gpu-tests [240]  pytest over the cascade and shared-suffix kernels (compiled),
 #                          the engine on Triton and the graph = eager = overlap digests
-#   engine-gpu-tests [120] the last two of those alone: the engine on Triton, the digests
+#   engine-gpu-tests [120] the last two of those alone: the engine on Triton, the digests;
+#                          and the start-up warm-up (nothing captured while serving)
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
 #                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
 #                          programs per SM 8/16/32 × warps 4/8 × split rules 8:8 (the
@@ -139,7 +140,8 @@ step_command() {
             tests/kernels/attention/test_triton_prefill.py \
             tests/kernels/attention/test_triton_cascade.py \
             tests/kernels/attention/test_engine_with_triton.py \
-            tests/services/decoder/test_engine_graphs_gpu.py" ;;
+            tests/services/decoder/test_engine_graphs_gpu.py \
+            tests/services/decoder/test_warm_up_gpu.py" ;;
         kernels-tree) echo "cd bench && python3 kernels.py --only tree \
             --shared-block-n ${WIDEBEAM_TREE_BLOCK_N:-32,64} \
             --shared-programs ${WIDEBEAM_TREE_PROGRAMS:-8,16,32} \
@@ -193,7 +195,8 @@ step_command() {
             --concurrency ${WIDEBEAM_SPLIT_CONCURRENCY:-12}" ;;
         engine-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider \
             tests/kernels/attention/test_engine_with_triton.py \
-            tests/services/decoder/test_engine_graphs_gpu.py" ;;
+            tests/services/decoder/test_engine_graphs_gpu.py \
+            tests/services/decoder/test_warm_up_gpu.py" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
             --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
