@@ -89,21 +89,25 @@ def largest_bucket(limit: int) -> int:
 def fits_graph(lengths: list[int], limit: int) -> bool:
     """Whether a batch of prompts of these lengths runs in a prefill graph under `limit`
     (`max_prefill_graph_tokens`): at most `limit` tokens, in one of the limit's buckets."""
-    total = sum(lengths)
-    return 0 < total <= limit and bucket_tokens(len(lengths), total) <= largest_bucket(limit)
+    return _fits(len(lengths), sum(lengths), limit)
+
+
+def _fits(prompts: int, total: int, limit: int) -> bool:
+    return 0 < total <= limit and bucket_tokens(prompts, total) <= largest_bucket(limit)
 
 
 def graph_sized_groups(lengths: list[int], limit: int) -> list[tuple[int, int]] | None:
     """Consecutive runs [a, b) of the prompts, each fitting a prefill graph under `limit`
     (`fits_graph`), as few as the order allows (each run filled greedily); None when a prompt
     alone does not fit."""
-    if not lengths or not all(fits_graph([n], limit) for n in lengths):
+    if not lengths or not all(_fits(1, n, limit) for n in lengths):
         return None
-    groups, start = [], 0
-    for i in range(1, len(lengths)):
-        if not fits_graph(lengths[start : i + 1], limit):
+    groups, start, tokens = [], 0, 0
+    for i, length in enumerate(lengths):
+        if not _fits(i + 1 - start, tokens + length, limit):
             groups.append((start, i))
-            start = i
+            start, tokens = i, 0
+        tokens += length
     groups.append((start, len(lengths)))
     return groups
 
