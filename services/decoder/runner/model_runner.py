@@ -26,6 +26,7 @@ from widebeam.services.decoder.runner.prefill_graphs import (
     PrefillGraphs,
     fits_graph,
     graph_sized_groups,
+    largest_bucket,
     prefill_host_inputs,
     split_prefill_inputs,
 )
@@ -94,7 +95,7 @@ class ModelRunner:
         self.step_counts = StepCounts() if step_counts is None else step_counts
         self.uses_graphs = self.graphs is not None and use_graphs
         if self.graphs is not None and prefill_graph_tokens > 0:
-            token_buckets = math.ceil(prefill_graph_tokens / TOKEN_STEP)
+            token_buckets = largest_bucket(prefill_graph_tokens) // TOKEN_STEP
             self.prefill_graphs = PrefillGraphs(
                 self._prefill_forward,
                 backend,
@@ -103,8 +104,8 @@ class ModelRunner:
                 self.device,
                 use_graphs=use_graphs,
                 counts=self.capture_counts,
-                # every token bucket of the start-up list, and as many other prompt capacities
-                max_entries=max(PrefillGraphs.max_graphs, 2 * token_buckets),
+                # one graph per token bucket of the start-up list: none is ever evicted
+                max_entries=max(PrefillGraphs.max_graphs, token_buckets),
             )
 
     @torch.inference_mode()  # as every step: the graphs' shared outputs are inference tensors
