@@ -51,6 +51,9 @@
 #                          before the diagonal, tensor-descriptor K/V, longest work first)
 #   w3 [150]               genrec_throughput.py --quick
 #   w2 [120]               sid_decode.py --quick
+#   w1 [180]               wide_beam.py --quick --hf-tokens '': W1 at 3 / 16 / 32 / 64 / 128 tokens
+#   w4-shared [200]        recif_throughput.py --quick --variants shared,shared-nocache: W4's
+#                          1,000-token shared instruction prefix, prefix cache on, then off
 #   fp8-quality [240]      fp8_quality.py --users 3000
 #   fp8-gemm [300]         fp8_gemm.py: every FP8 GEMM / fused-quantization variant at W3's
 #                          shapes (bounded by its own --budget-s 220)
@@ -155,6 +158,9 @@ step_command() {
         prefill-tiles) echo "cd bench && python3 prefill_tiles.py --tiles few" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
+        w1) echo "cd bench && python3 wide_beam.py --quick --hf-tokens ''" ;;
+        w4-shared) echo "cd bench && python3 recif_throughput.py --quick \
+            --variants shared,shared-nocache" ;;
         fp8-quality) echo "cd bench && python3 fp8_quality.py --users 3000" ;;
         fp8-gemm) echo "cd bench && python3 fp8_gemm.py" ;;
         fp8-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider tests/kernels/fp8 \
@@ -213,7 +219,7 @@ default_limit() {
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
-        w3) echo 150 ;; *) echo 120 ;;
+        w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; *) echo 120 ;;
     esac
 }
 
