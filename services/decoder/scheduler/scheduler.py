@@ -4,12 +4,15 @@ Budget per request: k rows and prompt + k x max_new_tokens KV slots, both reserv
 and held until the request finishes, so a running request is never retracted or aborted for
 memory. Strict FIFO keeps wide requests from starving behind a stream of narrow ones.
 
-Batched admission (`admission_ratio` > 0): while requests run, waiting ones are held back until
-their rows reach that share of the running rows, or the oldest has been held
-`admission_max_wait_steps` steps, or nothing runs. Requests that arrive a few milliseconds
-apart (the next requests of clients whose answers left together) are then prefilled in one
-forward and decode in step with each other, instead of each small group adding a prefill
-forward and a decode cohort of its own; an idle engine admits at once.
+Batched admission (`admission_ratio` > 0): while requests of one width run, waiting ones of
+that width are held back until their rows reach that share of the running rows, or the oldest
+has been held `admission_max_wait_steps` steps, or nothing runs. Requests that arrive a few
+milliseconds apart (the next requests of clients whose answers left together) are then
+prefilled in one forward and decode in step with each other, instead of each small group adding
+a prefill forward and a decode cohort of its own; an idle engine admits at once. Traffic of
+mixed widths is never held: a narrow request held behind wide ones waits their longer steps and
+joins no cohort of theirs (their expansion specs differ), so the hold would cost latency and
+shed load for nothing.
 
 With the prompt-prefix cache (`kv/prefix_cache.py`) a request's cached prefix pages are shared,
 not reserved again, and unheld cached pages are evicted to make room; a running request's pages
@@ -113,7 +116,12 @@ class Scheduler(Generic[Request]):
             return False
         if self.held_steps >= self.admission_max_wait_steps:
             return False
-        waiting_rows = sum(request.num_rows for request in self.waiting)
+        width = self.waiting[0].num_rows
+        if any(r.num_rows != width for r in self.waiting) or any(
+            r.num_rows != width for r in self.running
+        ):
+            return False
+        waiting_rows = width * len(self.waiting)
         return waiting_rows < self.admission_ratio * self.rows_in_use
 
     def finish(self, request: Request) -> None:

@@ -107,18 +107,44 @@ def test_batched_admission_holds_a_small_group_back_while_others_run() -> None:
 
 def test_batched_admission_waits_at_most_its_steps_and_never_on_an_idle_engine() -> None:
     sched = _batched(ratio=2.0, max_wait_steps=2)
-    first = _state("first", 8, 8, 3, 0)
-    sched.add(first)
-    assert sched.admit() == [first]
-    small = _state("small", 1, 8, 3, 1)
+    first = [_state(f"first{i}", 4, 8, 3, i) for i in range(2)]
+    for s in first:
+        sched.add(s)
+    assert sched.admit() == first
+    small = _state("small", 4, 8, 3, 5)
     sched.add(small)
     assert sched.admit() == [] and sched.admit() == []  # held for two steps
     assert sched.admit() == [small]  # the third admits it whatever the ratio says
-    other = _state("other", 1, 8, 3, 2)
+    other = _state("other", 4, 8, 3, 6)
     sched.add(other)
-    sched.finish(first)
-    sched.finish(small)
+    for s in (*first, small):
+        sched.finish(s)
     assert sched.admit() == [other]  # nothing runs: no reason to wait
+
+
+def test_batched_admission_never_holds_traffic_of_mixed_widths() -> None:
+    sched = _batched(ratio=1.0, max_wait_steps=5)
+    wide = _state("wide", 16, 8, 3, 0)
+    sched.add(wide)
+    assert sched.admit() == [wide]
+    narrow = _state("narrow", 2, 8, 3, 1)  # 2 rows < 1.0 x 16, but another width
+    sched.add(narrow)
+    assert sched.admit() == [narrow] and sched.held_steps == 0
+    # one width waiting, two running: no cohort to wait for either
+    late = _state("late", 2, 8, 3, 2)
+    sched.add(late)
+    assert sched.admit() == [late]
+    # waiting requests of two widths behind running ones of one of them: admitted too
+    sched.finish(wide)
+    mixed = [_state("m0", 2, 8, 3, 3), _state("m1", 4, 8, 3, 4)]
+    for s in mixed:
+        sched.add(s)
+    assert sched.admit() == mixed
+    # the same width on both sides: held as before
+    sched.finish(mixed[1])
+    held = _state("held", 2, 8, 3, 5)
+    sched.add(held)
+    assert sched.admit() == [] and sched.held_steps == 1
 
 
 def test_ratio_zero_admits_at_every_step() -> None:
