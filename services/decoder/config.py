@@ -143,9 +143,10 @@ class EngineConfig:
     admission_ratio: float = field(
         default=0.0,
         metadata=_help(
-            "batched admission: while requests run, hold waiting ones back until their rows "
-            "reach this share of the running rows (0: admit at every step), so arrivals a few "
-            "ms apart share one prefill forward and decode in step"
+            "batched admission: while requests of one width run, hold waiting ones of that "
+            "width back until their rows reach this share of the running rows (0: admit at "
+            "every step; mixed widths are never held), so arrivals a few ms apart share one "
+            "prefill forward and decode in step"
         ),
     )
     admission_max_wait_steps: int = field(
