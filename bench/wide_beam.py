@@ -33,6 +33,7 @@ from harness import (
 from hf_baseline import hf_beam_ms, load_hf
 from tracing import traced
 
+from widebeam.services.decoder.kv.kv_capacity import kv_slot_bytes, slots_in_budget
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.spec import GenerationRequest
 
@@ -43,6 +44,20 @@ PATTERN = [(3, 23, 0.8, 4), (16, 10, 0.3, 2), (32, 8, 0.25, 2), (64, 6, 0.2, 2),
 QUICK_REQUESTS = {3: 6, 16: 3, 32: 2, 64: 2, 128: 2}
 PUBLIC_MEAN_MS = {3: 244.6, 16: 927.7, 32: 1690.7, 64: 3511.0, 128: 8087.3}
 KV_SLOTS = 800_000  # ~92 GB of bf16 KV for this shape
+KV_FREE_FRACTION = 0.9  # of the memory free beside the weights: the step's workspaces need the rest
+KV_PAGE = 1024  # slots rounded down to whole pages of any size the engine may use
+
+
+def slots_that_fit(model: CausalLM) -> int:
+    """The bf16 KV slots this GPU holds beside the loaded model (an H100 holds fewer than
+    KV_SLOTS: 128 tokens' 640k slots for one request do not fit in its 80 GB)."""
+    cfg = model.config
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    slot = kv_slot_bytes(
+        cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, torch.bfloat16
+    )
+    return slots_in_budget(int(free * KV_FREE_FRACTION), slot, KV_PAGE)
 
 
 def run_e2e(path: Path, prompt: list[int], wanted: set[int], quick: bool) -> list[dict]:
@@ -123,10 +138,15 @@ def main() -> None:
             continue
         num = QUICK_REQUESTS[tokens] if args.quick else num
         need = PROMPT_LEN + BEAMS * tokens
+        fit = slots_that_fit(model)
+        if need > fit:
+            print(f"{tokens} tokens: skipped, one request needs {need} KV slots and this GPU "
+                  f"holds {fit}", flush=True)  # fmt: skip
+            continue
         engine = make_engine(
             path,
             max_rows=conc * BEAMS,
-            max_kv_slots=min(conc * need, KV_SLOTS),
+            max_kv_slots=min(conc * need, KV_SLOTS, fit),
             model=model,
             **engine_options(args),
         )
