@@ -85,7 +85,13 @@
 #                          --kv-dtype fp8
 #   w4-fp8 [300]           recif_throughput.py --quick --variants distinct, bf16 then
 #                          --quantization fp8 --kv-dtype fp8
-# w2-fp8, w3-fp8 and w4-fp8 pass $WIDEBEAM_PROFILE, when set, as `--profile PHASES` to both of
+#   w3-fp8-head [360]      w3-fp8, then a third run with --head-quantization fp8 (tag
+#                          _fp8head): the LM head's GEMM in FP8 too
+#   w4-fp8-head [420]      w4-fp8 and its third run with --head-quantization fp8
+#   fp8-head-quality [360] fp8_quality.py --users 3000 --kv-dtype fp8 --head-quantization fp8:
+#                          bf16, the FP8 serving defaults, and those with the LM head in FP8,
+#                          on one trained model
+# w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile PHASES` to both of
 # their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths, bf16 and FP8).
 # Every stack* step appends $WIDEBEAM_STACK_ARGS to its stack.py command (e.g.
 # "--gateway-workers 2").
@@ -209,6 +215,14 @@ step_command() {
         w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick $PROFILE_ARGS \
             && python3 genrec_throughput.py --quick --quantization fp8 --kv-dtype fp8 \
             --tag _fp8 $PROFILE_ARGS" ;;
+        w3-fp8-head) echo "$(step_command w3-fp8) && python3 genrec_throughput.py --quick \
+            --quantization fp8 --kv-dtype fp8 --head-quantization fp8 --tag _fp8head \
+            $PROFILE_ARGS" ;;
+        w4-fp8-head) echo "$(step_command w4-fp8) && python3 recif_throughput.py --quick \
+            --variants distinct --quantization fp8 --kv-dtype fp8 --head-quantization fp8 \
+            --tag _fp8head $PROFILE_ARGS" ;;
+        fp8-head-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8 \
+            --head-quantization fp8" ;;
         *) return 1 ;;
     esac
 }
@@ -219,6 +233,7 @@ default_limit() {
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
+        w3-fp8-head | fp8-head-quality) echo 360 ;; w4-fp8-head) echo 420 ;;
         w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; *) echo 120 ;;
     esac
 }

@@ -5,10 +5,12 @@ recall@10 / NDCG@10, the relative change of recall, and how many of the top-10 /
 constrained beams (SIDs) the two share, plus illegal SIDs. The FP8 arm's linears and KV cache
 are options: `--kv-dtype fp8` adds the FP8 KV cache, `--quantization none --kv-dtype fp8`
 measures the FP8 KV cache alone, `--fp8-accumulation precise` the FP8 GEMMs without fast
-accumulation (the serving default is fast).
+accumulation (the serving default is fast). `--head-quantization fp8` serves a third arm, the
+FP8 arm with the LM head's GEMM in FP8 too, so both FP8 arms meet the same trained model.
 
     python bench/fp8_quality.py [--hidden 1024] [--layers 8] [--epochs 8] [--users 1000]
         [--quantization fp8|none] [--kv-dtype auto|fp8] [--fp8-accumulation fast|precise]
+        [--head-quantization none|fp8]
     python bench/fp8_quality.py --smoke   # CPU, the demo's tiny world (a check of the script)
 
 Training mirrors `widebeam/demo/train.py` (same batches, loss positions, AdamW and schedule)
@@ -90,6 +92,7 @@ def train_on_device(
 def serve(
     model_dir: Path, catalog: Path, prompts: list[list[int]], steps: int, width: int,
     quantization: str, kv_dtype: str, fp8_accumulation: str = "fast",
+    head_quantization: str = "none",
 ) -> tuple[list[RequestOutput], float]:  # fmt: skip
     """Every user's constrained beam request (n = width) through one engine; wall seconds."""
     dtype = "bfloat16" if DEVICE == "cuda" else "float32"
@@ -100,6 +103,7 @@ def serve(
         dtype=dtype,
         quantization=quantization,
         fp8_accumulation=fp8_accumulation,
+        head_quantization=head_quantization,
         kv_dtype=kv_dtype,
         max_rows=max(1024, 16 * width),
     )
@@ -152,6 +156,10 @@ def main() -> None:
         "--fp8-accumulation", default="fast", choices=["fast", "precise"],
         help="the FP8 arm's GEMM sums on CUDA",
     )  # fmt: skip
+    parser.add_argument(
+        "--head-quantization", default="none", choices=["none", "fp8"],
+        help="fp8: a third arm, the FP8 arm with its LM head in FP8 (needs --quantization fp8)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.smoke:
         cfg = tiny_config()
@@ -200,23 +208,31 @@ def main() -> None:
     ]
     targets = [item_id(int(i)) for i in data.held_out()[users]]
     steps = layout.path_length(include_begin=False)
+    arms = [("none", "auto", "none"), (args.quantization, args.kv_dtype, "none")]
+    if args.head_quantization != "none":
+        arms.append((args.quantization, args.kv_dtype, args.head_quantization))
     answers, rows = [], []
-    for quantization, kv_dtype in (("none", "auto"), (args.quantization, args.kv_dtype)):
+    for quantization, kv_dtype, head in arms:
         outputs, seconds = serve(
             model_dir, catalog, prompts, steps, width, quantization, kv_dtype,
-            args.fp8_accumulation,
+            args.fp8_accumulation, head,
         )  # fmt: skip
-        answers.append(outputs)
         recall, ndcg = rank_metrics([ranked_items(o) for o in outputs], targets, 10)
         illegal = sum(not b.item_ids for o in outputs for b in o.beams)
-        rows.append({"quantization": quantization, "kv_dtype": kv_dtype, "recall@10": recall,
-                     "ndcg@10": ndcg, "illegal_sids": illegal, "serve_s": seconds})  # fmt: skip
-    base, fp8 = rows
-    change = (fp8["recall@10"] - base["recall@10"]) / max(base["recall@10"], 1e-9)
-    pairs = list(zip(*answers, strict=True))
-    overlaps = {
-        f"top{n}_overlap": float(np.mean([overlap(a, b, n) for a, b in pairs])) for n in TOP_N
-    }
+        row = {"quantization": quantization, "kv_dtype": kv_dtype, "head_quantization": head,
+               "recall@10": recall, "ndcg@10": ndcg, "illegal_sids": illegal,
+               "serve_s": seconds}  # fmt: skip
+        if answers:  # against the bf16 arm
+            base = rows[0]["recall@10"]
+            row["recall_relative_change"] = (recall - base) / max(base, 1e-9)
+            pairs = list(zip(answers[0], outputs, strict=True))
+            for n in TOP_N:
+                row[f"top{n}_overlap"] = float(np.mean([overlap(a, b, n) for a, b in pairs]))
+        answers.append(outputs)
+        rows.append(row)
+    fp8 = rows[1]  # the linears' arm, as before the head arm existed
+    change = fp8["recall_relative_change"]
+    overlaps = {f"top{n}_overlap": fp8[f"top{n}_overlap"] for n in TOP_N}
     env = environment() | {
         "smoke": args.smoke, "users": len(users), "width": width,
         "fp8_accumulation": args.fp8_accumulation,
@@ -229,13 +245,19 @@ def main() -> None:
     shape = f"hidden {cfg.model.hidden_size} x {cfg.model.num_layers} layers"
     print(f"\nFP8 quality ({shape}, {len(users)} users, width {width}, trained {train_s:.0f} s)")
     print(env)
-    headers = ["linears", "KV cache", "recall@10", "NDCG@10", "illegal SIDs", "serve s"]
-    keys = ["quantization", "kv_dtype", "recall@10", "ndcg@10", "illegal_sids", "serve_s"]
+    headers = ["linears", "KV cache", "LM head", "recall@10", "NDCG@10", "illegal SIDs", "serve s"]
+    keys = ["quantization", "kv_dtype", "head_quantization", "recall@10", "ndcg@10",
+            "illegal_sids", "serve_s"]  # fmt: skip
     # metrics as 4-decimal strings: the table's own float format keeps one decimal
     cell = lambda k, v: f"{v:.4f}" if k in ("recall@10", "ndcg@10") else v  # noqa: E731
     print(markdown_table(headers, [[cell(k, r[k]) for k in keys] for r in rows]))
     shared = [f"top-{n} overlap {overlaps[f'top{n}_overlap']:.2f}/{min(n, width)}" for n in TOP_N]
     print(f"recall@10 relative change {100 * change:+.2f}%; " + "; ".join(shared))
+    for row in rows[2:]:
+        shared = [f"top-{n} overlap {row[f'top{n}_overlap']:.2f}/{min(n, width)}" for n in TOP_N]
+        change = 100 * row["recall_relative_change"]
+        print(f"with the LM head in FP8: recall@10 relative change {change:+.2f}%; "
+              + "; ".join(shared))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -190,7 +190,11 @@ def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
 def load_options(args: argparse.Namespace) -> dict[str, object]:
     """`CausalLM.from_pretrained`'s options for the variant under test (a model loaded apart
     and handed to the engine must be loaded as `engine_options` configure the engine)."""
-    return {"quantization": args.quantization, "fp8_accumulation": args.fp8_accumulation}
+    return {
+        "quantization": args.quantization,
+        "fp8_accumulation": args.fp8_accumulation,
+        "head_quantization": args.head_quantization,
+    }
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, object]:

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         quantization=args.quantization,
         fp8_accumulation=args.fp8_accumulation,
+        head_quantization=args.head_quantization,
         kv_dtype=args.kv_dtype,
         catalog_path=args.catalog,
         sid_layout=args.sid_layout,

@@ -90,8 +90,8 @@ class EngineConfig:
         default=Quantization.NONE,
         metadata=_help(
             "none | fp8 (W8A8: the decoder layers' linear weights in float8_e4m3fn per output "
-            "channel, activations quantized per token; the LM head and norms stay in dtype; "
-            "CUDA needs bfloat16 and compute capability 8.9+)"
+            "channel, activations quantized per token; the norms stay in dtype, the LM head "
+            "too unless head_quantization; CUDA needs bfloat16 and compute capability 8.9+)"
         ),
     )
     fp8_accumulation: Fp8Accumulation = field(
@@ -103,6 +103,15 @@ class EngineConfig:
             "FP8 layers ran 1.46x bf16 against 1.31x precise, for an extra 0.2% relative error "
             "beside FP8's own 3.75%; precise promotes them to fp32 as K goes. CUDA only: the CPU "
             "reference sums in fp32 either way"
+        ),
+    )
+    head_quantization: Quantization = field(
+        default=Quantization.NONE,
+        metadata=_help(
+            "none | fp8: the LM head's GEMM in W8A8 too (its weight in float8_e4m3fn per "
+            "vocabulary row, the final hidden states quantized per token, the logits in dtype); "
+            "needs quantization fp8. Off by default: bench/fp8_quality.py --head-quantization "
+            "fp8 measures what it costs in recall before a deployment turns it on"
         ),
     )
     kv_dtype: KVDType = field(
@@ -279,6 +288,7 @@ class EngineConfig:
             ("beam_expansion", BeamExpansion),
             ("quantization", Quantization),
             ("fp8_accumulation", Fp8Accumulation),
+            ("head_quantization", Quantization),
             ("kv_dtype", KVDType),
         )
         for name, enum in enums:
@@ -295,6 +305,11 @@ class EngineConfig:
             raise ValueError(
                 f"quantization fp8 on CUDA needs dtype bfloat16 (torch._scaled_mm's row-wise "
                 f"scaling writes bf16), got {self.dtype}"
+            )
+        if self.head_quantization == Quantization.FP8 and self.quantization != Quantization.FP8:
+            raise ValueError(
+                "head_quantization fp8 needs quantization fp8 (the LM head is served on the "
+                f"decoder layers' FP8 GEMM), got quantization {self.quantization.value!r}"
             )
         if self.kv_dtype == KVDType.FP8 and self.attention_backend == "flashinfer":
             raise ValueError(

@@ -90,6 +90,7 @@ class Engine:
                 device=self.device,
                 quantization=config.quantization,
                 fp8_accumulation=config.fp8_accumulation,
+                head_quantization=config.head_quantization,
             )
         elif model.quantization != config.quantization:
             raise ValueError(
@@ -104,6 +105,12 @@ class Engine:
                 f"the given model's FP8 GEMMs were loaded with fp8_accumulation "
                 f"{model.fp8_accumulation.value!r}, the config asks for "
                 f"{config.fp8_accumulation.value!r}"
+            )
+        elif model.head_quantization != config.head_quantization:
+            raise ValueError(
+                f"the given model's LM head was loaded with head_quantization "
+                f"{model.head_quantization.value!r}, the config asks for "
+                f"{config.head_quantization.value!r}"
             )
         self.model = model
         mc = self.model.config

@@ -9,8 +9,9 @@ from widebeam.services.decoder.config import Fp8Accumulation, KVDType, Quantizat
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: str) -> None:
-    """--quantization, --fp8-accumulation and --kv-dtype; `model_dtype_flag` names the option
-    (or setting) that gives the model's dtype, which `--kv-dtype auto` follows."""
+    """--quantization, --fp8-accumulation, --head-quantization and --kv-dtype;
+    `model_dtype_flag` names the option (or setting) that gives the model's dtype, which
+    `--kv-dtype auto` follows."""
     parser.add_argument(
         "--quantization",
         default=Quantization.NONE,
@@ -25,6 +26,12 @@ def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: s
         help="with --quantization fp8 on CUDA: fast (partial sums in the tensor cores' reduced "
         "precision, torch._scaled_mm's use_fast_accum) or precise (promoted to fp32); the CPU "
         "reference sums in fp32 either way",
+    )
+    parser.add_argument(
+        "--head-quantization",
+        default=Quantization.NONE,
+        choices=[q.value for q in Quantization],
+        help="fp8 (with --quantization fp8): the LM head's GEMM in W8A8 FP8 too",
     )
     parser.add_argument(
         "--kv-dtype",

@@ -1,6 +1,6 @@
 """`bench/fp8_quality.py --smoke`: the FP8 quality gate's script end to end on the CPU (the
-demo's tiny world, trained, served with and without FP8): both rows reported, no illegal SID,
-overlaps within their bounds."""
+demo's tiny world, trained, served in the model dtype, with FP8 linears, and with the LM head in
+FP8 too): every row reported, no illegal SID, overlaps within their bounds."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ from tests.bench.smoke import run_smoke
 
 
 def test_fp8_quality_smoke_run(tmp_path: Path) -> None:
-    report, stdout = run_smoke("fp8_quality.py", tmp_path, own_tmpdir=True)
-    assert [r["quantization"] for r in report["rows"]] == ["none", "fp8"]
+    report, stdout = run_smoke(
+        "fp8_quality.py", tmp_path, "--head-quantization", "fp8", own_tmpdir=True
+    )
+    arms = [(r["quantization"], r["head_quantization"]) for r in report["rows"]]
+    assert arms == [("none", "none"), ("fp8", "none"), ("fp8", "fp8")]
     for row in report["rows"]:
         assert row["illegal_sids"] == 0 and 0 <= row["recall@10"] <= 1, row
     width = report["env"]["width"]
     assert 0 <= report["top10_overlap"] <= 10 and 0 <= report["top50_overlap"] <= width
+    for row in report["rows"][1:]:
+        assert 0 <= row["top10_overlap"] <= 10 and 0 <= row["top50_overlap"] <= width, row
+        assert row["recall_relative_change"] >= -1, row
     assert "recall@10 relative change" in stdout
+    assert "with the LM head in FP8: recall@10 relative change" in stdout

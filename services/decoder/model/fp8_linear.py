@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from widebeam.kernels.fp8.backend import Fp8Gemm
-from widebeam.kernels.fp8.quantize import Fp8Rows, Fp8Weight
+from widebeam.kernels.fp8.quantize import Fp8Rows, Fp8Weight, weight_from_rows
 
 # A linear layer's input: model-dtype activations, or activations quantized for an FP8 GEMM.
 Activation = torch.Tensor | Fp8Rows
@@ -47,6 +47,20 @@ class Fp8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         out = self.gemm.linear(flat, self.fp8_weight, self.bias)
         return out.view(*x.shape[:-1], self.out_features)
+
+    def output_columns(
+        self,
+        x: torch.Tensor,  # [tokens, in] model dtype
+        outputs: torch.Tensor,  # [C] int64 output channels
+    ) -> torch.Tensor:  # [tokens, C] model dtype
+        """The listed output channels only: their weight rows and scales gathered (bytes, as
+        FP8 has no arithmetic to do here), then one small GEMM with the same values per
+        channel as the full one."""
+        data = self.weight.view(torch.uint8).index_select(0, outputs).view(self.weight.dtype)
+        scale = self.weight_scale[0].index_select(0, outputs)
+        weight = weight_from_rows(data, scale, self.in_features)
+        bias = None if self.bias is None else self.bias.index_select(0, outputs)
+        return self.gemm.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, gemm={self.gemm.name}"

@@ -1,6 +1,8 @@
 """`quantization="fp8"` applied to a loaded model: every decoder layer's linear layers (the fused
-q/k/v and gate/up GEMMs, o_proj, down_proj) become `Fp8Linear`s; the embeddings, the LM head and
-the norms stay in the model dtype.
+q/k/v and gate/up GEMMs, o_proj, down_proj) become `Fp8Linear`s; the embeddings and the norms
+stay in the model dtype, and so does the LM head unless `head_quantization="fp8"`
+(`quantize_head`: an FP8 copy of it beside the model-dtype weight, which a tied embedding
+still needs).
 
 A layer whose weights the checkpoint already holds in FP8 per channel (`prequantized`, by module
 name, e.g. ``model.layers.0.self_attn.q_proj``) keeps those weights and scales as they are; the
@@ -86,3 +88,13 @@ def _single(
 ) -> Fp8Linear:
     weight = _weight(linear, name, given)
     return Fp8Linear(weight, linear.bias, gemm_for_weight(gemm, weight), dtype)
+
+
+def quantize_head(
+    weight: torch.Tensor,  # [rows, hidden] model dtype: the LM head, rows padded (align_head)
+    gemm: Fp8Gemm,
+) -> Fp8Linear:
+    """The LM head as an FP8 linear over all of `weight`'s rows, padding included, so its GEMM
+    writes the aligned width and the caller slices the vocabulary off as a view."""
+    fp8 = quantize_weight(weight)
+    return Fp8Linear(fp8, None, gemm_for_weight(gemm, fp8), weight.dtype)

@@ -20,7 +20,11 @@ from widebeam.services.decoder.config import Fp8Accumulation, Quantization
 from widebeam.services.decoder.model.attention_context import AttentionContext
 from widebeam.services.decoder.model.config import ModelConfig
 from widebeam.services.decoder.model.fp8_checkpoint import read_fp8_layout, split_fp8_state
-from widebeam.services.decoder.model.fp8_linear import Activation, quantized_input_cols
+from widebeam.services.decoder.model.fp8_linear import (
+    Activation,
+    Fp8Linear,
+    quantized_input_cols,
+)
 from widebeam.services.decoder.model.kv_scales import kv_scales_for, pop_kv_scales
 from widebeam.services.decoder.model.layers import (
     RMSNorm,
@@ -29,7 +33,7 @@ from widebeam.services.decoder.model.layers import (
     fuse_rows,
     fused_applies,
 )
-from widebeam.services.decoder.model.quantization import quantize_fp8
+from widebeam.services.decoder.model.quantization import quantize_fp8, quantize_head
 from widebeam.services.decoder.model.weights import load_state_dict, validate_state_dict
 
 LM_HEAD = "lm_head.weight"
@@ -159,6 +163,9 @@ class CausalLM(nn.Module):
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("padded_head", None, persistent=False)  # [rows, hidden], align_head
         self.quantization = Quantization.NONE  # how from_pretrained served the linear layers
+        self.head_quantization = Quantization.NONE  # and the LM head's GEMM
+        # head_quantization="fp8": the aligned head (padding rows included) in FP8
+        self.head_fp8: Fp8Linear | None = None
         # how its FP8 GEMMs sum on CUDA (from_pretrained's; meaningful with quantization fp8)
         self.fp8_accumulation = Fp8Accumulation.FAST
         # the FP8 KV cache's scales, [layers, kv_heads] tables (kv_scales.py); from_pretrained sets
@@ -191,6 +198,8 @@ class CausalLM(nn.Module):
         """hidden [N, hidden] -> logits [N, vocab] in the model dtype, the serving path: one
         GEMM against the aligned head (`align_head`), the padding columns sliced off (a view
         whose row stride is the padded width)."""
+        if self.head_fp8 is not None:
+            return self.head_fp8(hidden)[:, : self.config.vocab_size]
         if self.padded_head is None:
             return F.linear(hidden, self.lm_head_weight)
         return F.linear(hidden, self.padded_head)[:, : self.config.vocab_size]
@@ -201,6 +210,8 @@ class CausalLM(nn.Module):
         columns: torch.Tensor,  # [C] int64 vocabulary ids
     ) -> torch.Tensor:  # [N, C] model dtype
         """The logits of `columns` only: the head's rows gathered, then one small GEMM."""
+        if self.head_fp8 is not None:
+            return self.head_fp8.output_columns(hidden, columns)
         return F.linear(hidden, self.lm_head_weight.index_select(0, columns))
 
     @property
@@ -243,13 +254,19 @@ class CausalLM(nn.Module):
         device: str | torch.device = "cpu",
         quantization: Quantization = Quantization.NONE,
         fp8_accumulation: Fp8Accumulation = Fp8Accumulation.FAST,
+        head_quantization: Quantization = Quantization.NONE,
     ) -> CausalLM:
         """`quantization="fp8"`: the decoder layers' linears in FP8 (`model/quantization.py`).
         A checkpoint already in FP8 (`model/fp8_checkpoint.py`) keeps its FP8 weights with
         "fp8" and is dequantized to `dtype` with "none". `fp8_accumulation`: how those GEMMs
-        sum on CUDA (`EngineConfig.fp8_accumulation`; the CPU reference sums in fp32)."""
+        sum on CUDA (`EngineConfig.fp8_accumulation`; the CPU reference sums in fp32).
+        `head_quantization="fp8"` (with quantization "fp8"): the serving path's LM head GEMM in
+        FP8 too (`head_logits`, `column_logits`; `compute_logits`, the reference, stays)."""
         quantization = Quantization(quantization)
         fp8_accumulation = _fp8_accumulation(fp8_accumulation)
+        head_quantization = Quantization(head_quantization)
+        if head_quantization == Quantization.FP8 and quantization != Quantization.FP8:
+            raise ValueError("head_quantization fp8 needs quantization fp8")
         config = ModelConfig.from_pretrained(path)
         layout = read_fp8_layout(path)
         gemm = None
@@ -284,6 +301,10 @@ class CausalLM(nn.Module):
         if gemm is not None:
             quantize_fp8(model, gemm, prequantized)
             model.quantization = quantization
+            if head_quantization == Quantization.FP8:
+                head = model.lm_head_weight if model.padded_head is None else model.padded_head
+                model.head_fp8 = quantize_head(head, gemm)
+                model.head_quantization = head_quantization
         model.fp8_accumulation = fp8_accumulation
         return model.eval()
 

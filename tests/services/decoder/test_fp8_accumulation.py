@@ -78,9 +78,15 @@ def test_bench_harness_option(monkeypatch: pytest.MonkeyPatch) -> None:
 
     parser = argparse.ArgumentParser()
     harness.add_engine_args(parser)
-    args = parser.parse_args(["--quantization", "fp8", "--fp8-accumulation", "precise"])
+    args = parser.parse_args(
+        ["--quantization", "fp8", "--fp8-accumulation", "precise", "--head-quantization", "fp8"]
+    )
     assert harness.engine_options(args)["fp8_accumulation"] == "precise"
-    assert harness.load_options(args) == {"quantization": "fp8", "fp8_accumulation": "precise"}
+    assert harness.load_options(args) == {
+        "quantization": "fp8",
+        "fp8_accumulation": "precise",
+        "head_quantization": "fp8",
+    }
     assert parser.parse_args([]).fp8_accumulation == "fast"
 
 

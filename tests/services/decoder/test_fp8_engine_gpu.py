@@ -1,6 +1,7 @@
 """On the GPU with `quantization="fp8"` (torch._scaled_mm): CUDA-graph decode steps, beam
 expansions and prefills compute exactly what the same padded steps compute eagerly, overlap
-scheduling what synchronous scheduling computes, and constrained beams are catalog SIDs."""
+scheduling what synchronous scheduling computes, and constrained beams are catalog SIDs; the
+same with the LM head in FP8 (`head_quantization`)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ pytestmark = [
 ]
 
 
-def test_fp8_graph_eager_overlap_sync_digests_match(sid_model: SidModel) -> None:
+@pytest.mark.parametrize("head", ["none", "fp8"])
+def test_fp8_graph_eager_overlap_sync_digests_match(sid_model: SidModel, head: str) -> None:
     results = {}
     for graphs, overlap in ((False, False), (True, False), (True, True)):
         engine = sid_model.engine(
             device="cuda",
             dtype="bfloat16",
             quantization="fp8",
+            head_quantization=head,
             cuda_graphs=graphs,
             overlap_scheduling=overlap,
             max_rows=400,
@@ -49,6 +52,16 @@ def test_fp8_constrained_beams_are_catalog_sids_on_cuda(
     )
     gemm = SCALED_MM_FAST if accumulation == "fast" else SCALED_MM
     assert engine.model.model.layers[0].self_attn.o_proj.gemm is gemm
+    outputs = engine.generate([_constrained(i, w) for i, w in enumerate((1, 8, 64, 200))])
+    assert [len(o.beams) for o in outputs] == [1, 8, 64, 200]
+    assert _illegal_beams(engine, sid_model, outputs) == 0
+
+
+def test_fp8_head_constrained_beams_are_catalog_sids_on_cuda(sid_model: SidModel) -> None:
+    engine = sid_model.engine(
+        device="cuda", dtype="bfloat16", quantization="fp8", head_quantization="fp8"
+    )
+    assert engine.model.head_fp8 is not None and engine.model.head_fp8.gemm is SCALED_MM_FAST
     outputs = engine.generate([_constrained(i, w) for i, w in enumerate((1, 8, 64, 200))])
     assert [len(o.beams) for o in outputs] == [1, 8, 64, 200]
     assert _illegal_beams(engine, sid_model, outputs) == 0

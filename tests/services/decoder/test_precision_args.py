@@ -20,21 +20,24 @@ def test_defaults_are_the_engine_configs() -> None:
     args = _parser().parse_args([])
     assert args.quantization == Quantization.NONE
     assert args.fp8_accumulation == Fp8Accumulation.FAST
+    assert args.head_quantization == Quantization.NONE
     assert args.kv_dtype == KVDType.AUTO
 
 
 def test_fp8_everywhere() -> None:
     args = _parser().parse_args(
-        ["--quantization", "fp8", "--kv-dtype", "fp8", "--fp8-accumulation", "precise"]
-    )
+        ["--quantization", "fp8", "--kv-dtype", "fp8", "--fp8-accumulation", "precise",
+         "--head-quantization", "fp8"]
+    )  # fmt: skip
     assert Quantization(args.quantization) == Quantization.FP8
     assert KVDType(args.kv_dtype) == KVDType.FP8
     assert Fp8Accumulation(args.fp8_accumulation) == Fp8Accumulation.PRECISE
+    assert Quantization(args.head_quantization) == Quantization.FP8
 
 
 @pytest.mark.parametrize(
     ("option", "value"), [("--quantization", "int4"), ("--kv-dtype", "fp16"),
-                          ("--fp8-accumulation", "exact")],
+                          ("--fp8-accumulation", "exact"), ("--head-quantization", "int8")],
 )  # fmt: skip
 def test_an_unknown_choice_is_refused_by_name(
     option: str, value: str, capsys: pytest.CaptureFixture[str]

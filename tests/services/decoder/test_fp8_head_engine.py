@@ -1,0 +1,76 @@
+"""The engine with `head_quantization="fp8"` on the CPU: constrained beams stay catalog SIDs,
+and the option is taken wherever it is set (the decoder's settings, `widebeam generate`) and
+checked against a model loaded otherwise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from tests.services.decoder.conftest import SidModel
+from tests.services.decoder.test_fp8_engine import _constrained, _illegal_beams
+from widebeam.services.decoder.config import Quantization
+from widebeam.services.decoder.engine import Engine
+from widebeam.services.decoder.model.transformer import CausalLM
+from widebeam.services.decoder.server.settings import DecoderSettings
+
+
+@pytest.mark.parametrize("beam_expansion", ["streamed", "dense"])
+def test_constrained_beams_with_an_fp8_head_are_catalog_sids(
+    sid_model: SidModel, beam_expansion: str
+) -> None:
+    engine = sid_model.engine(
+        quantization="fp8",
+        head_quantization="fp8",
+        beam_expansion=beam_expansion,
+        dense_expansion_limit=0,
+    )
+    assert engine.model.head_fp8 is not None
+    requests = [_constrained(i, width) for i, width in enumerate((1, 4, 16, 32))]
+    outputs = engine.generate(requests)
+    assert [len(o.beams) for o in outputs] == [1, 4, 16, 32]
+    assert _illegal_beams(engine, sid_model, outputs) == 0
+
+
+def test_a_model_loaded_with_another_head_is_refused(sid_model: SidModel) -> None:
+    model = CausalLM.from_pretrained(sid_model.model_dir, quantization="fp8")
+    with pytest.raises(ValueError, match=r"head_quantization 'none', the config asks for 'fp8'"):
+        Engine(sid_model.engine_config(quantization="fp8", head_quantization="fp8"), model=model)
+
+
+def test_decoder_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WIDEBEAM_DECODER_MODEL", "/m")
+    monkeypatch.setenv("WIDEBEAM_DECODER_QUANTIZATION", "fp8")
+    monkeypatch.setenv("WIDEBEAM_DECODER_HEAD_QUANTIZATION", "fp8")
+    assert DecoderSettings().engine_config().head_quantization is Quantization.FP8
+    monkeypatch.setenv("WIDEBEAM_DECODER_QUANTIZATION", "none")
+    with pytest.raises(ValidationError, match="head_quantization fp8 needs quantization fp8"):
+        DecoderSettings()
+
+
+def test_widebeam_generate_head_flag(sid_model: SidModel) -> None:
+    line = {
+        "id": "sid",
+        "input_ids": [5, 6],
+        "beam_width": 8,
+        "n": 8,
+        "max_new_tokens": 5,
+        "eos_token_id": [],
+        "constrained": True,
+    }
+    model = ["--model", str(sid_model.model_dir), "--catalog", str(sid_model.catalog_path)]
+    flags = ["--quantization", "fp8", "--head-quantization", "fp8"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "widebeam", "generate", *model, *flags],
+        input=json.dumps(line) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [row] = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert len(row["beams"]) == 8 and all(b["item_ids"] for b in row["beams"])
