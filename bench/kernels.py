@@ -707,7 +707,7 @@ def silu_fp8(args: argparse.Namespace) -> list[Case]:
         gate_up = torch.randn(rows, 2 * inter, device=DEVICE).mul(3).to(torch.bfloat16)
         gate, up = gate_up.chunk(2, dim=1)  # the engine's layout: halves of one GEMM output
         shape = f"{rows} x 2·{inter} bf16"
-        per_row = lambda g=gate, u=up, c=inter: silu_mul_fp8_triton(g, u, c)  # noqa: E731
+        per_row = lambda g=gate, u=up, c=inter: silu_mul_fp8_triton(g, u, c, programs=0)  # noqa: E731
         for per_sm in args.silu_programs.split(","):
             programs = int(per_sm) * sms
             cases.append(

@@ -12,6 +12,8 @@ model dtype."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -155,6 +157,22 @@ def _fp8_rows(rows: int, cols: int, device: torch.device) -> Fp8Rows:
 SILU_MAX_CHUNK = 8192
 
 
+# One SiLU product a program when 0; else the serving grid of `silu_mul_fp8_triton`: this many
+# programs a streaming multiprocessor, taking rows in turn (kernels.py --only silu-fp8).
+SILU_PROGRAMS_PER_SM = 0
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _serving_programs(device: torch.device) -> int:
+    if device.type != "cuda" or not SILU_PROGRAMS_PER_SM:
+        return 0
+    return SILU_PROGRAMS_PER_SM * _sm_count(device)
+
+
 def _launch(dim: int, cols: int, device: torch.device) -> dict[str, int | bool]:
     """The norms: one program per row, BLOCK covering the row and its FP8 padding (the row in
     registers whole, as `triton_layers`' norms hold it: hidden sizes), with the warps of
@@ -218,7 +236,8 @@ def silu_mul_fp8_triton(
     up: torch.Tensor,  # [rows, I] same shape and dtype
     cols: int,  # the FP8 width (>= I)
     max_chunk: int = SILU_MAX_CHUNK,  # wider rows: two passes over chunks of this many columns
-    programs: int = 0,  # > 0: a grid of this many programs taking rows in turn (one chunk only)
+    programs: int | None = None,  # > 0: a grid of this many programs taking rows in turn (rows
+    # of one chunk only); 0: one program a row; None: the serving choice (SILU_PROGRAMS_PER_SM)
 ) -> Fp8Rows:  # silu(gate) * up quantized per row, zero-padded to cols (same bytes any way)
     if gate.shape != up.shape or gate.dtype != up.dtype:
         raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} must match")
@@ -227,6 +246,8 @@ def silu_mul_fp8_triton(
     gate_rows, up_rows = _rows(gate), _rows(up)
     out = _fp8_rows(gate_rows.shape[0], cols, gate.device)
     launch = chunking(cols, max_chunk)
+    if programs is None:
+        programs = _serving_programs(gate.device)
     if programs > 0 and launch["ONE_CHUNK"] and gate_rows.shape[0]:
         grid = (min(programs, gate_rows.shape[0]),)
         _silu_mul_fp8_rows_kernel[grid](
