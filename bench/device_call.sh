@@ -41,8 +41,6 @@
 #                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT,ROWS} lists), the plan's
 #                          time
 #   kernels-padding [120]  kernels.py --only padding
-#   kernels-silu-fp8 [120] kernels.py --only silu-fp8: the fused SiLU product -> FP8 on a
-#                          fixed grid of 1 / 2 / 4 / 8 programs a SM against one program a row
 #   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
 #                          bf16 cache, then FP8 with the prefix kernel's dots in bf16, fp16, default
 #   kernels-fp8prefill [90]  kernels.py --only fp8prefill: one layer's KV write + prefill at W2
@@ -164,7 +162,6 @@ step_command() {
         kernels-fp8prefill) echo "cd bench && python3 kernels.py --only fp8prefill \
             --tag _fp8prefill" ;;
         prefill-tiles) echo "cd bench && python3 prefill_tiles.py --tiles few" ;;
-        kernels-silu-fp8) echo "cd bench && python3 kernels.py --only silu-fp8" ;;
         w3) echo "cd bench && python3 genrec_throughput.py --quick" ;;
         w2) echo "cd bench && python3 sid_decode.py --quick" ;;
         w1) echo "cd bench && python3 wide_beam.py --quick --hf-tokens ''" ;;

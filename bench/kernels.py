@@ -1,7 +1,6 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv,fp8prefill,
-        silu-fp8] [--silu-programs 1,2,4,8]
+    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv,fp8prefill]
         [--reps 50]
         [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
         [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
@@ -685,47 +684,6 @@ def kv(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
-def same_fp8_rows(a: object, b: object) -> str:
-    """Two `Fp8Rows` with the same bytes and scales."""
-    same = torch.equal(a.data.view(torch.uint8), b.data.view(torch.uint8))  # type: ignore[attr-defined]
-    same = same and torch.equal(a.scale, b.scale)  # type: ignore[attr-defined]
-    return "same bytes" if same else "MISMATCH"
-
-
-def silu_fp8(args: argparse.Namespace) -> list[Case]:
-    """The fused SiLU product -> FP8 (the down projection's input) on a fixed grid of
-    `--silu-programs` programs a SM taking rows in turn, against one program a row (the
-    "torch" column: the serving kernel, whose bytes the grid must match)."""
-    from widebeam.kernels.layers.triton_fp8_layers import silu_mul_fp8_triton
-
-    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count if not SMOKE else 2
-    shapes = [(7, 96)] if args.smoke else [
-        (512, 6144), (1024, 6144), (3200, 6144), (6144, 6144), (8000, 6144), (5000, 3072),
-    ]  # fmt: skip
-    cases = []
-    for rows, inter in shapes:  # 1.7B's MLP at W3's / W4's decode rows; 0.6B's at W1's
-        gate_up = torch.randn(rows, 2 * inter, device=DEVICE).mul(3).to(torch.bfloat16)
-        gate, up = gate_up.chunk(2, dim=1)  # the engine's layout: halves of one GEMM output
-        shape = f"{rows} x 2·{inter} bf16"
-        per_row = lambda g=gate, u=up, c=inter: silu_mul_fp8_triton(g, u, c, programs=0)  # noqa: E731
-        for per_sm in args.silu_programs.split(","):
-            programs = int(per_sm) * sms
-            cases.append(
-                Case(
-                    kernel=f"silu_mul_fp8, {per_sm} programs/SM",
-                    shape=shape,
-                    triton=lambda g=gate, u=up, c=inter, p=programs: silu_mul_fp8_triton(
-                        g, u, c, programs=p
-                    ),
-                    torch=per_row,
-                    bytes=2 * gate.numel() * 2 + gate.numel() + 4 * rows,
-                    check=same_fp8_rows,
-                    torch_key="silu_fp8 per row " + shape,
-                )
-            )
-    return cases
-
-
 GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "attention": attention,
     "padding": padding,
@@ -736,7 +694,6 @@ GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "kv": kv,
     "fp8kv": fp8_kv,
     "fp8prefill": fp8_prefill,
-    "silu-fp8": silu_fp8,
 }
 
 
@@ -842,9 +799,6 @@ def main() -> None:
     )
     parser.add_argument(
         "--tree-rows", default="auto", help=f"{shared} (rows per item, a power of two)"
-    )
-    parser.add_argument(
-        "--silu-programs", default="1,2,4,8", help="silu-fp8: programs per SM, comma list"
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")

@@ -116,24 +116,6 @@ def test_silu_mul_fp8_in_chunks_gives_the_same_bytes(
         assert torch.equal(chunked.scale, whole.scale)
 
 
-@pytest.mark.parametrize(("inter", "cols"), [(40, 48), (1000, 1008)])
-@pytest.mark.parametrize("programs", [1, 3, 7, 64])
-def test_silu_mul_fp8_on_a_fixed_grid_gives_the_same_bytes(
-    exact_device: torch.device, inter: int, cols: int, programs: int
-) -> None:
-    """Rows taken in turn by `programs` programs (each loading its next row ahead; 64: more
-    programs than rows, the grid is cut to them): the bytes of one program a row."""
-    from widebeam.kernels.layers.triton_fp8_layers import silu_mul_fp8_triton
-
-    gate = _rows(7, inter, inter).clamp(-60, 60)
-    gate_up = torch.cat([gate, _rows(7, inter, inter + 1)], dim=1).to(torch.bfloat16)
-    gate, up = gate_up.to(exact_device).split([inter, inter], dim=1)
-    per_row = silu_mul_fp8_triton(gate, up, cols)
-    got = silu_mul_fp8_triton(gate, up, cols, programs=programs)
-    assert torch.equal(got.data.view(torch.uint8), per_row.data.view(torch.uint8))
-    assert torch.equal(got.scale, per_row.scale)
-
-
 @pytest.mark.parametrize("dim", [40, 64, 1000, 2048, 4096, 5120, 8192])
 def test_fused_norms_launch_like_the_unfused_ones(kernel_device: torch.device, dim: int) -> None:
     """The fused norms reduce the sum of squares with the unfused kernel's block and warps: the

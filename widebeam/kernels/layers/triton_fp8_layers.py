@@ -12,8 +12,6 @@ model dtype."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -94,48 +92,10 @@ def _silu_mul_fp8_kernel(
 
 
 @triton.jit
-def _silu_mul_fp8_rows_kernel(
-    gate_ptr, up_ptr, q_ptr, scale_ptr, rows, cols_in, q_width, stride_gate, stride_up,
-    stride_q, min_scale, fp8_max, inv_fp8_max, CHUNK: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
-):  # fmt: skip
-    """A row held whole (one chunk), rows taken in turn by a fixed grid: program p quantizes
-    rows p, p + G, p + 2G, ... and loads its next row's gate and up before it reduces and
-    stores the current one, so each program keeps a row's loads in flight while it computes
-    (one program a row waits for its loads with nothing else to do: at a few thousand rows
-    only one or two such programs fit an SM's registers)."""
-    first = tl.program_id(0)
-    step = tl.num_programs(0)
-    cols = tl.arange(0, CHUNK)
-    inside = cols < cols_in
-    row = first.to(tl.int64)
-    here = inside & (row < rows)
-    g = tl.load(gate_ptr + row * stride_gate + cols, mask=here, other=0.0)
-    u = tl.load(up_ptr + row * stride_up + cols, mask=here, other=0.0)
-    for current in range(first, rows, step):
-        row = tl.cast(current, tl.int64)
-        nxt = row + step
-        ahead = inside & (nxt < rows)
-        g_next = tl.load(gate_ptr + nxt * stride_gate + cols, mask=ahead, other=0.0)
-        u_next = tl.load(up_ptr + nxt * stride_up + cols, mask=ahead, other=0.0)
-        out = _silu_mul_values(g, u)
-        _store_fp8_row(
-            out, cols, q_ptr + row * stride_q, scale_ptr + row, q_width, min_scale, fp8_max,
-            inv_fp8_max, ROUND_IN_FP32,
-        )  # fmt: skip
-        g, u = g_next, u_next
-
-
-@triton.jit
 def _silu_mul_chunk(gate_ptr, up_ptr, cols, inside):
     """silu(gate) * up at `cols` as the unfused kernel computes it (masked lanes 0), in fp32."""
     g = tl.load(gate_ptr + cols, mask=inside, other=0.0)
     u = tl.load(up_ptr + cols, mask=inside, other=0.0)
-    return _silu_mul_values(g, u)
-
-
-@triton.jit
-def _silu_mul_values(g, u):
-    """silu(g) * u (model-dtype lanes) rounded as the unfused kernel stores it, in fp32."""
     gf = g.to(tl.float32)
     act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # F.silu stores in the model dtype
     out = (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype)  # so does the product
@@ -155,22 +115,6 @@ def _fp8_rows(rows: int, cols: int, device: torch.device) -> Fp8Rows:
 # over 2,048-column chunks 79.5 us; floor ~44 us): a second pass recomputes the product, two
 # more special-function-unit operations (exp, reciprocal) an element.
 SILU_MAX_CHUNK = 8192
-
-
-# One SiLU product a program when 0; else the serving grid of `silu_mul_fp8_triton`: this many
-# programs a streaming multiprocessor, taking rows in turn (kernels.py --only silu-fp8).
-SILU_PROGRAMS_PER_SM = 0
-
-
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _serving_programs(device: torch.device) -> int:
-    if device.type != "cuda" or not SILU_PROGRAMS_PER_SM:
-        return 0
-    return SILU_PROGRAMS_PER_SM * _sm_count(device)
 
 
 def _launch(dim: int, cols: int, device: torch.device) -> dict[str, int | bool]:
@@ -236,27 +180,13 @@ def silu_mul_fp8_triton(
     up: torch.Tensor,  # [rows, I] same shape and dtype
     cols: int,  # the FP8 width (>= I)
     max_chunk: int = SILU_MAX_CHUNK,  # wider rows: two passes over chunks of this many columns
-    programs: int | None = None,  # > 0: a grid of this many programs taking rows in turn (rows
-    # of one chunk only); 0: one program a row; None: the serving choice (SILU_PROGRAMS_PER_SM)
-) -> Fp8Rows:  # silu(gate) * up quantized per row, zero-padded to cols (same bytes any way)
+) -> Fp8Rows:  # silu(gate) * up quantized per row, zero-padded to cols (same bytes any chunk)
     if gate.shape != up.shape or gate.dtype != up.dtype:
         raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} must match")
     if cols < gate.shape[-1]:
         raise ValueError(f"FP8 width {cols} is narrower than the row ({gate.shape[-1]})")
     gate_rows, up_rows = _rows(gate), _rows(up)
     out = _fp8_rows(gate_rows.shape[0], cols, gate.device)
-    launch = chunking(cols, max_chunk)
-    if programs is None:
-        programs = _serving_programs(gate.device)
-    if programs > 0 and launch["ONE_CHUNK"] and gate_rows.shape[0]:
-        grid = (min(programs, gate_rows.shape[0]),)
-        _silu_mul_fp8_rows_kernel[grid](
-            gate_rows, up_rows, out.data, out.scale, gate_rows.shape[0], gate_rows.shape[1],
-            cols, gate_rows.stride(0), up_rows.stride(0), out.data.stride(0), MIN_SCALE,
-            FP8_MAX, INV_FP8_MAX, CHUNK=launch["CHUNK"], ROUND_IN_FP32=not gate.is_cuda,
-            num_warps=launch["num_warps"],
-        )  # fmt: skip
-        return out
     if gate_rows.shape[0]:
         _silu_mul_fp8_kernel[(gate_rows.shape[0],)](
             gate_rows, up_rows, out.data, out.scale, gate_rows.shape[1], cols,
