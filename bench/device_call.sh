@@ -91,8 +91,9 @@
 #   fp8-head-quality [360] fp8_quality.py --users 3000 --kv-dtype fp8 --head-quantization fp8:
 #                          bf16, the FP8 serving defaults, and those with the LM head in FP8,
 #                          on one trained model
-# w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile PHASES` to both of
-# their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths, bf16 and FP8).
+# w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile
+# PHASES` to each of their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths,
+# bf16 and FP8).
 # Every stack* step appends $WIDEBEAM_STACK_ARGS to its stack.py command (e.g.
 # "--gateway-workers 2").
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
