@@ -117,7 +117,11 @@ def _generate(sid_model: SidModel, *flags: str, stdin: str) -> subprocess.Comple
     )
 
 
-def test_widebeam_generate_quantization_flag(sid_model: SidModel) -> None:
+@pytest.mark.parametrize(
+    "flags",
+    [("--quantization", "fp8"), ("--quantization", "fp8", "--head-quantization", "fp8")],
+)
+def test_widebeam_generate_quantization_flag(sid_model: SidModel, flags: tuple[str, ...]) -> None:
     line = {
         "id": "sid",
         "input_ids": [5, 6],
@@ -127,7 +131,7 @@ def test_widebeam_generate_quantization_flag(sid_model: SidModel) -> None:
         "eos_token_id": [],
         "constrained": True,
     }
-    proc = _generate(sid_model, "--quantization", "fp8", stdin=json.dumps(line) + "\n")
+    proc = _generate(sid_model, *flags, stdin=json.dumps(line) + "\n")
     assert proc.returncode == 0, proc.stderr
     [row] = [json.loads(x) for x in proc.stdout.splitlines()]
     assert len(row["beams"]) == 8 and all(b["item_ids"] for b in row["beams"])

@@ -1,12 +1,8 @@
 """The engine with `head_quantization="fp8"` on the CPU: constrained beams stay catalog SIDs,
-and the option is taken wherever it is set (the decoder's settings, `widebeam generate`) and
-checked against a model loaded otherwise."""
+and the option is taken from the decoder's settings and checked against a model loaded otherwise
+(`widebeam generate`'s flag: test_fp8_engine.py)."""
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
 
 import pytest
 from pydantic import ValidationError
@@ -50,27 +46,3 @@ def test_decoder_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WIDEBEAM_DECODER_QUANTIZATION", "none")
     with pytest.raises(ValidationError, match="head_quantization fp8 needs quantization fp8"):
         DecoderSettings()
-
-
-def test_widebeam_generate_head_flag(sid_model: SidModel) -> None:
-    line = {
-        "id": "sid",
-        "input_ids": [5, 6],
-        "beam_width": 8,
-        "n": 8,
-        "max_new_tokens": 5,
-        "eos_token_id": [],
-        "constrained": True,
-    }
-    model = ["--model", str(sid_model.model_dir), "--catalog", str(sid_model.catalog_path)]
-    flags = ["--quantization", "fp8", "--head-quantization", "fp8"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "widebeam", "generate", *model, *flags],
-        input=json.dumps(line) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    [row] = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert len(row["beams"]) == 8 and all(b["item_ids"] for b in row["beams"])
