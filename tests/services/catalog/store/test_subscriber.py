@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from tests.services.catalog.store.conftest import MakeTrie
 from tests.support.redis_server import RedisServer, free_port
 from widebeam.services.catalog.store import CatalogStore, CatalogSubscriber, LoadedCatalog
-
-SUB_NAME = b"widebeam-catalog-subscriber"
-
 
 # A deadline, not an expected time: each wait returns as soon as its condition holds, and a busy
 # machine (a CI runner, the suite's other worker) may need seconds for a reconnect and a load.
@@ -94,21 +92,36 @@ def test_corrupt_version_keeps_previous(
 
 
 def test_killed_connection_ends_on_newest(
-    store: CatalogStore, make_trie: MakeTrie, subscribe: Callable[..., CatalogSubscriber]
+    redis_url: str, store: CatalogStore, make_trie: MakeTrie
 ) -> None:
+    # The subscriber logs in as its own user, so the test can turn that user off: the publishes
+    # below then all land while it cannot reconnect, and only its resync after the reconnect
+    # can find them (their events are deleted). Without this a busy machine could let it
+    # reconnect between the publishes, and the lost event would wait for the periodic resync.
+    user, password = "catalog-subscriber-test", "subscriber-secret"
+    store.client.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
+    url = urlsplit(redis_url)
+    sub_url = urlunsplit(url._replace(netloc=f"{user}:{password}@{url.hostname}:{url.port}"))
     store.publish("c", make_trie(20, seed=1))
-    sub = subscribe(["c"])
-    resyncs = sub.resyncs
-    killed = [c["id"] for c in store.client.client_list() if c["name"] == SUB_NAME.decode()]
-    assert killed
-    for client_id in killed:
-        store.client.client_kill_filter(_id=client_id)
-    store.publish("c", make_trie(20, seed=2))
-    last = store.publish("c", make_trie(20, seed=3))
-    store.client.delete(store.keys.events)  # the events are lost; only `current` remains
-    assert sub.wait_for_version("c", 3, timeout=WAIT_S)
-    assert sub.acquire("c").artifact_id == last.manifest["artifact_id"]
-    assert wait_until(lambda: sub.resyncs > resyncs, WAIT_S)
+    # No periodic resync within the test: only the reconnect may find the new versions.
+    sub = CatalogSubscriber(sub_url, ["c"], poll_block_ms=200, resync_interval_s=3600).start()
+    try:
+        assert sub.wait_ready(WAIT_S), sub.last_error
+        resyncs = sub.resyncs
+        store.client.execute_command("ACL", "SETUSER", user, "off")
+        assert store.client.client_kill_filter(user=user) >= 1
+        store.publish("c", make_trie(20, seed=2))
+        last = store.publish("c", make_trie(20, seed=3))
+        store.client.delete(store.keys.events)  # the events are lost; only `current` remains
+        assert wait_until(lambda: sub.last_error is not None, WAIT_S)  # a refused reconnect
+        assert sub.versions() == {"c": 1}  # keeps serving what it has
+        store.client.execute_command("ACL", "SETUSER", user, "on")
+        assert sub.wait_for_version("c", 3, timeout=WAIT_S)
+        assert sub.acquire("c").artifact_id == last.manifest["artifact_id"]
+        assert sub.resyncs > resyncs
+    finally:
+        sub.stop()
+        store.client.execute_command("ACL", "DELUSER", user)
 
 
 def test_redis_restart_ends_on_newest(
