@@ -13,6 +13,7 @@ from pathlib import Path
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.profiling.capture import TimelineCapture
+from widebeam.services.decoder.profiling.timeline import SPAN_LENGTH_CLASSES_NS
 
 IDLE_COLUMNS = 4  # the phases with the most idle time, per row
 
@@ -62,21 +63,30 @@ class DecoderTimelines:
 
 
 def timeline_cells(timeline: dict, answered: int) -> list[str]:
-    """Busy share, the largest idle phases as `phase ms/req`, the collector's passes."""
+    """Busy share; device time, device spans and the short spans' time per request (a forward
+    over few rows costs about its kernel count); the largest idle phases as `phase ms/req`;
+    the collector's passes."""
     if not timeline:
         return ["-"] * len(TIMELINE_HEADERS)
+    per = max(answered, 1)
     idle = list(timeline["idle_ms_by_phase"].items())[:IDLE_COLUMNS]
-    cells = [f"{name} {ms / max(answered, 1):.2f}" for name, ms in idle]
+    cells = [f"{name} {ms / per:.2f}" for name, ms in idle]
+    lengths = timeline.get("spans_by_length", {})
+    short = [f"{lengths[label][1] / per:.2f}" if label in lengths else "-" for label in SHORT]
     gc = f"{timeline['gc_passes']}: {timeline['gc_ms']:.0f} ({timeline['gc_max_ms']:.0f})"
     return [
         f"{timeline['device_busy_share']:.2f}",
+        f"{timeline['device_busy_ms'] / per:.2f}",
+        f"{timeline.get('device_spans', 0) / per:.0f}",
+        *short,
         *cells,
         *["-"] * (IDLE_COLUMNS - len(cells)),
         gc,
     ]
 
 
+SHORT = [label for limit, label in SPAN_LENGTH_CLASSES_NS if limit is not None]
 TIMELINE_HEADERS = [
-    "device busy", *(f"idle #{i + 1} ms/req" for i in range(IDLE_COLUMNS)),
-    "gc passes: ms (longest)",
+    "device busy", "device ms/req", "device spans/req", *(f"{lb} ms/req" for lb in SHORT),
+    *(f"idle #{i + 1} ms/req" for i in range(IDLE_COLUMNS)), "gc passes: ms (longest)",
 ]  # fmt: skip

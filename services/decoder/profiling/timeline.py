@@ -23,6 +23,9 @@ STEP_ANNOTATION = ANNOTATION_PREFIX + "step"
 BETWEEN_STEPS = "between steps"
 MIN_GAP_NS = 20_000  # shorter idle time is launch spacing, not a wait worth naming
 TOP_KERNELS = 12
+# Device spans by length: the short ones are where a forward's cost is its kernel count rather
+# than its work (a batch of few rows still runs every layer's norm, rope, SiLU and attention).
+SPAN_LENGTH_CLASSES_NS = ((10_000, "< 10 us"), (100_000, "10-100 us"), (None, ">= 100 us"))
 
 
 class Span(NamedTuple):
@@ -42,6 +45,9 @@ class TimelineSummary:
     steps: int = 0  # engine steps that began in the window
     host_ms_by_phase: dict[str, float] = field(default_factory=dict)  # engine thread, exclusive
     top_kernels_ms: dict[str, float] = field(default_factory=dict)
+    device_spans: int = 0  # kernels, copies and memsets in the window
+    # SPAN_LENGTH_CLASSES_NS' labels -> [spans, their device ms] (overlaps counted in each)
+    spans_by_length: dict[str, list[float]] = field(default_factory=dict)
     largest_gaps_ms: list[tuple[float, str]] = field(default_factory=list)  # (ms, main phase)
     # CUDA runtime calls (copies, synchronizations, launches) by "<call> in <engine phase>":
     # where the host itself waited on the device, and for what
@@ -65,6 +71,18 @@ def busy_intervals(device: Iterable[Span]) -> list[tuple[int, int]]:
         else:
             merged.append((start, end))
     return merged
+
+
+def spans_by_length(device: Iterable[Span]) -> dict[str, list[float]]:
+    """SPAN_LENGTH_CLASSES_NS' labels -> [how many spans, their summed ms], every class
+    listed."""
+    classes = {label: [0, 0.0] for _, label in SPAN_LENGTH_CLASSES_NS}
+    for span in device:
+        length = span.end_ns - span.start_ns
+        label = next(lb for limit, lb in SPAN_LENGTH_CLASSES_NS if limit is None or length < limit)
+        classes[label][0] += 1
+        classes[label][1] += length / 1e6
+    return {label: [n, round(ms, 3)] for label, (n, ms) in classes.items()}
 
 
 def engine_thread(host: Sequence[Span]) -> int | None:
@@ -195,5 +213,7 @@ def summarize(
         k: round(v, 3) for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
     }
     summary.top_kernels_ms = {k: round(v, 3) for k, v in top}
+    summary.device_spans = len(device)
+    summary.spans_by_length = spans_by_length(device)
     summary.largest_gaps_ms = sorted(gaps, reverse=True)[:10]
     return summary

@@ -10,6 +10,7 @@ from widebeam.services.decoder.profiling.timeline import (
     Span,
     busy_intervals,
     engine_thread,
+    spans_by_length,
     summarize,
 )
 
@@ -78,6 +79,12 @@ def test_idle_gaps_split_over_the_innermost_phases() -> None:
         "step": 3.5, "prefill": 4.0, "finish": 2.0, "select": 1.0, "gc": 0.5
     }  # fmt: skip
     assert summary.top_kernels_ms["gemm"] == round(0.5 + 2.5 + 1 - MIN_GAP_NS / MS + 0.05, 3)
+    assert summary.device_spans == 6
+    assert summary.spans_by_length == {
+        "< 10 us": [0, 0.0],
+        "10-100 us": [2, round(MIN_GAP_NS / 2 / MS + 0.05, 3)],  # "tiny" is 10 us long
+        ">= 100 us": [4, round(0.5 + 2.5 + 4 + 1 - MIN_GAP_NS / MS, 3)],
+    }
     assert (summary.gc_passes, summary.gc_ms, summary.gc_max_ms) == (2, 2.0, 1.5)
     assert summary.runtime_ms == {
         "cudaStreamSynchronize in finish": 1.2,
@@ -95,3 +102,16 @@ def test_without_device_spans_only_the_host_side() -> None:
     assert summary.host_ms_by_phase == {"step": 4.0, "decode": 1.0}
     empty = summarize([], [])
     assert empty.steps == 0 and empty.host_ms_by_phase == {}
+    assert empty.device_spans == 0 and empty.spans_by_length == {}
+
+
+def test_spans_by_length_puts_each_boundary_in_the_longer_class() -> None:
+    spans = [Span(0, 10 * US - 1, "a"), Span(0, 10 * US, "b"), Span(0, 100 * US, "c")]
+    assert spans_by_length(spans) == {
+        "< 10 us": [1, 0.01], "10-100 us": [1, 0.01], ">= 100 us": [1, 0.1]
+    }  # fmt: skip
+    assert spans_by_length([]) == {
+        "< 10 us": [0, 0.0],
+        "10-100 us": [0, 0.0],
+        ">= 100 us": [0, 0.0],
+    }
