@@ -271,8 +271,9 @@ class Engine:
     ) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row (see
         `_step`); its time counts as the engine's busy time. `intake` runs on this thread right
-        before admission, after the step has waited for the device: a server submits there
-        what arrived meanwhile, so it joins this step instead of the next. `deliver` gets the
+        before admission (with overlap scheduling also before the step reads the previous one's
+        flags, and again after them when nothing was admitted then): a server submits there
+        what arrived since its last call, so it joins this step instead of the next. `deliver` gets the
         answers the step's start resolved (the previous step's finished requests) right away,
         before this step's forwards: a server's caller then has this whole step to send its
         next request, which the next step's intake admits (returned too, with the rest)."""
@@ -290,13 +291,18 @@ class Engine:
     ) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row.
 
-        With `overlap_scheduling` the host prepares this step's decode batch (slot tables,
-        packed attention metadata, copies) while the device still runs the previous step's beam
-        selection, and only then reads the previous step's stop flags; after an admission it
-        prepares the batch with the new requests while the device prefills them. Admission and
-        the decode set are decided after the previous step's flags in both modes (a batch
-        prepared for requests that turned out done is prepared again), so both modes run the
-        same batches and compute exactly the same thing.
+        With `overlap_scheduling` the host takes in arrivals and prepares this step's decode
+        batch (slot tables, packed attention metadata, copies) while the device still runs the
+        previous step's beam selection, and only then reads the previous step's stop flags.
+        When the whole waiting queue fits in the rows and free pages held before those flags,
+        it is admitted then and its prefill queued behind that selection, so the device has
+        work while the host reads flags, builds answers and prepares the decode; otherwise
+        admission waits for the flags, as without overlap, and the batch is prepared while the
+        device prefills. Either way the admitted set is the one admission after the flags
+        would take (finished requests only add room, and FIFO takes the same whole queue), and
+        the decode set is decided after the flags (a batch prepared for requests that turned
+        out done is prepared again), so both modes run the same batches and compute exactly
+        the same thing.
 
         A new request's first flag is not waited for: its decode is queued behind its prefill.
         The rare request done at its first step (all its best candidates end, or none can go
@@ -305,29 +311,40 @@ class Engine:
         done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
+        admitted: list[RequestState] = []
         annotate = self.annotate
         if self.config.overlap_scheduling:
+            if intake is not None:
+                with annotate("engine.intake"):
+                    intake()
+            earlier = len(self._pending)  # the flags of the steps before this one
+            with annotate("engine.admit"):
+                admitted = self.scheduler.admit_whole_queue()
+            if admitted:  # queued behind the previous step's selection, before its flags
+                with annotate("engine.prefill"):
+                    done += self._prefill(admitted)
             candidates = self._decode_candidates()
             if candidates:
                 with annotate("engine.prepare"):
                     prepared = self._prepare_decode(candidates)
-            done += self._resolve()
+            done += self._resolve(earlier)
             if done and deliver is not None:
                 deliver(list(done))
-        if intake is not None:
-            with annotate("engine.intake"):
-                intake()
-        with annotate("engine.admit"):
-            admitted = self.scheduler.admit()
+        if not admitted:
+            if intake is not None:
+                with annotate("engine.intake"):
+                    intake()
+            with annotate("engine.admit"):
+                admitted = self.scheduler.admit()
+            if admitted:
+                with annotate("engine.prefill"):
+                    done += self._prefill(admitted)
+                if self.config.overlap_scheduling:  # the host prepares while the device prefills
+                    candidates = self._decode_candidates()
+                    if candidates:
+                        with annotate("engine.prepare"):
+                            prepared = self._prepare_decode(candidates)
         self.last_step_rows = sum(s.num_rows for s in admitted)
-        if admitted:
-            with annotate("engine.prefill"):
-                done += self._prefill(admitted)
-            if self.config.overlap_scheduling:  # the host prepares while the device prefills
-                candidates = self._decode_candidates()
-                if candidates:
-                    with annotate("engine.prepare"):
-                        prepared = self._prepare_decode(candidates)
         active = self._decode_candidates()
         self.last_step_rows += sum(s.num_rows for s in active)
         if active:
@@ -420,16 +437,19 @@ class Engine:
             self._pending.append(stage_flags(beams))
         return finished
 
-    def _resolve(self) -> list[RequestOutput]:
+    def _resolve(self, staged_steps: int | None = None) -> list[RequestOutput]:
+        """Read the stop flags of the first `staged_steps` staged beam steps (default: all)
+        and finish the requests they end."""
+        count = len(self._pending) if staged_steps is None else staged_steps
         finished = []
-        for staged in self._pending:
+        for staged in self._pending[:count]:
             with self.annotate("engine.wait_flags"):
                 resolve_flags(staged)
             with self.annotate("engine.finish"):
                 for state in staged.states:
                     if not state.finished and state.search.done:  # (an abort finished it)
                         finished.append(self._finish(state))
-        self._pending.clear()
+        del self._pending[:count]
         return finished
 
     def _finish(self, state: RequestState) -> RequestOutput:

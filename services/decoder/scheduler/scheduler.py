@@ -111,6 +111,24 @@ class Scheduler(Generic[Request]):
             admitted.append(head)
         return admitted
 
+    def admit_whole_queue(self) -> list[Request]:
+        """Admit every waiting request, or none (changing nothing): for an engine step that
+        admits before the requests finishing in it have released their rows and pages. All are
+        taken only when all fit from free rows and free pages alone (no eviction, every prompt
+        counted as uncached), so the set is the one `admit` would take once those requests are
+        released: more room only lets FIFO take the same whole queue."""
+        queue = self.waiting
+        if not queue or self._holds_back():
+            return []
+        if self.rows_in_use + sum(r.num_rows for r in queue) > self.max_rows:
+            return []
+        if len(queue) > 1 and sum(r.prompt_len for r in queue) > self.max_prefill_tokens:
+            return []
+        pages = self.pages
+        if sum(pages.pages_for(r.kv_slots) for r in queue) > pages.free_pages:
+            return []
+        return self.admit()
+
     def _holds_back(self) -> bool:
         if self.admission_ratio <= 0 or not self.waiting or not self.running:
             return False

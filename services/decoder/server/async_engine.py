@@ -5,8 +5,9 @@ touches the engine — submissions, aborts, catalog swaps, steps — happens on 
 engine needs no locks: callers hand work over through queues guarded by one condition variable,
 and results come back by resolving asyncio futures with `loop.call_soon_threadsafe`. The thread
 sleeps on the condition when it has nothing to do. What arrives while a step runs joins that
-same step: `Engine.step` calls back (`_intake`) right before admission, after the device wait, and
-the thread submits the inbox there instead of at the next step's start.
+same step: `Engine.step` calls back (`_intake`) right before admission (while the device still
+runs the previous step's selection, and again after its flags when nothing was admitted then),
+and the thread submits the inbox there instead of at the next step's start.
 
 Two opt-in policies for closed-loop callers, whose next requests follow their answers by a
 network round trip (off by default until the H200 shows them: docs/benchmarks.md, sixteenth
@@ -290,8 +291,8 @@ class AsyncEngine:
             self._jobs[job.rid] = job
 
     def _intake(self) -> None:
-        """Called by the engine mid-step, right before it admits (after it waited for the
-        device): what arrived meanwhile is submitted now and joins this step. Drained only
+        """Called by the engine mid-step, right before it admits: what arrived meanwhile is
+        submitted now and joins this step. Drained only
         between steps, a closed loop's next request, sent as its answer left, missed the step
         that followed and waited one more. Aborts and swaps wait for the loop's next turn."""
         with self._cond:

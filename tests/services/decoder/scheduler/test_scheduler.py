@@ -154,3 +154,64 @@ def test_ratio_zero_admits_at_every_step() -> None:
     assert sched.admit() == [a]
     sched.add(b)
     assert sched.admit() == [b]
+
+
+def _snapshot(sched: Scheduler[RequestState]) -> tuple[object, ...]:
+    return (
+        [s.request_id for s in sched.waiting], [s.request_id for s in sched.running],
+        sched.rows_in_use, sched.pages.free_pages, sched.kv.tree.num_nodes, sched.held_steps,
+    )  # fmt: skip
+
+
+def test_whole_queue_admitted_when_it_all_fits_from_free_room() -> None:
+    sched = Scheduler(max_rows=16, pages=PageAllocator(12, 16), max_prefill_tokens=64)
+    running = _state("running", 4, 10, 4, 0)  # 26 slots -> 2 pages
+    sched.add(running)
+    assert sched.admit() == [running]
+    queue = [_state(f"q{i}", 4, 20, 4, 1 + i) for i in range(3)]  # 12 rows, 60 tokens, 9 pages
+    for s in queue:
+        sched.add(s)
+    assert sched.admit_whole_queue() == queue
+    assert not sched.waiting and sched.rows_in_use == 16 and sched.pages.free_pages == 1
+    assert sched.admit_whole_queue() == []  # nothing waits
+
+
+def test_whole_queue_or_nothing_and_nothing_changes() -> None:
+    """Each limit alone refuses the whole queue, changing nothing, where `admit` would take
+    part of it (or all of it only by evicting cached pages)."""
+
+    def refused(sched: Scheduler[RequestState], queue: list[RequestState]) -> None:
+        for s in queue:
+            sched.add(s)
+        before = _snapshot(sched)
+        assert sched.admit_whole_queue() == []
+        assert _snapshot(sched) == before
+        assert sched.admit() != []  # admission proper still takes what fits
+
+    rows = Scheduler(max_rows=10, pages=PageAllocator(12, 16), max_prefill_tokens=10_000)
+    refused(rows, [_state("a", 6, 10, 4, 0), _state("b", 6, 10, 4, 1)])  # 12 rows > 10
+    tokens = Scheduler(max_rows=100, pages=PageAllocator(12, 16), max_prefill_tokens=30)
+    refused(tokens, [_state("a", 1, 20, 2, 0), _state("b", 1, 20, 2, 1)])  # 40 tokens > 30
+    pages = Scheduler(max_rows=100, pages=PageAllocator(4, 16), max_prefill_tokens=10_000)
+    refused(pages, [_state("a", 4, 16, 8, 0), _state("b", 4, 16, 8, 1)])  # 3 + 3 pages > 4
+    # A cached page that is no longer held is room for `admit` (by eviction), not for this.
+    cached = Scheduler(max_rows=100, pages=PageAllocator(4, 16), max_prefill_tokens=10_000,
+                       prefix_cache=True)  # fmt: skip
+    done = _state("done", 1, 40, 1, 0)  # 41 slots -> 3 pages, 2 of them cached prompt pages
+    cached.add(done)
+    assert cached.admit() == [done]
+    cached.finish(done)
+    assert cached.pages.free_pages == 2 and cached.kv.free_slots == 4 * 16
+    refused(cached, [_state("new", 2, 20, 8, 1)])  # 36 slots -> 3 pages: only by eviction
+
+
+def test_whole_queue_never_admitted_while_batched_admission_holds_it() -> None:
+    sched = _batched(ratio=1.0, max_wait_steps=5)
+    running = [_state(f"run{i}", 4, 8, 3, i) for i in range(4)]
+    for s in running:
+        sched.add(s)
+    assert sched.admit_whole_queue() == running  # nothing ran: nothing to wait for
+    late = _state("late", 4, 8, 3, 10)
+    sched.add(late)
+    assert sched.admit_whole_queue() == [] and sched.held_steps == 0  # the hold is admit's
+    assert sched.admit() == [] and sched.held_steps == 1
