@@ -224,10 +224,12 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
 
 
 def graph_limit(args: argparse.Namespace) -> dict[str, int | bool]:
-    """`max_prefill_graph_tokens` and `prefill_graph_split` where the command line sets them
-    (else EngineConfig's)."""
+    """`max_prefill_graph_tokens`, `prefill_graph_split` and `admit_before_flags` where the
+    command line sets them (else EngineConfig's), for the engine and the decoder alike."""
     limit = args.max_prefill_graph_tokens
     split = {"prefill_graph_split": True} if args.prefill_graph_split else {}
+    if args.admit_before_flags:
+        split["admit_before_flags"] = True
     return split if limit is None else {"max_prefill_graph_tokens": limit, **split}
 
 
@@ -631,6 +633,10 @@ def main() -> None:
     parser.add_argument("--prefill-graph-split", action="store_true",
                         help="the engine's and the decoder's prefill_graph_split: batches past "
                         "the graph limit as graph-sized batches")  # fmt: skip
+    parser.add_argument("--admit-before-flags", action="store_true",
+                        help="the engine's and the decoder's admit_before_flags: a queue "
+                        "that fits whole is prefilled before the previous step's flags are "
+                        "read")  # fmt: skip
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
@@ -827,6 +833,7 @@ def report(
                                 "max_queue_wait_s": args.max_queue_wait_s,
                                 "max_prefill_graph_tokens": args.max_prefill_graph_tokens,
                                 "prefill_graph_split": args.prefill_graph_split,
+                                "admit_before_flags": args.admit_before_flags,
                                 "answers_at_step_start": args.answers_at_step_start,
                                 "group_wait_ms": args.group_wait_ms,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},

@@ -261,6 +261,16 @@ class EngineConfig:
             "prepare each decode step on the host while the device finishes the previous one"
         ),
     )
+    admit_before_flags: bool = field(
+        default=False,
+        metadata=_help(
+            "with overlap_scheduling: a waiting queue that fits whole in the free rows and "
+            "pages is admitted, and its prefill queued, before the previous step's stop flags "
+            "are read, so the device prefills while the host reads them and builds answers; "
+            "requests arriving meanwhile wait for the next step instead of joining that "
+            "prefill (same answers either way; off until a GPU A/B shows it pays)"
+        ),
+    )
     prefix_cache: bool = field(
         default=True,
         metadata=_help(

@@ -271,12 +271,13 @@ class Engine:
     ) -> list[RequestOutput]:
         """Prefill the admitted requests, then one decode step over every running row (see
         `_step`); its time counts as the engine's busy time. `intake` runs on this thread right
-        before admission (with overlap scheduling also before the step reads the previous one's
-        flags, and again after them when nothing was admitted then): a server submits there
-        what arrived since its last call, so it joins this step instead of the next. `deliver` gets the
-        answers the step's start resolved (the previous step's finished requests) right away,
-        before this step's forwards: a server's caller then has this whole step to send its
-        next request, which the next step's intake admits (returned too, with the rest)."""
+        before admission (with overlap scheduling also before the step reads the previous
+        one's flags, and again after them unless a queue was admitted then): a server submits
+        there what arrived since its last call, so it joins this step instead of the next.
+        `deliver` gets the answers the step's start resolved (the previous step's finished
+        requests) right away, before this step's forwards: a server's caller then has this
+        whole step to send its next request, which the next step's intake admits (returned
+        too, with the rest)."""
         started = time.perf_counter()
         try:
             with self.annotate("engine.step"):
@@ -293,16 +294,16 @@ class Engine:
 
         With `overlap_scheduling` the host takes in arrivals and prepares this step's decode
         batch (slot tables, packed attention metadata, copies) while the device still runs the
-        previous step's beam selection, and only then reads the previous step's stop flags.
-        When the whole waiting queue fits in the rows and free pages held before those flags,
-        it is admitted then and its prefill queued behind that selection, so the device has
-        work while the host reads flags, builds answers and prepares the decode; otherwise
-        admission waits for the flags, as without overlap, and the batch is prepared while the
-        device prefills. Either way the admitted set is the one admission after the flags
-        would take (finished requests only add room, and FIFO takes the same whole queue), and
-        the decode set is decided after the flags (a batch prepared for requests that turned
-        out done is prepared again), so both modes run the same batches and compute exactly
-        the same thing.
+        previous step's beam selection, and only then reads the previous step's stop flags;
+        after them it takes in what arrived meanwhile, admits, and prepares the batch with the
+        new requests while the device prefills them. With `admit_before_flags` a waiting queue
+        that fits whole in the rows and free pages held before the flags is admitted then
+        instead, its prefill queued behind that selection, so the device has work while the
+        host reads flags and builds answers; that set is the one admission after the flags
+        would take (finished requests only add room, and FIFO takes the same whole queue). The
+        decode set is decided after the flags in every mode (a batch prepared for requests
+        that turned out done is prepared again), so all modes run the same batches for the
+        same arrivals and compute exactly the same thing.
 
         A new request's first flag is not waited for: its decode is queued behind its prefill.
         The rare request done at its first step (all its best candidates end, or none can go
@@ -318,11 +319,12 @@ class Engine:
                 with annotate("engine.intake"):
                     intake()
             earlier = len(self._pending)  # the flags of the steps before this one
-            with annotate("engine.admit"):
-                admitted = self.scheduler.admit_whole_queue()
-            if admitted:  # queued behind the previous step's selection, before its flags
-                with annotate("engine.prefill"):
-                    done += self._prefill(admitted)
+            if self.config.admit_before_flags:
+                with annotate("engine.admit"):
+                    admitted = self.scheduler.admit_whole_queue()
+                if admitted:  # queued behind the previous step's selection, before its flags
+                    with annotate("engine.prefill"):
+                        done += self._prefill(admitted)
             candidates = self._decode_candidates()
             if candidates:
                 with annotate("engine.prepare"):

@@ -1,8 +1,9 @@
-"""Overlap scheduling admits a waiting queue that fits whole before it reads the previous step's
-stop flags, so that queue's prefill is on the device while the host reads flags and builds
-answers; a queue that fits only once finished requests release their rows waits for the flags
-and is still admitted in that step. Either way the answers are the ones synchronous scheduling
-gives, bit for bit."""
+"""`admit_before_flags`: overlap scheduling admits a waiting queue that fits whole before it reads
+the previous step's stop flags, so that queue's prefill is on the device while the host reads
+flags and builds answers; a queue that fits only once finished requests release their rows
+waits for the flags and is still admitted in that step. Without it every admission waits for
+the flags (the intake runs before them too). Either way the answers are the ones synchronous
+scheduling gives, bit for bit."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _drive(engine: Engine, arrivals: dict[int, list[GenerationRequest]]) -> list
 
 
 def test_a_queue_that_fits_is_prefilled_before_the_flags_are_read(sid_model: SidModel) -> None:
-    engine = sid_model.engine(max_rows=16)
+    engine = sid_model.engine(max_rows=16, admit_before_flags=True)
     log = PhaseLog(engine)
     _drive(engine, {0: [_request("first", 1, 5)], 2: [_request("second", 7, 3)]})
     admitting = log.steps[2]  # "first" runs, its flags of step 1 are pending
@@ -69,7 +70,8 @@ def test_a_queue_that_fits_is_prefilled_before_the_flags_are_read(sid_model: Sid
 
 
 def test_a_queue_that_needs_released_rows_waits_for_the_flags(sid_model: SidModel) -> None:
-    engine = sid_model.engine(max_rows=8)  # "second" fits only once "first" is done
+    # "second" fits only once "first" is done
+    engine = sid_model.engine(max_rows=8, admit_before_flags=True)
     log = PhaseLog(engine)
     outputs = _drive(engine, {0: [_request("first", 1, 4, k=8)], 1: [_request("second", 7, 3)]})
     assert sorted(out.request_id for out in outputs) == ["first", "second"]
@@ -78,6 +80,16 @@ def test_a_queue_that_needs_released_rows_waits_for_the_flags(sid_model: SidMode
     phases = admitting[0]
     assert phases.index("wait_flags") < phases.index("prefill")
     assert phases.count("intake") == 2  # before the flags, and again after them
+    assert engine.step_counts.prefill_forwards == 2
+
+
+def test_without_it_admission_waits_for_the_flags(sid_model: SidModel) -> None:
+    engine = sid_model.engine(max_rows=16)
+    log = PhaseLog(engine)
+    _drive(engine, {0: [_request("first", 1, 5)], 2: [_request("second", 7, 3)]})
+    admitting = log.steps[2]
+    assert admitting.count("intake") == 2  # before the flags, and again after them
+    assert admitting.index("intake") < admitting.index("wait_flags") < admitting.index("prefill")
     assert engine.step_counts.prefill_forwards == 2
 
 
@@ -93,7 +105,9 @@ def test_answers_are_those_of_synchronous_scheduling(sid_model: SidModel, max_ro
     }
     runs = {}
     for overlap in (False, True):
-        engine = sid_model.engine(max_rows=max_rows, overlap_scheduling=overlap)
+        engine = sid_model.engine(
+            max_rows=max_rows, overlap_scheduling=overlap, admit_before_flags=overlap
+        )
         log = PhaseLog(engine)
         outputs = sorted(_drive(engine, arrivals), key=lambda out: out.request_id)
         assert [out.request_id for out in outputs] == list("abcdefgh")

@@ -12,7 +12,8 @@ def test_requests_submitted_by_the_intake_join_the_step(sid_model: SidModel) -> 
                              ignore_eos=True)  # fmt: skip
     engine.submit(GenerationRequest("early", (1, 2), beam_width=4, n=2, max_new_tokens=3,
                                     ignore_eos=True))  # fmt: skip
-    engine.step(intake=lambda: engine.submit(late))
+    arrived = [late]  # an intake submits what arrived since its last call
+    engine.step(intake=lambda: [engine.submit(arrived.pop()) for _ in arrived[:]])
     assert engine.step_counts.prefill_forwards == 1
     assert engine.step_counts.prefilled_requests == 2
     assert {s.request_id for s in engine.scheduler.running} == {"early", "late"}
