@@ -224,12 +224,14 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
 
 
 def graph_limit(args: argparse.Namespace) -> dict[str, int | bool]:
-    """`max_prefill_graph_tokens`, `prefill_graph_split` and `admit_before_flags` where the
-    command line sets them (else EngineConfig's), for the engine and the decoder alike."""
+    """`max_prefill_graph_tokens`, `prefill_graph_split`, `admit_before_flags` and
+    `answers_after_launch` where the command line sets them (else EngineConfig's), for the
+    engine and the decoder alike."""
     limit = args.max_prefill_graph_tokens
     split = {"prefill_graph_split": True} if args.prefill_graph_split else {}
-    if args.admit_before_flags:
-        split["admit_before_flags"] = True
+    for switch in ("admit_before_flags", "answers_after_launch"):
+        if getattr(args, switch):
+            split[switch] = True
     return split if limit is None else {"max_prefill_graph_tokens": limit, **split}
 
 
@@ -637,6 +639,9 @@ def main() -> None:
                         help="the engine's and the decoder's admit_before_flags: a queue "
                         "that fits whole is prefilled before the previous step's flags are "
                         "read")  # fmt: skip
+    parser.add_argument("--answers-after-launch", action="store_true",
+                        help="the engine's and the decoder's answers_after_launch: answers "
+                        "built after the step's forwards are queued")  # fmt: skip
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
@@ -834,6 +839,7 @@ def report(
                                 "max_prefill_graph_tokens": args.max_prefill_graph_tokens,
                                 "prefill_graph_split": args.prefill_graph_split,
                                 "admit_before_flags": args.admit_before_flags,
+                                "answers_after_launch": args.answers_after_launch,
                                 "answers_at_step_start": args.answers_at_step_start,
                                 "group_wait_ms": args.group_wait_ms,
                                 "sweep_deadline_ms": args.sweep_deadline_ms},

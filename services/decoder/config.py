@@ -271,6 +271,16 @@ class EngineConfig:
             "prefill (same answers either way; off until a GPU A/B shows it pays)"
         ),
     )
+    answers_after_launch: bool = field(
+        default=False,
+        metadata=_help(
+            "with overlap_scheduling: the answers of the requests a step's flags finish are "
+            "built after that step's forwards are queued, not before (they are returned at "
+            "the step's end either way; a server that sends answers at the step's start "
+            "builds them there), so the device computes while the host builds them (off "
+            "until a GPU A/B shows it pays)"
+        ),
+    )
     prefix_cache: bool = field(
         default=True,
         metadata=_help(

@@ -182,6 +182,9 @@ class Engine:
             )
         self._arrivals = itertools.count()
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
+        # Finished (rows and KV released) but answer not built yet: `answers_after_launch`
+        # builds these once the step's forwards are queued. (state, its cached prompt tokens)
+        self._unbuilt: list[tuple[RequestState, int]] = []
         self.last_step_rows = 0  # rows the last step advanced by a token (throughput meters)
         # Marks each phase of a step on a device timeline (`profiling/capture.py` swaps in
         # torch's record_function while it captures); "engine.<phase>" names.
@@ -303,7 +306,9 @@ class Engine:
         would take (finished requests only add room, and FIFO takes the same whole queue). The
         decode set is decided after the flags in every mode (a batch prepared for requests
         that turned out done is prepared again), so all modes run the same batches for the
-        same arrivals and compute exactly the same thing.
+        same arrivals and compute exactly the same thing. With `answers_after_launch` the
+        requests the flags finish release their rows and KV there, but their answers are built
+        at the step's end, after its forwards are queued (unless `deliver` takes them first).
 
         A new request's first flag is not waited for: its decode is queued behind its prefill.
         The rare request done at its first step (all its best candidates end, or none can go
@@ -329,7 +334,10 @@ class Engine:
             if candidates:
                 with annotate("engine.prepare"):
                     prepared = self._prepare_decode(candidates)
-            done += self._resolve(earlier)
+            # The answers leave at the step's end unless `deliver` takes them now: then they
+            # may as well be built while the device runs this step's forwards.
+            later = self.config.answers_after_launch and deliver is None
+            done += self._resolve(earlier, build_answers=not later)
             if done and deliver is not None:
                 deliver(list(done))
         if not admitted:
@@ -364,6 +372,9 @@ class Engine:
             done += self._select(chunks)
         if not self.config.overlap_scheduling:
             done += self._resolve()
+        if self._unbuilt:
+            with annotate("engine.finish"):
+                done += self._build_answers()
         return done
 
     def _decode_candidates(self) -> list[RequestState]:
@@ -439,9 +450,12 @@ class Engine:
             self._pending.append(stage_flags(beams))
         return finished
 
-    def _resolve(self, staged_steps: int | None = None) -> list[RequestOutput]:
+    def _resolve(
+        self, staged_steps: int | None = None, build_answers: bool = True
+    ) -> list[RequestOutput]:
         """Read the stop flags of the first `staged_steps` staged beam steps (default: all)
-        and finish the requests they end."""
+        and finish the requests they end: their answers, or with `build_answers` False only
+        their release (the answers wait in `_unbuilt`)."""
         count = len(self._pending) if staged_steps is None else staged_steps
         finished = []
         for staged in self._pending[:count]:
@@ -449,16 +463,34 @@ class Engine:
                 resolve_flags(staged)
             with self.annotate("engine.finish"):
                 for state in staged.states:
-                    if not state.finished and state.search.done:  # (an abort finished it)
-                        finished.append(self._finish(state))
+                    if state.finished or not state.search.done:  # (an abort finished it)
+                        continue
+                    cached = self._release(state)
+                    if build_answers:
+                        finished.append(self._answer(state, cached))
+                    else:
+                        self._unbuilt.append((state, cached))
         del self._pending[:count]
         return finished
 
+    def _build_answers(self) -> list[RequestOutput]:
+        unbuilt, self._unbuilt = self._unbuilt, []
+        return [self._answer(state, cached) for state, cached in unbuilt]
+
     def _finish(self, state: RequestState) -> RequestOutput:
-        """Release the request's rows and KV, and build its answer (from its search's host
-        copies); an answer that cannot be built fails this request alone."""
-        cached = state.cached_prompt_tokens  # read before finish releases the reservation
+        """Release the request's rows and KV, and build its answer."""
+        return self._answer(state, self._release(state))
+
+    def _release(self, state: RequestState) -> int:
+        """Release the request's rows and KV; returns its cached prompt tokens (read before
+        the reservation goes)."""
+        cached = state.cached_prompt_tokens
         self.scheduler.finish(state)
+        return cached
+
+    def _answer(self, state: RequestState, cached: int) -> RequestOutput:
+        """A finished request's answer, from its search's host copies (which nothing touches
+        once it is released); an answer that cannot be built fails this request alone."""
         try:
             return replace(state.output(), cached_prompt_tokens=cached)
         except Exception as exc:  # one answer's failure must not take its step down

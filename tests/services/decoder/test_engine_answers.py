@@ -16,10 +16,11 @@ def beam(request_id: str, prompt: tuple[int, ...], tokens: int) -> GenerationReq
                              ignore_eos=True)  # fmt: skip
 
 
+@pytest.mark.parametrize("answers_after_launch", [False, True])
 def test_an_answer_that_cannot_be_built_fails_its_request_alone(
-    sid_model: SidModel, monkeypatch: pytest.MonkeyPatch
+    sid_model: SidModel, monkeypatch: pytest.MonkeyPatch, answers_after_launch: bool
 ) -> None:
-    engine = sid_model.engine()
+    engine = sid_model.engine(answers_after_launch=answers_after_launch)
     real_output = RequestState.output
 
     def failing_output(state: RequestState) -> RequestOutput:
