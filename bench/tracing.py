@@ -35,7 +35,7 @@ PHASES = {
     "launch_decode": ("runner", "launch_decode"),
     "select": ("", "_select"),
     "resolve": ("", "_resolve"),
-    "finish": ("", "_finish"),
+    "finish": ("", "_answer"),  # building a finished request's answer
 }
 
 
