@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.catalog.trie import SidTrie
 from widebeam.services.catalog.types import CatalogEntry
@@ -69,3 +71,21 @@ def test_items_of_shared_sids_keep_catalog_order() -> None:
     lookup = PathItems(SidTrie.build(entries, layout))
     path = [11, 18, 25, 41]
     assert lookup.items(1, [path, [10, 16, 22, 41]]) == [[f"item{i}" for i in range(5)], ["other"]]
+
+
+def test_children_of_repeated_and_out_of_range_lookups() -> None:
+    trie = _trie(2)
+    lookup = PathItems(trie)
+    edges = [(n, t) for n in range(trie.num_nodes) for t in trie.children(n)[0].tolist()]
+    rng = random.Random(3)
+    pairs = [rng.choice(edges) for _ in range(200)] * 3  # many repeats, as beams share paths
+    # A token past the key base must not alias the edge it would encode: node n's token
+    # key_base + t spells node n + 1's token t.
+    node, token = next((n, t) for n, t in edges if n > 0)
+    pairs += [(node - 1, token + lookup.key_base), (node, -1), (node, lookup.key_base)]
+    got = lookup.children(np.array([n for n, _ in pairs]), np.array([t for _, t in pairs]))
+    expected = [trie.child(n, t) if 0 <= t < lookup.key_base else -1 for n, t in pairs]
+    assert got.tolist() == expected and got.dtype == np.int64
+    assert expected[-3:] == [-1, -1, -1]
+    none = np.zeros(0, np.int64)
+    assert lookup.children(none, none).size == 0
