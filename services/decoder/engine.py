@@ -74,6 +74,7 @@ class EngineStats(NamedTuple):
     kv_slots_free: int
     waiting_ids: frozenset[str]
     queued_work: int  # rows x decode steps still ahead, waiting and running requests together
+    waiting_rows: int  # rows of the waiting requests
 
 
 class Engine:
@@ -230,6 +231,7 @@ class Engine:
             sched.kv.free_slots,
             frozenset(state.request_id for state in sched.waiting),
             sum(s.num_rows * s.remaining_steps for s in (*sched.waiting, *sched.running)),
+            sum(s.num_rows for s in sched.waiting),
         )
 
     def warm_up(self) -> float:

@@ -3,9 +3,12 @@
 
 The engine's throughput is a running estimate (`ThroughputMeter`: rows x steps per second and
 seconds per step, exponentially smoothed over engine steps, timed by an injectable clock). A
-new request that fits in the free rows with nothing queued starts at the next step; otherwise
-it waits for the work ahead (waiting and running requests' remaining rows x steps) to drain at
-that rate. Its own run takes its steps at the current step time. It is shed when
+new request that fits in the free rows with nothing queued starts at the next step; one that
+fits there together with every request queued ahead of it (their rows counted too) is taken
+with them, a step later at most; otherwise it waits for the work ahead (waiting and running
+requests' remaining rows x steps) to drain at that rate. (Rows only: a queue that the KV cache
+or the prefill token budget spreads over several steps waits longer than predicted.) Its own
+run takes its steps at the current step time. It is shed when
   - it would queue and its predicted finish (wait + its own steps) exceeds its deadline (the
     gRPC deadline): admitting it would only let it time out in the queue, or
   - the predicted wait exceeds the configured `max_queue_wait_s`.
@@ -55,11 +58,26 @@ class ThroughputMeter:
 
 
 @dataclass(frozen=True)
+class Backlog:
+    """Requests accepted and not yet admitted to rows, as admission weighs them."""
+
+    rows: int = 0
+    work: int = 0  # rows x steps
+
+    def __add__(self, other: Backlog) -> Backlog:
+        return Backlog(self.rows + other.rows, self.work + other.work)
+
+    def __sub__(self, other: Backlog) -> Backlog:
+        return Backlog(max(0, self.rows - other.rows), max(0, self.work - other.work))
+
+
+@dataclass(frozen=True)
 class QueueState:
     """What is ahead of a new request."""
 
     work_ahead: int  # rows x steps still to run: waiting (queued) and running requests
     queued: int  # requests accepted and not yet admitted to rows
+    queued_rows: int  # their rows
     rows_in_use: int
     max_rows: int
 
@@ -81,8 +99,10 @@ def predict(queue: QueueState, rows: int, steps: int, meter: ThroughputMeter) ->
     rate, step_s = meter.rows_steps_per_s, meter.step_s
     if rate is None or step_s is None:
         return None
-    fits_now = queue.queued == 0 and queue.rows_in_use + rows <= queue.max_rows
-    wait = 0.0 if fits_now else queue.work_ahead / rate
+    if queue.rows_in_use + queue.queued_rows + rows > queue.max_rows:
+        wait = queue.work_ahead / rate
+    else:  # starts at the next step, or with the queue ahead that the next step admits
+        wait = 0.0 if queue.queued == 0 else step_s
     return Prediction(wait, wait + steps * step_s)
 
 

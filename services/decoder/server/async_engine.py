@@ -44,6 +44,7 @@ from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
 from widebeam.services.decoder.scheduler.wait_prediction import (
+    Backlog,
     Prediction,
     QueueState,
     ThroughputMeter,
@@ -72,7 +73,7 @@ class _Job:
     prepare: Prepare
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[RequestOutput]
-    work: int = 0  # its rows x steps, counted as queued until the engine holds (or refuses) it
+    work: Backlog  # counted as queued until the engine holds (or refuses) it
 
 
 class AsyncEngine:
@@ -102,7 +103,8 @@ class AsyncEngine:
         self._aborts: list[str] = []
         self._swaps: list[tuple[str, ServedCatalog | None]] = []
         self._in_transit = 0  # jobs taken from the inbox, not yet counted by the scheduler
-        self._inbox_work = self._in_transit_work = 0  # their rows x steps
+        # The rows and rows x steps of the inbox's jobs, and of those in transit
+        self._inbox_backlog = self._in_transit_backlog = Backlog()
         self._engine_waiting = 0
         self._stopping = False
         self._swaps_requested = self._swaps_applied = 0
@@ -199,10 +201,10 @@ class AsyncEngine:
                     f"shed at once: {shed.reason}; retry after {shed.retry_after_s} s",
                     shed.retry_after_s,
                 )
-            units = 0 if work is None else work.rows * work.steps
-            self._inbox.append(_Job(rid, prepare, loop, future, units))
+            backlog = Backlog() if work is None else Backlog(work.rows, work.rows * work.steps)
+            self._inbox.append(_Job(rid, prepare, loop, future, backlog))
             self._arrived_since_answers += 1
-            self._inbox_work += units
+            self._inbox_backlog += backlog
             self._cond.notify_all()
         try:
             return await asyncio.wait_for(future, timeout)
@@ -221,8 +223,11 @@ class AsyncEngine:
         ):
             return None
         load = self._load
-        ahead = load.queued_work + self._inbox_work + self._in_transit_work
-        state = QueueState(ahead, waiting, load.rows_in_use, self.engine.config.max_rows)
+        queued = self._inbox_backlog + self._in_transit_backlog
+        state = QueueState(
+            load.queued_work + queued.work, waiting, load.waiting_rows + queued.rows,
+            load.rows_in_use, self.engine.config.max_rows,
+        )  # fmt: skip
         return predict(state, work.rows, work.steps, self.meter)
 
     # ----- engine thread ----------------------------------------------------------------------
@@ -236,7 +241,7 @@ class AsyncEngine:
                 aborts, self._aborts = set(self._aborts), []
                 swaps, self._swaps = self._swaps, []
                 self._in_transit = len(jobs)
-                self._in_transit_work, self._inbox_work = self._inbox_work, 0
+                self._in_transit_backlog, self._inbox_backlog = self._inbox_backlog, Backlog()
             try:
                 if self.timeline is not None:
                     self.timeline.apply()
@@ -301,8 +306,8 @@ class AsyncEngine:
                 return
             jobs, self._inbox = self._inbox, []
             self._in_transit += len(jobs)
-            self._in_transit_work += self._inbox_work
-            self._inbox_work = 0
+            self._in_transit_backlog += self._inbox_backlog
+            self._inbox_backlog = Backlog()
         self._submit(jobs)
 
     def _wait_for_group(self) -> None:
@@ -327,7 +332,7 @@ class AsyncEngine:
         request of 2e9 tokens would otherwise shed the requests that follow it)."""
         with self._cond:
             self._in_transit = max(0, self._in_transit - 1)
-            self._in_transit_work = max(0, self._in_transit_work - job.work)
+            self._in_transit_backlog -= job.work
 
     def _abort(self, rid: str) -> None:
         if self._jobs.pop(rid, None) is not None:
@@ -381,9 +386,10 @@ class AsyncEngine:
             waiting=stats.waiting,
             kv_slots_free=stats.kv_slots_free,
             queued_work=stats.queued_work,
+            waiting_rows=stats.waiting_rows,
         )
         with self._cond:
-            self._in_transit = self._in_transit_work = 0
+            self._in_transit, self._in_transit_backlog = 0, Backlog()
             self._engine_waiting = load.waiting
             self._load = load
 

@@ -49,3 +49,4 @@ class EngineLoad:
     waiting: int = 0  # accepted, not yet admitted to rows
     kv_slots_free: int = 0
     queued_work: int = 0  # rows x steps still to run, waiting and running requests
+    waiting_rows: int = 0  # rows of the waiting ones

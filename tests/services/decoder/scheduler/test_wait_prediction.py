@@ -1,11 +1,13 @@
 """Admission by predicted wait, with a fake clock: the throughput estimate, the wait of a
-request that fits or queues, and the shed rule with its Retry-After."""
+request that fits, fits with the queue ahead of it, or queues, and the shed rule with its
+Retry-After."""
 
 from __future__ import annotations
 
 import pytest
 
 from widebeam.services.decoder.scheduler.wait_prediction import (
+    Backlog,
     Prediction,
     QueueState,
     ThroughputMeter,
@@ -34,7 +36,8 @@ def timed_meter(rows: int = 1000, seconds: float = 0.1, steps: int = 1) -> Throu
 
 
 def queue(work_ahead: int, queued: int = 1, rows_in_use: int = 1000) -> QueueState:
-    return QueueState(work_ahead, queued, rows_in_use, max_rows=1000)
+    return QueueState(work_ahead, queued, queued_rows=100 * queued, rows_in_use=rows_in_use,
+                      max_rows=1000)  # fmt: skip
 
 
 def test_meter_measures_rows_steps_per_second_and_step_time() -> None:
@@ -74,7 +77,7 @@ def test_nothing_is_predicted_or_shed_before_a_step_is_timed() -> None:
 
 
 def test_a_request_that_fits_now_waits_nothing() -> None:
-    state = QueueState(work_ahead=5000, queued=0, rows_in_use=900, max_rows=1000)
+    state = QueueState(work_ahead=5000, queued=0, queued_rows=0, rows_in_use=900, max_rows=1000)
     prediction = predict(state, rows=100, steps=4, meter=timed_meter())
     assert prediction == Prediction(0.0, pytest.approx(0.4))
 
@@ -86,9 +89,32 @@ def test_a_queued_request_waits_for_the_work_ahead_to_drain() -> None:
     assert prediction.wait_s == pytest.approx(3.0)
     assert prediction.finish_s == pytest.approx(3.4)
     # Rows full with nothing queued: it waits too.
-    full = QueueState(work_ahead=30_000, queued=0, rows_in_use=950, max_rows=1000)
+    full = QueueState(work_ahead=30_000, queued=0, queued_rows=0, rows_in_use=950, max_rows=1000)
     waiting = predict(full, rows=100, steps=4, meter=timed_meter())
     assert waiting is not None and waiting.wait_s == pytest.approx(3.0)
+
+
+def test_a_request_that_fits_with_the_queue_ahead_waits_a_step_at_most() -> None:
+    """Twelve closed-loop callers of n = 1000 arriving together: the rows hold them all, so
+    each is taken with the ones queued ahead, however much work runs meanwhile."""
+    ahead = QueueState(work_ahead=10**9, queued=11, queued_rows=11_000, rows_in_use=0,
+                       max_rows=16_384)  # fmt: skip
+    prediction = predict(ahead, rows=1000, steps=4, meter=timed_meter(seconds=0.08))
+    assert prediction == Prediction(pytest.approx(0.08), pytest.approx(0.4))
+    assert shed_decision(prediction, deadline_s=1.0, max_queue_wait_s=0.1) is None
+    # One row more than the rows hold: it waits for the work ahead to drain, and is shed.
+    over = QueueState(work_ahead=30_000, queued=11, queued_rows=15_385, rows_in_use=0,
+                      max_rows=16_384)  # fmt: skip
+    waiting = predict(over, rows=1000, steps=4, meter=timed_meter())
+    assert waiting is not None and waiting.wait_s == pytest.approx(3.0)
+    assert shed_decision(waiting, deadline_s=None, max_queue_wait_s=0.1) is not None
+
+
+def test_backlog_adds_and_never_goes_below_zero() -> None:
+    total = Backlog(50, 200) + Backlog(1000, 4000)
+    assert total == Backlog(1050, 4200)
+    assert total - Backlog(50, 200) == Backlog(1000, 4000)
+    assert Backlog(10, 40) - Backlog(50, 200) == Backlog(0, 0)
 
 
 def test_shed_past_the_deadline_with_retry_after_from_the_queue() -> None:
@@ -101,7 +127,7 @@ def test_shed_past_the_deadline_with_retry_after_from_the_queue() -> None:
 
 
 def test_a_request_that_starts_at_once_is_never_shed_for_its_deadline() -> None:
-    state = QueueState(work_ahead=30_000, queued=0, rows_in_use=0, max_rows=1000)
+    state = QueueState(work_ahead=30_000, queued=0, queued_rows=0, rows_in_use=0, max_rows=1000)
     prediction = predict(state, rows=100, steps=1000, meter=timed_meter())  # 100 s of steps
     assert prediction is not None and prediction.wait_s == 0
     assert shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=0.0) is None

@@ -52,6 +52,29 @@ def test_a_burst_beyond_capacity_is_shed_at_once_with_retry_after(sid_model: Sid
         assert int(trailing[RETRY_AFTER_KEY]) >= 1
 
 
+def test_a_burst_that_fits_the_rows_is_taken_behind_long_work(sid_model: SidModel) -> None:
+    """Requests that fit the free rows together with those queued ahead wait a step at most,
+    however much work runs: none is shed against a bound far above a step (a generous 0.5 s)
+    and below the long request's run (2,000 of its steps), which a drain of all the work
+    ahead would predict as their wait."""
+    settings = make_settings(sid_model, max_rows=ROWS, max_queue_wait_s=0.5)
+    long = pb.GenerateRequest(
+        input_ids=[5, 6, 7], beam_width=2, n=1, max_new_tokens=2000, ignore_eos=True
+    )
+    small = pb.GenerateRequest(input_ids=[1, 2], beam_width=2, n=1, max_new_tokens=4)
+    burst = (ROWS - 2) // 2  # with the long request: every row
+    with BackgroundServer(settings) as srv, grpc.insecure_channel(srv.address) as channel:
+        stub = pb_grpc.DecoderStub(channel)
+        assert stub.Generate(small, timeout=120).beams  # a step gets timed: predictions start
+        with ThreadPoolExecutor(burst + 1) as pool:
+            running = pool.submit(_call, stub, long)
+            results = list(pool.map(lambda _: _call(stub, small), range(burst)))
+            assert not isinstance(running.result(), grpc.RpcError)
+    shed = [r for r in results if isinstance(r, grpc.RpcError)]
+    assert not shed, [(r.code(), r.details()) for r in shed]
+    assert all(r.beams for r in results)  # type: ignore[union-attr]
+
+
 def test_without_a_bound_or_deadline_nothing_is_shed(sid_model: SidModel) -> None:
     settings = make_settings(sid_model, max_rows=ROWS)
     generate = pb.GenerateRequest(input_ids=[5, 6, 7], beam_width=ROWS, n=2, max_new_tokens=4)
