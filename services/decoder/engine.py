@@ -316,6 +316,10 @@ class Engine:
         The rare request done at its first step (all its best candidates end, or none can go
         on) is decoded once for nothing; when its flag is read its search is rewound to the
         step that finished it (`BeamSearch.resolve_done`), so its answer is unchanged."""
+        # Answers leave in synchronous scheduling's order whatever the mode: those the earlier
+        # steps' flags finish (synchronous scheduling returns them at the end of the step
+        # before) ahead of those this step's prefill and selection finish.
+        flagged: list[RequestOutput] = []
         done: list[RequestOutput] = []
         candidates: list[RequestState] = []
         prepared = None
@@ -339,9 +343,9 @@ class Engine:
             # The answers leave at the step's end unless `deliver` takes them now: then they
             # may as well be built while the device runs this step's forwards.
             later = self.config.answers_after_launch and deliver is None
-            done += self._resolve(earlier, build_answers=not later)
-            if done and deliver is not None:
-                deliver(list(done))
+            flagged = self._resolve(earlier, build_answers=not later)
+            if (flagged or done) and deliver is not None:
+                deliver(flagged + done)
         if not admitted:
             if intake is not None:
                 with annotate("engine.intake"):
@@ -376,8 +380,8 @@ class Engine:
             done += self._resolve()
         if self._unbuilt:
             with annotate("engine.finish"):
-                done += self._build_answers()
-        return done
+                flagged += self._build_answers()
+        return flagged + done
 
     def _decode_candidates(self) -> list[RequestState]:
         # A request at its last token is done whatever its flag says: never prepared.

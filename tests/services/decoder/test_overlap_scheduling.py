@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tests.services.decoder.conftest import SidModel
 from tests.services.decoder.digest import digest
 from widebeam.services.decoder.engine import Engine
@@ -54,10 +56,15 @@ def _requests(engine: Engine) -> list[GenerationRequest]:
     return reqs
 
 
-def _run(sid_model: SidModel, overlap: bool, abort: bool) -> tuple[str, list[str]]:
+def _run(
+    sid_model: SidModel, overlap: bool, abort: bool, switches: bool = True
+) -> tuple[str, list[str]]:
+    """`switches`: overlap scheduling's admit_before_flags and answers_after_launch."""
     engine = sid_model.engine(
         overlap_scheduling=overlap,
         max_rows=60,  # requests queue and join mid-flight
+        admit_before_flags=switches,
+        answers_after_launch=switches,
     )
     requests = _requests(engine)
     for req in requests:
@@ -78,16 +85,18 @@ def _run(sid_model: SidModel, overlap: bool, abort: bool) -> tuple[str, list[str
     return digest([outputs[r.request_id] for r in kept]), order
 
 
-def test_overlap_matches_sync(sid_model: SidModel) -> None:
+@pytest.mark.parametrize("switches", [True, False])
+def test_overlap_matches_sync(sid_model: SidModel, switches: bool) -> None:
     sync_digest, sync_order = _run(sid_model, overlap=False, abort=False)
-    overlap_digest, overlap_order = _run(sid_model, overlap=True, abort=False)
+    overlap_digest, overlap_order = _run(sid_model, overlap=True, abort=False, switches=switches)
     assert overlap_digest == sync_digest
     assert len(overlap_order) == len(sync_order) == 16
     assert overlap_order == sync_order
 
 
-def test_overlap_matches_sync_with_aborts(sid_model: SidModel) -> None:
+@pytest.mark.parametrize("switches", [True, False])
+def test_overlap_matches_sync_with_aborts(sid_model: SidModel, switches: bool) -> None:
     sync = _run(sid_model, overlap=False, abort=True)
-    overlap = _run(sid_model, overlap=True, abort=True)
+    overlap = _run(sid_model, overlap=True, abort=True, switches=switches)
     assert overlap[0] == sync[0]
     assert "eos0" not in overlap[1] and "sid1" not in overlap[1]
