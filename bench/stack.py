@@ -230,8 +230,8 @@ def graph_limit(args: argparse.Namespace) -> dict[str, int | bool]:
     limit = args.max_prefill_graph_tokens
     split = {"prefill_graph_split": True} if args.prefill_graph_split else {}
     for switch in ("admit_before_flags", "answers_after_launch"):
-        if getattr(args, switch):
-            split[switch] = True
+        if getattr(args, switch) is not None:
+            split[switch] = getattr(args, switch)
     return split if limit is None else {"max_prefill_graph_tokens": limit, **split}
 
 
@@ -635,13 +635,14 @@ def main() -> None:
     parser.add_argument("--prefill-graph-split", action="store_true",
                         help="the engine's and the decoder's prefill_graph_split: batches past "
                         "the graph limit as graph-sized batches")  # fmt: skip
-    parser.add_argument("--admit-before-flags", action="store_true",
+    parser.add_argument("--admit-before-flags", action=argparse.BooleanOptionalAction,
                         help="the engine's and the decoder's admit_before_flags: a queue "
                         "that fits whole is prefilled before the previous step's flags are "
-                        "read")  # fmt: skip
-    parser.add_argument("--answers-after-launch", action="store_true",
+                        "read (default: EngineConfig's)")  # fmt: skip
+    parser.add_argument("--answers-after-launch", action=argparse.BooleanOptionalAction,
                         help="the engine's and the decoder's answers_after_launch: answers "
-                        "built after the step's forwards are queued")  # fmt: skip
+                        "built after the step's forwards are queued (default: "
+                        "EngineConfig's)")  # fmt: skip
     parser.add_argument("--profile", type=Path,
                         help="py-spy the decoder and gateway over the closed-loop phases into "
                         "this folder (needs py-spy; read with spy_summary.py)")  # fmt: skip
@@ -691,7 +692,8 @@ def main() -> None:
         "--api-processes", str(args.api_processes),
         "--admission-ratio", str(args.admission_ratio),
         "--admission-max-wait-steps", str(args.admission_max_wait_steps),
-        *(f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
+        *(("--no-" if value is False else "--") + name.replace("_", "-")
+          + ("" if isinstance(value, bool) else f"={value}")
           for name, value in graph_limit(args).items()),
         "--group-wait-ms", str(args.group_wait_ms),
         *(["--answers-at-step-start"] if args.answers_at_step_start else []),

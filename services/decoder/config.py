@@ -262,23 +262,22 @@ class EngineConfig:
         ),
     )
     admit_before_flags: bool = field(
-        default=False,
+        default=True,
         metadata=_help(
             "with overlap_scheduling: a waiting queue that fits whole in the free rows and "
             "pages is admitted, and its prefill queued, before the previous step's stop flags "
             "are read, so the device prefills while the host reads them and builds answers; "
             "requests arriving meanwhile wait for the next step instead of joining that "
-            "prefill (same answers either way; off until a GPU A/B shows it pays)"
+            "prefill (same answers either way)"
         ),
     )
     answers_after_launch: bool = field(
-        default=False,
+        default=True,
         metadata=_help(
             "with overlap_scheduling: the answers of the requests a step's flags finish are "
             "built after that step's forwards are queued, not before (they are returned at "
             "the step's end either way; a server that sends answers at the step's start "
-            "builds them there), so the device computes while the host builds them (off "
-            "until a GPU A/B shows it pays)"
+            "builds them there), so the device computes while the host builds them"
         ),
     )
     prefix_cache: bool = field(

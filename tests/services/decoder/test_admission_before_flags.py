@@ -84,7 +84,7 @@ def test_a_queue_that_needs_released_rows_waits_for_the_flags(sid_model: SidMode
 
 
 def test_without_it_admission_waits_for_the_flags(sid_model: SidModel) -> None:
-    engine = sid_model.engine(max_rows=16)
+    engine = sid_model.engine(max_rows=16, admit_before_flags=False)
     log = PhaseLog(engine)
     _drive(engine, {0: [_request("first", 1, 5)], 2: [_request("second", 7, 3)]})
     admitting = log.steps[2]
