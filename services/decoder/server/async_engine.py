@@ -20,8 +20,8 @@ counted in the engine's `StepCounts`.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
-queue and whose predicted finish is past its timeout, or whose predicted queue wait exceeds
-`max_queue_wait_s`.
+not run alone (others run or wait) and whose predicted finish, at the load it joins, is past
+its timeout, or whose predicted queue wait exceeds `max_queue_wait_s`.
 
 Device timelines (`timeline_recorder.py`): `toggle_timeline` starts or stops one; the engine
 thread applies it between steps.
@@ -177,8 +177,9 @@ class AsyncEngine:
     ) -> RequestOutput:
         """Run one request; raises RequestError, Overloaded, EngineFailure, ShuttingDown or
         TimeoutError. Cancellation or timeout aborts the request and frees its rows. A request
-        of known work that would queue and is predicted to outlast `timeout`, or to wait longer
-        than `max_queue_wait_s`, is refused at once: Overloaded, with the queue's Retry-After."""
+        of known work that would not run alone and is predicted to outlast `timeout`, or to
+        wait longer than `max_queue_wait_s`, is refused at once: Overloaded, with the queue's
+        Retry-After."""
         prepare: Prepare = request if callable(request) else (lambda _catalogs: request)
         if work is None and isinstance(request, GenerationRequest):
             work = RequestWork.of(request)

@@ -2,11 +2,12 @@
 
 Status codes: malformed or impossible requests, and requests above this decoder's limits
 (`request_limits.py`) -> INVALID_ARGUMENT with a message naming the field;
-queue full, or a predicted wait past the request's deadline or the decoder's
-`max_queue_wait_s` -> RESOURCE_EXHAUSTED at once, with the queue's `retry-after` (seconds) in
-the trailing metadata when the engine's throughput is measured; loading or stopping ->
-UNAVAILABLE; deadline -> the request is aborted in the engine (rows freed) and the call ends
-DEADLINE_EXCEEDED; engine failure -> INTERNAL for the affected requests only.
+queue full, or a predicted finish past the request's deadline (beside other work) or a
+predicted wait past the decoder's `max_queue_wait_s` -> RESOURCE_EXHAUSTED at once, with the
+queue's `retry-after` (seconds) in the trailing metadata when the engine's throughput is
+measured; loading or stopping -> UNAVAILABLE; deadline -> the request is aborted in the engine
+(rows freed) and the call ends DEADLINE_EXCEEDED; engine failure -> INTERNAL for the affected
+requests only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Admission by predicted wait, with a fake clock: the throughput estimate, the wait of a
-request that fits, fits with the queue ahead of it, or queues, and the shed rule with its
-Retry-After."""
+request that fits, fits with the queue ahead of it, or queues, its run at the load it joins,
+and the shed rule with its Retry-After."""
 
 from __future__ import annotations
 
@@ -126,10 +126,48 @@ def test_shed_past_the_deadline_with_retry_after_from_the_queue() -> None:
     assert shed_decision(prediction, deadline_s=3.5, max_queue_wait_s=None) is None
 
 
-def test_a_request_that_starts_at_once_is_never_shed_for_its_deadline() -> None:
-    state = QueueState(work_ahead=30_000, queued=0, queued_rows=0, rows_in_use=0, max_rows=1000)
-    prediction = predict(state, rows=100, steps=1000, meter=timed_meter())  # 100 s of steps
-    assert prediction is not None and prediction.wait_s == 0
+def test_step_time_scales_the_recent_steps_down_to_fewer_rows_never_up() -> None:
+    assert ThroughputMeter(FakeClock()).step_time(100) is None
+    meter = timed_meter(rows=1000, seconds=0.1)
+    assert meter.rows_per_step == pytest.approx(1000)
+    assert meter.step_time(250) == pytest.approx(0.025)
+    assert meter.step_time(1000) == pytest.approx(0.1)
+    assert meter.step_time(4000) == pytest.approx(0.1)
+
+
+def test_a_request_that_starts_at_once_is_shed_when_its_run_outlasts_its_deadline() -> None:
+    """It joins 900 running rows: four steps of 1,000 rows at 0.1 s, 0.4 s in all. Admitted,
+    it would hold 100 rows until its deadline aborted it."""
+    state = QueueState(work_ahead=30_000, queued=0, queued_rows=0, rows_in_use=900, max_rows=1000)
+    prediction = predict(state, rows=100, steps=4, meter=timed_meter())
+    assert prediction == Prediction(0.0, pytest.approx(0.4), alone=False)
+    shed = shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=None)
+    assert shed is not None and "its own steps at the current load" in shed.reason
+    assert shed.retry_after_s == 1
+    assert shed_decision(prediction, deadline_s=0.5, max_queue_wait_s=None) is None
+    # A queue-wait bound alone never sheds what starts at once, however long its run.
+    assert shed_decision(prediction, deadline_s=None, max_queue_wait_s=0.0) is None
+
+
+def test_a_request_that_would_run_alone_is_never_shed_for_its_deadline() -> None:
+    idle = QueueState(work_ahead=0, queued=0, queued_rows=0, rows_in_use=0, max_rows=1000)
+    prediction = predict(idle, rows=1000, steps=1000, meter=timed_meter())  # 100 s of steps
+    assert prediction == Prediction(0.0, pytest.approx(100.0), alone=True)
+    assert shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=0.0) is None
+    # The same request beside one running row is shed: it joins the engine's load.
+    busy = QueueState(work_ahead=10, queued=0, queued_rows=0, rows_in_use=1, max_rows=2000)
+    beside = predict(busy, rows=1000, steps=1000, meter=timed_meter())
+    assert beside is not None and not beside.alone
+    assert shed_decision(beside, deadline_s=0.3, max_queue_wait_s=None) is not None
+
+
+def test_after_a_burst_a_lone_request_is_predicted_at_its_own_rows() -> None:
+    """The last steps ran 16,000 rows at 0.1 s each; a request of 50 rows arriving to an idle
+    engine steps far faster than that, and its 0.3 s deadline admits it."""
+    burst = timed_meter(rows=16_000, seconds=0.1, steps=5)
+    idle = QueueState(work_ahead=0, queued=0, queued_rows=0, rows_in_use=0, max_rows=16_384)
+    prediction = predict(idle, rows=50, steps=4, meter=burst)
+    assert prediction is not None and prediction.finish_s == pytest.approx(4 * 0.1 * 50 / 16_000)
     assert shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=0.0) is None
 
 
