@@ -15,9 +15,10 @@ scaled down to those rows, never slower than they ran (`ThroughputMeter.step_tim
 burst, a lone request is not predicted at the burst's step time); one that queues, at the
 recent step time. It is shed when
   - it would not run alone (other requests run or wait) and its predicted finish (wait + its
-    own run) exceeds its deadline (the gRPC deadline): admitting it would only let it time
-    out, in the queue or in steps slowed by the rows beside it, after holding rows that others
-    could have used; or
+    own run), times how late recent requests finished against their predictions
+    (`finish_calibration.py`), exceeds its deadline (the gRPC deadline): admitting it would
+    only let it time out, in the queue or in steps slowed by the rows beside it, after holding
+    rows that others could have used; or
   - the predicted wait exceeds the configured `max_queue_wait_s`.
 A request that would run alone on an idle engine is never shed for its deadline: nothing it
 could wait for would make it faster, and its deadline aborts it as before if its run outlasts
@@ -135,16 +136,21 @@ def shed_decision(
     prediction: Prediction | None,
     deadline_s: float | None,  # time left to the caller's deadline (None: none)
     max_queue_wait_s: float | None,  # the decoder's own bound on a queued request's wait
+    finish_factor: float = 1.0,  # how late requests finish against prediction (calibration)
 ) -> Shed | None:
     """The request's fate: None admits it, a Shed refuses it now."""
     if prediction is None:
         return None
-    if not prediction.alone and deadline_s is not None and prediction.finish_s > deadline_s:
+    finish_s = prediction.finish_s * finish_factor
+    if not prediction.alone and deadline_s is not None and finish_s > deadline_s:
+        scaled = "" if finish_factor == 1.0 else (
+            f", x{finish_factor:.2f}: how late recent requests finished against prediction"
+        )  # fmt: skip
         return Shed(
-            f"predicted to finish in {prediction.finish_s:.2f} s (queue wait "
-            f"{prediction.wait_s:.2f} s, then its own steps at the current load), past its "
-            f"deadline in {deadline_s:.2f} s",
-            _retry_after(prediction.finish_s - deadline_s),
+            f"predicted to finish in {finish_s:.2f} s (queue wait {prediction.wait_s:.2f} s, "
+            f"then its own steps at the current load{scaled}), past its deadline in "
+            f"{deadline_s:.2f} s",
+            _retry_after(finish_s - deadline_s),
         )
     if max_queue_wait_s is not None and prediction.wait_s > max_queue_wait_s:
         return Shed(

@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.engine import Engine
+from widebeam.services.decoder.scheduler.finish_calibration import FinishCalibration
 from widebeam.services.decoder.server.api_processes import ApiProcesses
 from widebeam.services.decoder.server.async_engine import AsyncEngine
 from widebeam.services.decoder.server.catalog_sync import CatalogSync
@@ -103,10 +104,12 @@ class DecoderServer:
         )  # fmt: skip
         engine, layout = await asyncio.to_thread(build_engine, s)
         freeze_start_up_objects()  # the model, the runner, imported code
+        calibration = FinishCalibration()
         if s.metrics_port is not None:
             self.metrics = DecoderMetrics(
-                engine.runner.capture_counts, engine.scheduler.kv, engine.step_counts
-            )
+                engine.runner.capture_counts, engine.scheduler.kv, engine.step_counts,
+                calibration,
+            )  # fmt: skip
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
             log.info("decoder metrics on http://%s:%d/metrics", s.host, self.metrics_port)
         timeline = None if s.profile_dir is None else TimelineRecorder(engine, s.profile_dir)
@@ -117,6 +120,7 @@ class DecoderServer:
             timeline=timeline,
             answers_at_step_start=s.answers_at_step_start,
             group_wait_s=s.group_wait_ms / 1000,
+            calibration=calibration,
         ).start()
         if s.redis_url:
             self.catalog_sync = CatalogSync(

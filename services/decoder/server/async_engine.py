@@ -20,8 +20,10 @@ counted in the engine's `StepCounts`.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would
-not run alone (others run or wait) and whose predicted finish, at the load it joins, is past
-its timeout, or whose predicted queue wait exceeds `max_queue_wait_s`.
+not run alone (others run or wait) and whose predicted finish, at the load it joins and times
+how late recent requests finished against their predictions (`FinishCalibration`, fed here with
+each admitted request's time), is past its timeout, or whose predicted queue wait exceeds
+`max_queue_wait_s`.
 
 Device timelines (`timeline_recorder.py`): `toggle_timeline` starts or stops one; the engine
 thread applies it between steps.
@@ -43,6 +45,7 @@ from typing import Any
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, RequestError
+from widebeam.services.decoder.scheduler.finish_calibration import FinishCalibration
 from widebeam.services.decoder.scheduler.wait_prediction import (
     Backlog,
     Prediction,
@@ -86,6 +89,8 @@ class AsyncEngine:
         timeline: TimelineRecorder | None = None,
         answers_at_step_start: bool = False,
         group_wait_s: float = 0.0,
+        calibration: FinishCalibration | None = None,
+        request_clock: Callable[[], float] = time.monotonic,  # times requests for calibration
     ) -> None:
         if not 0 <= group_wait_s < float("inf"):  # (NaN fails too)
             raise ValueError("group_wait_s must be a finite number >= 0")
@@ -98,6 +103,9 @@ class AsyncEngine:
         # Answers of the last group that left, and requests arrived since (under the lock).
         self._group_answers = self._arrived_since_answers = 0
         self.meter = ThroughputMeter(clock)  # written by the engine thread only
+        # How late requests finish against prediction: fed by callers, read by the deadline rule.
+        self.calibration = FinishCalibration() if calibration is None else calibration
+        self._request_clock = request_clock
         self._cond = threading.Condition()
         self._inbox: list[_Job] = []
         self._aborts: list[str] = []
@@ -196,7 +204,8 @@ class AsyncEngine:
                     f"{waiting} requests already waiting (limit {self.max_waiting}); retry later",
                     retry_after(prediction),
                 )
-            shed = shed_decision(prediction, timeout, self.max_queue_wait_s)
+            factor = self.calibration.factor()
+            shed = shed_decision(prediction, timeout, self.max_queue_wait_s, factor)
             if shed is not None:
                 raise Overloaded(
                     f"shed at once: {shed.reason}; retry after {shed.retry_after_s} s",
@@ -207,11 +216,21 @@ class AsyncEngine:
             self._arrived_since_answers += 1
             self._inbox_backlog += backlog
             self._cond.notify_all()
+        # What a request that runs alone takes changes no decision: it is never shed.
+        judged = None if prediction is None or prediction.alone else prediction.finish_s
+        started = self._request_clock()
         try:
-            return await asyncio.wait_for(future, timeout)
+            out = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            if judged is not None and timeout is not None:
+                self.calibration.record(judged, timeout)  # it took at least that long
+            raise
         finally:
             if future.cancelled() or not future.done():
                 self.abort(rid)
+        if judged is not None and out.error is None:
+            self.calibration.record(judged, self._request_clock() - started)
+        return out
 
     def _predict(self, waiting: int, work: RequestWork | None) -> Prediction | None:
         """The caller holds the lock. None for work beyond the engine's limits: validation on

@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from widebeam.services.decoder.kv.prefix_cache import PrefixCache
 from widebeam.services.decoder.runner.capture_counts import CaptureCounts
 from widebeam.services.decoder.runner.step_counts import StepCounts
+from widebeam.services.decoder.scheduler.finish_calibration import FinishCalibration
 
 GRAPH_CAPTURES = "widebeam_decoder_graph_captures"  # exposed with the counter's _total suffix
 PREFIX_CACHE = "widebeam_decoder_prefix_cache"  # the prefix-cache metrics' common prefix
@@ -48,6 +49,7 @@ FORWARD_ROWS = "widebeam_decoder_forward_rows"
 STEP_SECONDS = "widebeam_decoder_step_seconds"
 GROUP_WAITS = "widebeam_decoder_group_waits"
 GROUP_WAIT_SECONDS = "widebeam_decoder_group_wait_seconds"
+FINISH_CALIBRATION = "widebeam_decoder_finish_calibration"
 
 
 class _CaptureCollector(Collector):
@@ -128,15 +130,32 @@ class _StepCollector(Collector):
             yield CounterMetricFamily(name, help_text, value=value)
 
 
+class _CalibrationCollector(Collector):
+    def __init__(self, calibration: FinishCalibration) -> None:
+        self.calibration = calibration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            FINISH_CALIBRATION,
+            "what predicted finishes are multiplied by before they are held against deadlines "
+            "(a high quantile of how late recent requests finished against prediction; 1 until "
+            "enough were seen)",
+            value=self.calibration.factor(),
+        )
+
+
 class DecoderMetrics:
     def __init__(
         self,
         counts: CaptureCounts,
         prefix_cache: PrefixCache | None = None,
         steps: StepCounts | None = None,
+        calibration: FinishCalibration | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_CaptureCollector(counts))
+        if calibration is not None:
+            self.registry.register(_CalibrationCollector(calibration))
         if steps is not None:
             self.registry.register(_StepCollector(steps))
         if prefix_cache is not None:

@@ -196,3 +196,23 @@ def test_a_faster_engine_admits_what_a_slower_one_sheds() -> None:
     fast = predict(queue(30_000), rows=100, steps=4, meter=timed_meter(seconds=0.01))
     assert shed_decision(slow, deadline_s=1.0, max_queue_wait_s=None) is not None
     assert shed_decision(fast, deadline_s=1.0, max_queue_wait_s=None) is None
+
+
+def test_the_calibration_factor_scales_the_finish_held_against_the_deadline() -> None:
+    """0.4 s predicted fits a 0.5 s deadline as it is, not once recent requests finished 1.5x
+    later than predicted: shed, with the Retry-After of the scaled finish, and the reason
+    names the scaling. A request that would run alone is still never shed."""
+    state = QueueState(work_ahead=30_000, queued=0, queued_rows=0, rows_in_use=900, max_rows=1000)
+    prediction = predict(state, rows=100, steps=4, meter=timed_meter())
+    assert shed_decision(prediction, deadline_s=0.5, max_queue_wait_s=None) is None
+    shed = shed_decision(prediction, deadline_s=0.5, max_queue_wait_s=None, finish_factor=1.5)
+    assert shed is not None and "x1.50" in shed.reason and "0.60 s" in shed.reason
+    assert shed.retry_after_s == 1
+    late = shed_decision(prediction, deadline_s=0.5, max_queue_wait_s=None, finish_factor=4.0)
+    assert late is not None and late.retry_after_s == 2  # 1.6 s - 0.5 s, rounded up
+    # An early-finishing history lets a tighter deadline in.
+    assert shed_decision(prediction, deadline_s=0.3, max_queue_wait_s=None,
+                         finish_factor=0.5) is None  # fmt: skip
+    idle = QueueState(work_ahead=0, queued=0, queued_rows=0, rows_in_use=0, max_rows=1000)
+    alone = predict(idle, rows=100, steps=4, meter=timed_meter())
+    assert shed_decision(alone, deadline_s=0.01, max_queue_wait_s=None, finish_factor=4.0) is None

@@ -134,3 +134,17 @@ def test_group_waits_are_counted(sid_model: SidModel) -> None:
     assert srv.server.engine.group_wait_s == 0.05
     assert _sample(text, "widebeam_decoder_group_waits_total") == 0
     assert _sample(text, "widebeam_decoder_group_wait_seconds_total") == 0
+
+
+def test_the_deadline_rule_calibration_is_exported(sid_model: SidModel) -> None:
+    """The factor the deadline rule multiplies predictions by: 1 on a fresh decoder, and the
+    same object the engine feeds (what a scrape shows is what admission uses)."""
+    settings = make_settings(sid_model, metrics_port=0)
+    with BackgroundServer(settings) as srv:
+        port = srv.server.metrics_port
+        assert port and srv.server.engine is not None
+        assert _sample(scrape(port), "widebeam_decoder_finish_calibration") == 1.0
+        calibration = srv.server.engine.calibration
+        for _ in range(calibration.min_samples):
+            calibration.record(predicted_s=0.2, actual_s=0.5)
+        assert _sample(scrape(port), "widebeam_decoder_finish_calibration") == 2.5
