@@ -134,29 +134,55 @@ class StringTable(Sequence[str]):
         thousands of short ranges (a beam's SID has an item or two), and slicing the table
         once per range would cost a few numpy calls each."""
         starts = np.asarray(starts, dtype=np.int64)
-        counts = np.asarray(stops, dtype=np.int64) - starts  # [m]
+        stops = np.asarray(stops, dtype=np.int64)
+        counts = stops - starts  # [m]
         if counts.size == 0:
             return []
-        used = counts > 0
-        if (counts < 0).any() or (
-            used.any() and (starts[used].min() < 0 or (starts + counts)[used].max() > len(self))
-        ):
+        fewest, most = int(counts.min()), int(counts.max())
+        if fewest < 0:
             raise IndexError("string table range out of bounds")
+        if most == 0:
+            return [[] for _ in range(counts.size)]
+        if fewest == most == 1:  # one string a range (a SID with one item): no positions to make
+            self._check_bounds(starts, stops)
+            return [[s] for s in self._joined(starts, stops)]
+        used = counts > 0
+        self._check_bounds(starts[used], stops[used])
         ends = np.cumsum(counts)
         positions = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(
             starts - (ends - counts), counts
         )  # [sum(counts)]
-        lows, highs = self.offsets[positions].tolist(), self.offsets[positions + 1].tolist()
-        view = self._view
-        strings = [str(view[a:b], "utf-8") for a, b in zip(lows, highs, strict=True)]
-        if len(strings) == counts.size and (counts == 1).all():
-            return [[s] for s in strings]
-        pieces = iter(strings)
+        pieces = iter(self._joined(positions, positions + 1))
         return [list(itertools.islice(pieces, c)) for c in counts.tolist()]
+
+    def _check_bounds(
+        self,
+        starts: np.ndarray,  # [r] int64, ranges that hold strings
+        stops: np.ndarray,  # [r] int64
+    ) -> None:
+        if starts.min() < 0 or stops.max() > len(self):
+            raise IndexError("string table range out of bounds")
+
+    def _joined(
+        self,
+        starts: np.ndarray,  # [r] int64, first position of each range
+        stops: np.ndarray,  # [r] int64, one past its last position
+    ) -> list[str]:
+        """Per range, its strings' bytes back to back as one str: the string itself for a
+        range of one."""
+        lows, highs = self.offsets[starts].tolist(), self.offsets[stops].tolist()
+        view = self._view
+        return [str(view[a:b], "utf-8") for a, b in zip(lows, highs, strict=True)]
 
     def raw(self, position: int) -> memoryview:
         """The UTF-8 bytes of string ``position`` (a view into the buffer)."""
         return self._view[self.offsets[position] : self.offsets[position + 1]]
+
+    def raws(self, positions: np.ndarray) -> list[memoryview]:  # positions: [m] int64
+        """:meth:`raw` of each of ``positions``, with one gather for all of them."""
+        lows, highs = self.offsets[positions].tolist(), self.offsets[positions + 1].tolist()
+        view = self._view
+        return [view[a:b] for a, b in zip(lows, highs, strict=True)]
 
     @property
     def nbytes(self) -> int:
@@ -211,6 +237,9 @@ def hash_encoded(encoded: Sequence[bytes]) -> np.ndarray:  # [n] int64
 
 def _hash_blob(blob: np.ndarray, offsets: np.ndarray) -> np.ndarray:  # [n] int64
     n = len(offsets) - 1
+    if n > 0 and offsets[-1] - offsets[0] <= _HASH_CHUNK_BYTES:  # one chunk (a request's ids)
+        base = int(offsets[0])
+        return _hash_span(blob[base : int(offsets[-1])], offsets - base).view(np.int64)
     out = np.empty(n, dtype=np.uint64)
     lo = 0
     while lo < n:

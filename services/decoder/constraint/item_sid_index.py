@@ -53,11 +53,17 @@ class ItemSidIndex:
 
     def resolve(self, item_ids: Sequence[str]) -> tuple[list[tuple[int, ...]], list[str]]:
         """(SIDs of the known items in order, unknown item ids in order)."""
+        rows, unknown = self.resolve_rows(item_ids)
+        return list(map(tuple, rows.tolist())), unknown
+
+    def resolve_rows(self, item_ids: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+        """`resolve`'s SIDs as one array ([known, L] int32, in order), for a caller that
+        works on them with numpy (a history's prompt) rather than as tuples."""
         positions = self._positions_of(item_ids)
         known = [p for p in positions if p >= 0]
-        rows = self._sids[self._sid_rows(known)].tolist() if known else []
+        rows = self._sids[self._sid_rows(known)] if known else self._sids[:0]
         unknown = [item for item, p in zip(item_ids, positions, strict=True) if p < 0]
-        return list(map(tuple, rows)), unknown
+        return rows, unknown
 
     def _sid_rows(self, positions: list[int]) -> np.ndarray:  # [len(positions)] int64
         return np.searchsorted(self._sid_item_offsets, positions, side="right") - 1
@@ -75,17 +81,34 @@ class ItemSidIndex:
             hashes = hash_encoded(encoded)  # [m] int64
         else:
             hashes = np.array([self._hash_id(item) for item in item_ids], dtype=np.int64)
-        keys = self._hash_bits(hashes)
-        starts = np.searchsorted(self._packed, keys).tolist()
+        keys = self._hash_bits(hashes)  # [m] uint64
+        if not len(self):
+            return [-1] * len(encoded)
+        starts = np.searchsorted(self._packed, keys)  # [m] first entry with these hash bits, if any
+        # Each id's first entry is nearly always the id itself or no id's (other ids sharing its
+        # hash bits are rare): one gather and one byte comparison each settle all but those.
+        firsts = self._packed[np.minimum(starts, len(self) - 1)]  # [m] uint64
+        same_bits = (firsts & ~self._position_mask) == keys  # [m] bool
+        candidates = np.where(same_bits, firsts & self._position_mask, 0).astype(np.int64)
+        stored = self._item_ids.raws(candidates)
+        found = []
+        rows = zip(encoded, same_bits.tolist(), stored, candidates.tolist(), strict=True)
+        for i, (wanted, same, raw, position) in enumerate(rows):
+            if not same:
+                found.append(-1)
+            elif raw == wanted:
+                found.append(position)
+            else:
+                found.append(self._scan_from(wanted, int(keys[i]), int(starts[i]) + 1))
+        return found
+
+    def _scan_from(self, wanted: bytes, key: int, i: int) -> int:
+        """The position of id `wanted` among the entries from `i` on that share its hash bits
+        (`key`), or -1."""
         packed, ids, n = self._packed, self._item_ids, len(self)
         bits, mask = self._position_bits, int(self._position_mask)
-        found = []
-        for wanted, key, i in zip(encoded, keys.tolist(), starts, strict=True):
-            position = -1
-            while i < n and (entry := int(packed[i])) >> bits == key >> bits:
-                if ids.raw(entry & mask) == wanted:
-                    position = entry & mask
-                    break
-                i += 1
-            found.append(position)
-        return found
+        while i < n and (entry := int(packed[i])) >> bits == key >> bits:
+            if ids.raw(entry & mask) == wanted:
+                return entry & mask
+            i += 1
+        return -1

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from widebeam.services.catalog.default_name import DEFAULT_CATALOG
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
@@ -18,7 +20,11 @@ from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization, RequestError
 from widebeam.services.decoder.server.async_types import RequestWork
 from widebeam.services.decoder.server.convert import normalization_of
-from widebeam.services.decoder.server.prompting import history_prompt, tokens_to_sid
+from widebeam.services.decoder.server.prompting import (
+    history_prompt,
+    level_bounds,
+    sid_of_tokens,
+)
 from widebeam.services.decoder.server.request_limits import RequestLimits
 
 if TYPE_CHECKING:
@@ -104,9 +110,9 @@ class RecommendCall:
         if served is None:
             loaded = ", ".join(sorted(catalogs)) or "none"
             raise RequestError(f"unknown catalog {spec.catalog!r}; loaded: {loaded}")
-        sids = list(spec.history_sids)
+        sids: list[tuple[int, ...]] | np.ndarray = list(spec.history_sids)
         if spec.history_items:
-            sids, unknown = served.index.resolve(spec.history_items)
+            sids, unknown = served.index.resolve_rows(spec.history_items)  # [known, L] int32
             if unknown and not spec.skip_unknown:
                 shown = ", ".join(repr(u) for u in unknown[:10])
                 more = f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else ""
@@ -148,7 +154,7 @@ class RecommendCall:
 
 
 def recommend_response(answer: RecommendAnswer, request_id: str) -> pb.RecommendResponse:
-    spec, out, layout = answer.spec, answer.out, answer.layout
+    spec, out, bounds = answer.spec, answer.out, level_bounds(answer.layout)
     response = pb.RecommendResponse(
         request_id=request_id,
         catalog=pb.CatalogRef(name=answer.catalog, version=answer.version),
@@ -168,14 +174,16 @@ def recommend_response(answer: RecommendAnswer, request_id: str) -> pb.Recommend
     for beam in out.beams:  # best first; items of one SID in catalog order
         if count == spec.n:
             break
-        codes = tokens_to_sid(layout, beam.output_ids) or ()
+        codes = sid_of_tokens(bounds, beam.output_ids) or ()
         for item in beam.item_ids or ():
             if item in seen or item in spec.exclude:
                 continue
             seen.add(item)
             entry = add(item_id=item, score=beam.score)
-            entry.sid.SetInParent()
-            entry.sid.codes.extend(codes)
+            if codes:  # extending the codes marks the SID present, as SetInParent does
+                entry.sid.codes.extend(codes)
+            else:
+                entry.sid.SetInParent()
             count += 1
             if count == spec.n:
                 break

@@ -61,9 +61,15 @@ def test_take_ranges_equals_one_slice_per_range(alphabet: str, seed: int) -> Non
     ones = np.arange(n, dtype=np.int64)
     assert table.take_ranges(ones, ones + 1) == [[s] for s in strings]
     assert table.take_ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == []
-    for bad in ([(0, n + 1)], [(-1, 0)], [(2, 1)] if n >= 2 else [(1, 0)]):
+    for bad in ([(0, n + 1)], [(-1, 0)], [(2, 1)] if n >= 2 else [(1, 0)], [(n, n + 1)]):
         with pytest.raises(IndexError):
             table.take_ranges(np.array([bad[0][0]]), np.array([bad[0][1]]))
+    # empty ranges name no strings wherever they start
+    empty = np.array([-5, 0, n + 3], dtype=np.int64)
+    assert table.take_ranges(empty, empty) == [[], [], []]
+    with pytest.raises(IndexError):  # one string a range, one of them past the end
+        table.take_ranges(np.array([0, n]), np.array([1, n + 1]))
+    assert [bytes(r) for r in table.raws(ones)] == [s.encode() for s in strings]
 
 
 @pytest.mark.parametrize("alphabet", ALPHABETS)

@@ -65,6 +65,16 @@ def test_random_catalogs_match_a_dict(seed: int, hash_id) -> None:
     shuffled = list(np.random.default_rng(seed).permutation(np.array(probes, dtype=object)))
     known = [expected[i] for i in shuffled if i in expected]
     assert index.resolve(shuffled) == (known, [i for i in shuffled if i not in expected])
+    rows, unknown = index.resolve_rows(shuffled)
+    assert rows.dtype == np.int32 and rows.shape == (len(known), layout.depth)
+    assert list(map(tuple, rows.tolist())) == known and unknown == index.resolve(shuffled)[1]
+
+
+def test_resolve_rows_of_no_known_items() -> None:
+    index = ItemSidIndex(SidTrie.build([CatalogEntry("a", (1, 2))], BARE))
+    rows, unknown = index.resolve_rows(["x", "y"])
+    assert rows.shape == (0, 2) and unknown == ["x", "y"]
+    assert index.resolve_rows([])[0].shape == (0, 2) and index.resolve([]) == ([], [])
 
 
 def test_non_string_keys_are_absent() -> None:

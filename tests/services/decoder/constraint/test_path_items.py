@@ -89,3 +89,39 @@ def test_children_of_repeated_and_out_of_range_lookups() -> None:
     assert expected[-3:] == [-1, -1, -1]
     none = np.zeros(0, np.int64)
     assert lookup.children(none, none).size == 0
+
+
+def test_any_path_reads_as_the_level_by_level_walk_does() -> None:
+    """Built tries hold leaves at their last depth only, so a path of in-range tokens takes
+    the walk without leaf tests; the rest (negative tokens, which the walk skips, and tokens
+    past the key base) and tries without that shape take the level-by-level walk: both name
+    the same items, for lists and arrays alike."""
+    rng = random.Random(5)
+    for seed in range(3):
+        trie = _trie(seed)
+        fast, walked = PathItems(trie), PathItems(trie)
+        walked._leaf_depth = None  # as for a trie whose leaves are not all at one depth
+        assert fast._leaf_depth == trie.num_depths - 1
+        odd = [-1, -7, 10**6, fast.key_base, fast.key_base + 11]
+        for start in (0, 1, trie.num_nodes - 1, -1):
+            paths = [_random_path(rng, trie) for _ in range(200)]
+            for path in paths[:80]:
+                path[rng.randrange(len(path) or 1) if path else 0 : 0] = [rng.choice(odd)]
+            array = np.full((len(paths), max(map(len, paths))), -1, dtype=np.int64)
+            for i, path in enumerate(paths):
+                array[i, : len(path)] = path
+            expected = walked.items(start, paths)
+            assert fast.items(start, paths) == expected
+            assert fast.items(start, array) == walked.items(start, array)
+            if start == 1:
+                assert any(expected) and not all(expected)
+
+
+def test_paths_too_short_for_a_leaf_name_nothing() -> None:
+    lookup = PathItems(_trie(1))
+    sid = lookup.trie.sids[0].tolist()
+    assert lookup.items(1, np.array([[10 + sid[0], 16 + sid[1]]])) == [[]]
+    assert lookup.items(1, [[10 + sid[0], 16 + sid[1], 22 + sid[2]]]) == [[]]  # no end token
+    complete = [10 + sid[0], 16 + sid[1], 22 + sid[2], 41]
+    leaf = lookup.trie.walk(complete, 1)
+    assert lookup.items(1, [complete]) == [lookup.trie.items_for_leaf(leaf)] != [[]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from widebeam.services.catalog.sid_layout import SidLayout
@@ -55,3 +56,20 @@ def test_paths_read_as_the_level_rule_reads_them(spec: str) -> None:
     for _ in range(3000):
         tokens = [rng.randrange(85, 125) for _ in range(rng.randrange(8))]
         assert tokens_to_sid(layout, tokens) == _codes_by_level_lookup(layout, tokens), tokens
+
+
+@pytest.mark.parametrize("layout", [BRACKETED, BARE, SidLayout.parse("100:10;end=99")])
+def test_history_arrays_prompt_as_their_tuples_do(layout: SidLayout) -> None:
+    """A resolved history comes as an [items, L] int32 array: the same prompt, and for a SID
+    that does not fit, the same error as its tuples give."""
+    rng = np.random.default_rng(0)
+    sizes = [lv.size for lv in layout.levels]
+    for items in (0, 1, 7):
+        history = np.stack([rng.integers(0, s, items) for s in sizes], axis=1).astype(np.int32)
+        as_tuples = [tuple(codes) for codes in history.tolist()]
+        assert history_prompt(layout, history) == history_prompt(layout, as_tuples)
+    bad = np.array([[1] * layout.depth, [sizes[0]] + [0] * (layout.depth - 1)], dtype=np.int32)
+    with pytest.raises(ValueError, match=f"SID code {sizes[0]} out of range"):
+        history_prompt(layout, bad)
+    with pytest.raises(ValueError, match="codes; the layout has"):
+        history_prompt(layout, np.zeros((2, layout.depth + 1), dtype=np.int32))
