@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from widebeam.services.decoder.runner.capture_counts import CaptureCounts, GraphKind
@@ -91,7 +92,7 @@ class ExpansionGraphs(Expander):
         if entry.nodes is not None:
             assert batch.nodes is not None
             torch.cat(batch.nodes, out=entry.nodes[:rows])
-        host = torch.tensor(batch.scalars, dtype=torch.float32)
+        host = torch.from_numpy(np.array(batch.scalars, dtype=np.float32))  # [B, 4] fp32
         if self.device.type == "cuda":
             host = host.pin_memory()  # a queued copy: the host does not wait
         entry.scalars[:count].copy_(host, non_blocking=True)

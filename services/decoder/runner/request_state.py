@@ -100,16 +100,24 @@ def apply_selection(
     by_step: dict[int, list[int]] = {}
     for b, state in enumerate(states):
         by_step.setdefault(state.suffix_table.shape[1], []).append(b)  # steps taken so far
-    tables: dict[int, torch.Tensor] = {}  # b -> [k, step + 1]
-    for step, members in by_step.items():
-        new = _reparented([states[b] for b in members], _rows(parents, members), step)
-        tables.update(zip(members, new, strict=True))
+    if len(by_step) == 1:  # a cohort in lockstep: one gather, no regrouping
+        (step,) = by_step
+        tables = list(_reparented(states, parents, step).unbind(0))  # [k, step + 1] each
+    else:
+        by_request: dict[int, torch.Tensor] = {}  # b -> [k, step + 1]
+        for step, members in by_step.items():
+            new = _reparented([states[b] for b in members], _rows(parents, members), step)
+            by_request.update(zip(members, new.unbind(0), strict=True))
+        tables = [by_request[b] for b in range(len(states))]
+    # One unbind per tensor, not an indexing per request: views of the same rows.
+    row_tokens = tokens.unbind(0)
+    row_nodes = None if nodes is None else nodes.unbind(0)
     for b, state in enumerate(states):
         state.suffix_table = tables[b]
-        state.pending_tokens = tokens[b]
+        state.pending_tokens = row_tokens[b]
         if state.constraint is not None:
-            assert nodes is not None
-            state.nodes = nodes[b]
+            assert row_nodes is not None
+            state.nodes = row_nodes[b]
 
 
 def _reparented(

@@ -104,6 +104,23 @@ class BeamSearch:
             return shared.state
         return BeamState.stack([s.state for s in searches])
 
+    @staticmethod
+    def batched_outputs(searches: list[BeamSearch]) -> StepOutputs | None:
+        """Step outputs whose state rows are the [B, k] state of `searches` in order: the
+        previous step's own when they are exactly its batch, fresh ones when none has
+        stepped, else their rows gathered (`StepOutputs.gather`); None when some have
+        stepped and some not."""
+        shared = BeamSearch.shared_outputs(searches)
+        if shared is not None:
+            return shared
+        sources = [(s._outputs, s._row) for s in searches]
+        if all(outputs is None for outputs, _ in sources):
+            first = searches[0]
+            return StepOutputs.initial(len(searches), first.num_beams, first.device)
+        if any(outputs is None for outputs, _ in sources):
+            return None
+        return StepOutputs.gather(sources)  # type: ignore[arg-type]
+
     @property
     def running_scores(self) -> torch.Tensor:  # [k] fp32
         return self.state.running_scores[0]
@@ -150,12 +167,18 @@ class BeamSearch:
         self.adopt(outputs, 0, host)
         return StepSelection(outputs.parents[0], outputs.tokens[0])
 
-    def adopt(self, outputs: StepOutputs, row: int, host: HostStep) -> None:
+    def adopt(
+        self,
+        outputs: StepOutputs,
+        row: int,
+        host: HostStep,
+        done_flag: torch.Tensor | None = None,  # [] bool outputs.done[row], when at hand
+    ) -> None:
         """Take the outputs of a step computed for this request (alone: row 0 of a [1, k]
         batch; in a cohort: its row of the cohort's [B, k] outputs), with the step's host
         copies (`stage_on_host`)."""
         self._outputs, self._row = outputs, row
-        self.done_flag = outputs.done[row]
+        self.done_flag = outputs.done[row] if done_flag is None else done_flag
         self.step += 1
         self._done = None
         self.host_steps.append(host)
@@ -199,30 +222,72 @@ class BeamSearch:
         if not self.host_steps:
             return FinishedBeams.empty()
         fin_ints, fin_floats = (t.numpy()[:, : self.num_return] for t in self.host_steps[-1])
-        slots = np.flatnonzero(fin_ints[IntRow.RETURNABLE])
+        slots = fin_ints[IntRow.RETURNABLE].nonzero()[0]  # [m]
         if not slots.size:
             return FinishedBeams.empty()
-        last = fin_ints[IntRow.FIN_STEP, slots]  # [m] index of each hypothesis' final token
+        last = fin_ints[IntRow.FIN_STEP][slots]  # [m] index of each hypothesis' final token
+        scores = fin_floats[FloatRow.FIN_SCORES][slots].tolist()
+        cums = fin_floats[FloatRow.FIN_CUM][slots].tolist()
+        length = int(last.max()) + 1
+        if int(last.min()) + 1 < length:
+            tokens, lps = self._traced_ragged(fin_ints, fin_floats, slots, last, with_logprobs)
+            token_lps = _ragged_rows(lps, last) if lps is not None else None
+            inside = np.arange(length)[None, :] <= last[:, None]  # [m, L]
+            paths = np.where(inside, tokens, -1)
+            return FinishedBeams(_ragged_rows(tokens, last), token_lps, scores, cums, paths)
+        tokens, lps = self._traced_full(fin_ints, fin_floats, slots, length, with_logprobs)
+        token_lps = lps.tolist() if lps is not None else None
+        return FinishedBeams(tokens.tolist(), token_lps, scores, cums, tokens)
+
+    def _traced_full(
+        self,
+        fin_ints: np.ndarray,  # [len(IntRow), num_return] int64, the last step's
+        fin_floats: np.ndarray,  # [len(FloatRow), num_return] fp32
+        slots: np.ndarray,  # [m] int64 the returned finished slots
+        length: int,  # every returned hypothesis' token count
+        with_logprobs: bool,
+    ) -> tuple[np.ndarray, np.ndarray | None]:  # [m, length] int64 tokens, fp32 log-probs
+        """Hypotheses that all end at the last step (as every Recommend answer's do): traced
+        back a column at a time, with no per-step test of which are still inside."""
+        token_columns = [fin_ints[IntRow.FIN_TOKEN][slots]]
+        lp_columns = [fin_floats[FloatRow.FIN_TOKEN_LOGPROB][slots]] if with_logprobs else []
+        row = fin_ints[IntRow.FIN_PARENT][slots]  # the row each extends at the step before
+        for step in range(length - 2, -1, -1):
+            ints, floats = self.host_steps[step]
+            ints = ints.numpy()
+            token_columns.append(ints[IntRow.TOKENS][row])
+            if with_logprobs:
+                lp_columns.append(floats.numpy()[FloatRow.LOGPROBS][row])
+            row = ints[IntRow.PARENTS][row]
+        tokens = np.array(token_columns[::-1]).T  # [m, length]
+        return tokens, np.array(lp_columns[::-1]).T if with_logprobs else None
+
+    def _traced_ragged(
+        self,
+        fin_ints: np.ndarray,  # [len(IntRow), num_return] int64, the last step's
+        fin_floats: np.ndarray,  # [len(FloatRow), num_return] fp32
+        slots: np.ndarray,  # [m] int64 the returned finished slots
+        last: np.ndarray,  # [m] int64 index of each hypothesis' final token
+        with_logprobs: bool,
+    ) -> tuple[np.ndarray, np.ndarray | None]:  # [m, L] int64 tokens, fp32 log-probs (0 after)
+        """Hypotheses of different lengths: each step fills in those still inside at it."""
         length = int(last.max()) + 1
         tokens = np.zeros((slots.size, length), dtype=np.int64)
-        lps = np.zeros((slots.size, length), dtype=np.float32)
+        lps = np.zeros((slots.size, length), dtype=np.float32) if with_logprobs else None
         every = np.arange(slots.size)
         tokens[every, last] = fin_ints[IntRow.FIN_TOKEN, slots]
-        lps[every, last] = fin_floats[FloatRow.FIN_TOKEN_LOGPROB, slots]
+        if lps is not None:
+            lps[every, last] = fin_floats[FloatRow.FIN_TOKEN_LOGPROB, slots]
         row = fin_ints[IntRow.FIN_PARENT, slots].copy()  # the row each extends at its step - 1
         for step in range(length - 2, -1, -1):
             live = np.flatnonzero(last > step)
             ints, floats = (t.numpy() for t in self.host_steps[step])
             at = row[live]
             tokens[live, step] = ints[IntRow.TOKENS, at]
-            lps[live, step] = floats[FloatRow.LOGPROBS, at]
+            if lps is not None:
+                lps[live, step] = floats[FloatRow.LOGPROBS, at]
             row[live] = ints[IntRow.PARENTS, at]
-        inside = np.arange(length)[None, :] <= last[:, None]  # [m, L]
-        scores = fin_floats[FloatRow.FIN_SCORES, slots].tolist()
-        cums = fin_floats[FloatRow.FIN_CUM, slots].tolist()
-        token_lps = _ragged_rows(lps, last) if with_logprobs else None
-        paths = np.where(inside, tokens, -1)
-        return FinishedBeams(_ragged_rows(tokens, last), token_lps, scores, cums, paths)
+        return tokens, lps
 
 
 def expand_cohort(
@@ -235,22 +300,18 @@ def expand_cohort(
     """One streamed step of every search at once (one LM-head pass, one ranking, one
     transformers beam step over [B, k], each search with its own step scalars); the searches
     are unchanged until they `adopt_cohort` it. Never waits for the device."""
-    first = searches[0]
-    batch = CohortBatch(
-        hiddens,
-        BeamSearch.batched_state(searches),
-        BeamSearch.shared_outputs(searches),
-        nodes,
-        [s.scalars() for s in searches],
-        first.eos_ids,
-    )
+    outputs = BeamSearch.batched_outputs(searches)
+    state = BeamSearch.batched_state(searches) if outputs is None else outputs.state
+    scalars = [s.scalars() for s in searches]
+    batch = CohortBatch(hiddens, state, outputs, nodes, scalars, searches[0].eos_ids)
     return expander.run(spec, batch)
 
 
 def adopt_cohort(searches: list[BeamSearch], outputs: StepOutputs) -> None:
     """Each search takes its row of `expand_cohort`'s outputs (host copies queued first)."""
-    for b, (search, host) in enumerate(zip(searches, stage_on_host(outputs), strict=True)):
-        search.adopt(outputs, b, host)
+    hosts, done_flags = stage_on_host(outputs), outputs.done.unbind(0)
+    for b, (search, host, done) in enumerate(zip(searches, hosts, done_flags, strict=True)):
+        search.adopt(outputs, b, host, done)
 
 
 def _ragged_rows(values: np.ndarray, last: np.ndarray) -> list[list]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from operator import attrgetter
 from typing import NamedTuple
 
 import torch
@@ -70,11 +71,23 @@ class BeamState:
 
     @classmethod
     def stack(cls, states: list[BeamState]) -> BeamState:
-        return cls(**{f.name: torch.cat([getattr(s, f.name) for s in states]) for f in fields(cls)})
+        return cls(*(torch.cat(column) for column in zip(*map(state_tensors, states), strict=True)))
 
     def row(self, b: int) -> BeamState:
         """Request b of the batch as a B = 1 state (views)."""
-        return BeamState(**{f.name: getattr(self, f.name)[b : b + 1] for f in fields(self)})
+        rows = slice(b, b + 1)
+        return BeamState(*(tensor[rows] for tensor in state_tensors(self)))
+
+
+# Field names in declaration order: a step's state is taken apart per request and per cohort,
+# where `dataclasses.fields` would cost more than the tensor views themselves.
+STATE_FIELDS = tuple(f.name for f in fields(BeamState))
+_get_state_tensors = attrgetter(*STATE_FIELDS)
+
+
+def state_tensors(state: BeamState) -> tuple[torch.Tensor, ...]:
+    """`state`'s tensors in field order (the tensors themselves, no copies)."""
+    return _get_state_tensors(state)
 
 
 @dataclass(frozen=True)
@@ -111,13 +124,14 @@ def step_scalars(
     """One request's row of `beam_step`'s `scalars`, in `Scalar` order."""
     never = early_stopping == "never" and length_penalty > 0.0
     best_len = max_new_tokens if never else step + 1
-    values = {
-        Scalar.STEP: float(step),
-        Scalar.FINISHED_DIVISOR: float((step + 1) ** length_penalty),
-        Scalar.RUNNING_DIVISOR: float(best_len**length_penalty),
-        Scalar.LAST_STEP: float(step + 1 >= max_new_tokens),
-    }
-    return [values[entry] for entry in Scalar]
+    # Written out in `Scalar` order (STEP, FINISHED_DIVISOR, RUNNING_DIVISOR, LAST_STEP): it
+    # runs per request and step, where walking the enum costs more than the arithmetic.
+    return [
+        float(step),
+        float((step + 1) ** length_penalty),
+        float(best_len**length_penalty),
+        float(step + 1 >= max_new_tokens),
+    ]
 
 
 class StepResult(NamedTuple):

@@ -10,13 +10,18 @@ every reader indexes them by those names (plain ints: views, no copy, fine insid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import IntEnum
 from functools import cached_property
 
 import torch
 
-from widebeam.services.decoder.search.beam_step import BeamState, StepResult
+from widebeam.services.decoder.search.beam_step import (
+    NEG_INF_SCORE,
+    BeamState,
+    StepResult,
+    state_tensors,
+)
 
 
 class FloatRow(IntEnum):
@@ -111,6 +116,34 @@ class StepOutputs:
             torch.zeros((batch, len(RequestFlag)), dtype=torch.bool, device=device),
         )
 
+    @classmethod
+    def initial(cls, batch: int, k: int, device: torch.device) -> StepOutputs:
+        """Outputs whose state rows are `BeamState.initial(batch, k)` (the other rows zero):
+        fresh requests' state in four tensors, so a step loads it as it loads a previous
+        step's outputs."""
+        outputs = cls.empty(batch, k, device)
+        outputs.floats[:, FloatRow.RUNNING_SCORES, 1:] = NEG_INF_SCORE
+        outputs.floats[:, FloatRow.FIN_SCORES] = float("-inf")
+        outputs.flags[:, FlagRow.RUNNING_GHOST, 1:] = True
+        outputs.request_flags[:, RequestFlag.HEURISTIC_OPEN] = True
+        return outputs
+
+    @classmethod
+    def gather(cls, sources: list[tuple[StepOutputs, int]]) -> StepOutputs:
+        """Row `row` of each `(outputs, row)` in order, as one batch: views when they are
+        consecutive rows of one outputs, else one concatenation per packed tensor (runs of
+        consecutive rows taken as one slice)."""
+        runs: list[tuple[StepOutputs, int, int]] = []  # (outputs, first row, end row)
+        for outputs, row in sources:
+            if runs and runs[-1][0] is outputs and runs[-1][2] == row:
+                runs[-1] = (outputs, runs[-1][1], row + 1)
+            else:
+                runs.append((outputs, row, row + 1))
+        parts = [[t[first:end] for t in outputs.tensors()] for outputs, first, end in runs]
+        if len(parts) == 1:
+            return cls(*parts[0])
+        return cls(*(torch.cat(column) for column in zip(*parts, strict=True)))
+
     @property
     def batch_size(self) -> int:
         return self.floats.shape[0]
@@ -130,38 +163,42 @@ class StepOutputs:
 
     def load_state(self, state: BeamState) -> None:
         """Copy a search state into the state rows of the first `state.batch_size` requests."""
-        b, rows = state.batch_size, self.state
-        for f in fields(BeamState):
-            getattr(rows, f.name)[:b].copy_(getattr(state, f.name))
+        b = state.batch_size
+        for mine, theirs in zip(state_tensors(self.state), state_tensors(state), strict=True):
+            mine[:b].copy_(theirs)
 
     @cached_property
     def state(self) -> BeamState:  # [B, k] views of the state rows ([B] for heuristic_open)
+        # One unbind per packed tensor: every cohort step takes its state apart, and eleven
+        # separate indexings cost more than the views.
+        floats, ints = self.floats.unbind(1), self.ints.unbind(1)
+        flags, request_flags = self.flags.unbind(1), self.request_flags.unbind(1)
         return BeamState(
-            running_scores=self.floats[:, FloatRow.RUNNING_SCORES],
-            running_ghost=self.flags[:, FlagRow.RUNNING_GHOST],
-            fin_scores=self.floats[:, FloatRow.FIN_SCORES],
-            fin_done=self.flags[:, FlagRow.FIN_DONE],
-            fin_ghost=self.flags[:, FlagRow.FIN_GHOST],
-            fin_step=self.ints[:, IntRow.FIN_STEP],
-            fin_parent=self.ints[:, IntRow.FIN_PARENT],
-            fin_token=self.ints[:, IntRow.FIN_TOKEN],
-            fin_cum=self.floats[:, FloatRow.FIN_CUM],
-            fin_token_logprob=self.floats[:, FloatRow.FIN_TOKEN_LOGPROB],
-            heuristic_open=self.request_flags[:, RequestFlag.HEURISTIC_OPEN],
+            running_scores=floats[FloatRow.RUNNING_SCORES],
+            running_ghost=flags[FlagRow.RUNNING_GHOST],
+            fin_scores=floats[FloatRow.FIN_SCORES],
+            fin_done=flags[FlagRow.FIN_DONE],
+            fin_ghost=flags[FlagRow.FIN_GHOST],
+            fin_step=ints[IntRow.FIN_STEP],
+            fin_parent=ints[IntRow.FIN_PARENT],
+            fin_token=ints[IntRow.FIN_TOKEN],
+            fin_cum=floats[FloatRow.FIN_CUM],
+            fin_token_logprob=floats[FloatRow.FIN_TOKEN_LOGPROB],
+            heuristic_open=request_flags[RequestFlag.HEURISTIC_OPEN],
         )
 
     @property
     def parents(self) -> torch.Tensor:  # [B, k] int64
-        return self.ints[:, IntRow.PARENTS]
+        return self.ints.select(1, IntRow.PARENTS)
 
     @property
     def tokens(self) -> torch.Tensor:  # [B, k] int64
-        return self.ints[:, IntRow.TOKENS]
+        return self.ints.select(1, IntRow.TOKENS)
 
     @property
     def nodes(self) -> torch.Tensor:  # [B, k] int64
-        return self.ints[:, IntRow.NODES]
+        return self.ints.select(1, IntRow.NODES)
 
     @property
     def done(self) -> torch.Tensor:  # [B] bool
-        return self.request_flags[:, RequestFlag.DONE]
+        return self.request_flags.select(1, RequestFlag.DONE)

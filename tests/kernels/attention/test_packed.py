@@ -182,3 +182,33 @@ def test_pack_matches_per_group_reference(page_size: int, padded: bool) -> None:
             assert got.shape == expected.shape, name
             assert torch.equal(got, expected), name
             assert torch.equal(got.clone(), expected), name  # CUDA-graph buffers are clones
+
+
+def _assert_matches_reference(batch: DecodeBatch, num_rows: int, **caps: int | None) -> None:
+    packed = pack_decode(batch, num_rows, block_rows=4, page_size=1, **caps)  # type: ignore[arg-type]
+    want = _reference_pack(
+        batch, num_rows, block_rows=4, page_size=1,
+        **dict.fromkeys(("num_groups", "num_work", "suffix_capacity", "table_capacity")) | caps,
+    )  # fmt: skip
+    for name, expected in want.items():
+        got = getattr(packed, name)
+        assert got.shape == expected.shape and torch.equal(got, expected), name
+    assert packed.live_splits.tolist() == [1]
+
+
+def test_pack_of_no_groups_is_all_padding() -> None:
+    # what a CUDA-graph bucket is built from before any step (`capture_buckets`)
+    empty = DecodeBatch(())
+    _assert_matches_reference(empty, 8)
+    _assert_matches_reference(
+        empty, 8, num_groups=3, num_work=4, suffix_capacity=8, table_capacity=16
+    )  # fmt: skip
+
+
+def test_pack_of_overlapping_and_unordered_groups() -> None:
+    # rows of a later group win where groups overlap, as the reference's row writes do
+    def group(row_start: int, num_rows: int, suffix_len: int) -> DecodeGroup:
+        suffix = torch.arange(num_rows * suffix_len).reshape(num_rows, suffix_len) + 100 * row_start
+        return DecodeGroup(row_start, num_rows, torch.arange(3) + row_start, suffix)
+
+    _assert_matches_reference(DecodeBatch((group(4, 3, 2), group(0, 2, 2), group(5, 4, 1))), 10)

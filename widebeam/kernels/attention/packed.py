@@ -16,6 +16,7 @@ page * p + offset). The engine's prompts start at a page boundary and fill their
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 import torch
@@ -102,6 +103,8 @@ def pack_decode(
         device = groups[0].prompt_slots.device if groups else "cpu"
     device = torch.device(device)
     num_g = len(groups)
+    starts = [g.row_start for g in groups]
+    counts = [g.num_rows for g in groups]
     lens = [int(g.prompt_slots.shape[0]) for g in groups]
     suffix_lens = [int(g.suffix_slots.shape[1]) for g in groups]
     entries = [-(-n // page_size) for n in lens]
@@ -115,43 +118,21 @@ def pack_decode(
             raise ValueError(f"group {i} rows {g.row_start}+{g.num_rows} exceed {num_rows} rows")
         if g.suffix_slots.shape[0] != g.num_rows:
             raise ValueError(f"group {i}: suffix_slots has {g.suffix_slots.shape[0]} rows")
-
-    # Host metadata (numpy, no per-row Python work).
-    starts = np.array([g.row_start for g in groups], dtype=np.int64)
-    counts = np.array([g.num_rows for g in groups], dtype=np.int64)
-    gid = np.arange(num_g, dtype=np.int64)
-    row_group = np.full(num_rows, -1, dtype=np.int32)
-    row_suffix_len = np.zeros(num_rows, dtype=np.int32)
-    rows = _ragged_arange(starts, counts)  # later groups win on overlap, as slice writes would
-    row_group[rows] = np.repeat(gid, counts)
-    row_suffix_len[rows] = np.repeat(np.array(suffix_lens, dtype=np.int64), counts)
-    items = -(-counts // block_rows)
-    num_items = int(items.sum())
+    items = [-(-n // block_rows) for n in counts]
+    num_items = sum(items)
     b_cap = num_work if num_work is not None else num_items
     if b_cap < num_items:
         raise ValueError(f"{num_items} work items exceed the capacity {b_cap}")
-    work_group = np.full(b_cap, -1, dtype=np.int32)
-    work_row_start = np.zeros(b_cap, dtype=np.int32)
-    work_group[:num_items] = np.repeat(gid, items)
-    work_row_start[:num_items] = np.repeat(starts, items) + block_rows * _ragged_arange(
-        np.zeros(num_g, dtype=np.int64), items
-    )
-    entry_counts = np.array(entries, dtype=np.int64)
-    table_start = np.cumsum(entry_counts) - entry_counts
-    group_meta = np.zeros((4, g_cap), dtype=np.int32)
-    group_meta[0, :num_g] = starts
-    group_meta[1, :num_g] = counts
-    group_meta[2, :num_g] = lens
-    group_meta[3, :num_g] = table_start
-    live = np.array([num_splits], dtype=np.int32)
 
-    # One host buffer, one (pinned, queued) copy; the fields are contiguous 1-D slices of it.
-    parts = [row_group, row_suffix_len, *group_meta, work_group, work_row_start, live]
-    host = torch.from_numpy(np.concatenate([p.astype(np.int32, copy=False) for p in parts]))
-    if device.type == "cuda":  # pinned: the copy queues, the host moves on
-        host = host.pin_memory()
+    # One int32 host buffer (pinned on CUDA: the copy queues, the host moves on), written in
+    # place; the fields are contiguous 1-D slices of it, and of its one device copy.
+    sizes = (num_rows, num_rows, g_cap, g_cap, g_cap, g_cap, b_cap, b_cap, 1)
+    host = torch.empty(sum(sizes), dtype=torch.int32, pin_memory=device.type == "cuda")
+    _fill_host_meta(
+        host.numpy(), sizes, starts, counts, lens, suffix_lens, entries, items, block_rows,
+        num_splits,
+    )  # fmt: skip
     meta = host.to(device, non_blocking=True)
-    sizes = [p.shape[0] for p in parts]
     (
         d_row_group,
         d_row_suffix_len,
@@ -162,25 +143,29 @@ def pack_decode(
         d_work_group,
         d_work_row_start,
         d_live_splits,
-    ) = torch.split(meta, sizes)
+    ) = meta.split_with_sizes(sizes)
 
-    # Prompt table: one gather of every group's page starts, one division, one copy.
-    table = torch.zeros(e_cap, dtype=torch.int32, device=device)
+    # Prompt table: one gather of every group's page starts, one division into the table.
     if check_pages and page_size > 1:
         for i, g in enumerate(groups):
             if lens[i]:
                 slots = g.prompt_slots.to(device)
                 pages = torch.div(slots[::page_size], page_size, rounding_mode="floor")
                 _check_pages(slots, pages, page_size)
+    table = torch.empty(e_cap, dtype=torch.int32, device=device)
     heads = [g.prompt_slots for i, g in enumerate(groups) if lens[i]]
     if page_size > 1:
         heads = [h[::page_size] for h in heads]  # first slot of each page
     heads = [h if h.device == device else h.to(device) for h in heads]
+    filled = 0
     if heads:
         pages = torch.cat(heads) if len(heads) > 1 else heads[0]
-        if page_size > 1:
-            pages = torch.div(pages, page_size, rounding_mode="floor")
-        table[: pages.shape[0]] = pages.to(torch.int32)
+        filled = pages.shape[0]
+        if page_size > 1:  # computed in int64, stored as int32
+            torch.div(pages, page_size, rounding_mode="floor", out=table[:filled])
+        else:
+            table[:filled] = pages
+    table[filled:].zero_()
 
     # Suffix slots: one copy per run of back-to-back groups with equal suffix length.
     suffix = torch.zeros((num_rows, s_cap), dtype=torch.int32, device=device)
@@ -217,6 +202,58 @@ def pack_decode(
         num_splits=max_splits,
         tree=tree,
     )
+
+
+def _fill_host_meta(
+    flat: np.ndarray,  # [sum(sizes)] int32, written whole
+    sizes: tuple[int, ...],  # R, R, G_cap x 4, B_cap x 2, 1: `PackedDecode`'s int32 lists
+    starts: list[int],  # per group: first row
+    counts: list[int],  # rows
+    lens: list[int],  # prompt tokens
+    suffix_lens: list[int],  # generated tokens
+    entries: list[int],  # prompt-table entries
+    items: list[int],  # prefix work items
+    block_rows: int,
+    num_splits: int,
+) -> None:
+    """Write the host part of `pack_decode`'s metadata into `flat`: row, group and work-item
+    lists back to back, padding rows and items -1 in their group lists, 0 elsewhere. Whole
+    steps' rows in a few numpy calls (no per-row Python work)."""
+    num_rows, g_cap, b_cap = sizes[0], sizes[2], sizes[6]
+    num_g, num_items = len(starts), sum(items)
+    row_group = flat[:num_rows]
+    row_suffix_len = flat[num_rows : 2 * num_rows]
+    group_meta = flat[2 * num_rows : 2 * num_rows + 4 * g_cap].reshape(4, g_cap)
+    work_group = flat[2 * num_rows + 4 * g_cap :][:b_cap]
+    work_row_start = flat[2 * num_rows + 4 * g_cap + b_cap :][:b_cap]
+    flat.fill(0)
+    row_group.fill(-1)
+    work_group.fill(-1)
+    flat[-1] = num_splits
+    if not num_g:
+        return
+    gid = np.arange(num_g, dtype=np.int32)
+    end = starts[0]
+    contiguous = True  # the engine's batches: groups back to back, in row order
+    for start, count in zip(starts, counts, strict=True):
+        contiguous = contiguous and start == end
+        end = start + count
+    if contiguous:
+        rows: slice | np.ndarray = slice(starts[0], end)
+    else:  # later groups win on overlap, as slice writes would
+        rows = _ragged_arange(np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64))
+    row_group[rows] = gid.repeat(counts)
+    row_suffix_len[rows] = np.array(suffix_lens, dtype=np.int32).repeat(counts)
+    table_start = list(accumulate(entries, initial=0))[:-1]
+    group_meta[:, :num_g] = (starts, counts, lens, table_start)
+    # Item j of a group starts block_rows * j rows into it.
+    item_offsets = list(accumulate(items, initial=0))[:-1]
+    item_base = np.array(
+        [start - block_rows * offset for start, offset in zip(starts, item_offsets, strict=True)],
+        dtype=np.int64,
+    )
+    work_group[:num_items] = gid.repeat(items)
+    work_row_start[:num_items] = item_base.repeat(items) + block_rows * np.arange(num_items)
 
 
 def _ragged_arange(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

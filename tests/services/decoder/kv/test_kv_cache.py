@@ -8,7 +8,7 @@ import torch
 
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales, dequantize_kv
 from widebeam.services.decoder.config import KVDType
-from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype
+from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype, slots_of_pages
 
 LAYERS, SLOTS, HEADS, DIM = 2, 32, 2, 8
 
@@ -67,3 +67,20 @@ def test_fp8_write_rows_in_bf16_hold_the_stored_values() -> None:
     assert k_rows.dtype == v_rows.dtype == torch.bfloat16
     assert torch.equal(k_rows, cache.k[0, slots].to(torch.bfloat16))
     assert torch.equal(v_rows, cache.v[0, slots].to(torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    ("pages", "page_size", "want"),
+    [
+        ([3, 0], 4, [12, 13, 14, 15, 0, 1, 2, 3]),
+        ([7], 1, [7]),
+        ([], 16, []),  # a request whose pages are all shared holds none of its own
+        ([2, 1], 16, list(range(32, 48)) + list(range(16, 32))),
+    ],
+)
+def test_slots_of_pages_lists_every_slot_in_page_order(
+    pages: list[int], page_size: int, want: list[int]
+) -> None:
+    slots = slots_of_pages(pages, page_size, "cpu")
+    assert slots.dtype == torch.int64 and slots.shape == (len(want),)
+    assert slots.tolist() == want
