@@ -4,6 +4,7 @@ the one place a step's selection re-parents them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from widebeam.services.decoder.requests.results import RequestOutput, build_outp
 from widebeam.services.decoder.requests.validation import ResolvedRequest
 from widebeam.services.decoder.search.beam_search import BeamSearch
 from widebeam.services.decoder.search.greedy import GreedySearch
+
+if TYPE_CHECKING:
+    from widebeam.services.decoder.runner.beam_cohorts import CohortSpecs
 
 
 @dataclass
@@ -29,6 +33,12 @@ class RequestState:
     nodes: torch.Tensor | None = None  # [k] int64 trie nodes (constrained only; [1] at first)
     search: BeamSearch | GreedySearch | None = None
     finished: bool = False
+    # Built once for the request's life instead of at every step: its expansion specs
+    # (`beam_cohorts.expansion_spec`) and its private slots split by step (`step_slots`).
+    cohort_specs: CohortSpecs | None = field(default=None, repr=False, compare=False)
+    _slot_rows: tuple[torch.Tensor, torch.Tensor] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )  # (private_slots, its [max_new_tokens, k] view)
 
     @property
     def request_id(self) -> str:
@@ -78,6 +88,17 @@ class RequestState:
         done = 0 if self.search is None else self.search.step
         return self.resolved.spec.max_new_tokens - done
 
+    def step_slots(self, step: int) -> torch.Tensor:  # [k] int64
+        """The private slots of the rows step `step` appends (a view)."""
+        cached = self._slot_rows
+        if cached is None or cached[0] is not self.private_slots:
+            assert self.private_slots is not None
+            cached = self._slot_rows = (
+                self.private_slots,
+                self.private_slots.view(-1, self.num_rows),
+            )
+        return cached[1][step]
+
     def output(self) -> RequestOutput:
         """The finished request's answer (reads its search's host copies only)."""
         spec, constraint = self.resolved.spec, self.constraint
@@ -125,9 +146,8 @@ def _reparented(
     parents: torch.Tensor,  # [B, k] int64
     step: int,
 ) -> torch.Tensor:  # [B, k, step + 1] int64
-    k = states[0].num_rows
     tables = _stacked([s.suffix_table for s in states])  # [B, k, step]
-    new_slots = _stacked([s.private_slots[step * k : (step + 1) * k] for s in states])  # [B, k]
+    new_slots = _stacked([s.step_slots(step) for s in states])  # [B, k]
     gathered = tables.gather(1, parents[:, :, None].expand(-1, -1, step))
     return torch.cat((gathered, new_slots[:, :, None]), dim=2)
 

@@ -24,6 +24,7 @@ from widebeam.services.decoder.search.beam_candidates import (
 )
 from widebeam.services.decoder.search.beam_step import (
     BeamState,
+    ScalarRow,
     StepParams,
     beam_step,
     scalars_on,
@@ -57,7 +58,7 @@ class CohortBatch(NamedTuple):
     state: BeamState  # [B, k]
     shared: StepOutputs | None  # the previous step's outputs when `state` is exactly theirs
     nodes: list[torch.Tensor] | None  # each request's [rows_each] int64 trie nodes
-    scalars: list[list[float]]  # each request's `step_scalars`
+    scalars: list[ScalarRow]  # each request's `step_scalars`
     eos_ids: torch.Tensor  # [n_eos] int64
 
 

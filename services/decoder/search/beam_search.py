@@ -19,6 +19,7 @@ states in, the cohort's packed [B, k] outputs out).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,7 @@ from widebeam.services.decoder.search.beam_expansion import CohortBatch, Expande
 from widebeam.services.decoder.search.beam_host_step import HostStep, stage_on_host
 from widebeam.services.decoder.search.beam_step import (
     BeamState,
+    ScalarRow,
     StepParams,
     beam_step,
     scalars_on,
@@ -37,6 +39,10 @@ from widebeam.services.decoder.search.beam_step import (
 )
 from widebeam.services.decoder.search.beam_step_outputs import FloatRow, IntRow, StepOutputs
 from widebeam.services.decoder.search.step_selection import StepSelection
+
+# Every request of a shape (length, length penalty, early stopping) has the same scalars at a
+# step: computed once, not per request and step (a few shapes x their steps in all).
+_step_scalars = functools.lru_cache(maxsize=4096, typed=True)(step_scalars)
 
 # Up to this many scores the candidate top-k runs over the flattened [k * vocab] matrix exactly
 # as transformers does (same tie order on CPU); beyond it, a two-stage per-row top-k is used.
@@ -132,9 +138,10 @@ class BeamSearch:
             self.early_stopping,
         )
 
-    def scalars(self) -> list[float]:
-        """This step's `beam_step` scalars (host values)."""
-        return step_scalars(
+    def scalars(self) -> ScalarRow:
+        """This step's `beam_step` scalars (host values, shared with every request at the same
+        step of the same shape)."""
+        return _step_scalars(
             self.step, self.max_new_tokens, self.length_penalty, self.early_stopping
         )
 

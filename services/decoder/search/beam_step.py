@@ -110,8 +110,12 @@ class Scalar(IntEnum):
     LAST_STEP = 3  # 1.0 at the last step (every candidate finishes), else 0.0
 
 
+# A request's scalars at one step (a tuple: rows are cached and shared between requests).
+ScalarRow = tuple[float, float, float, float]
+
+
 def scalars_on(
-    rows: list[list[float]],  # one `step_scalars` per request
+    rows: list[ScalarRow],  # one `step_scalars` per request
     device: torch.device,
 ) -> torch.Tensor:  # [B, len(Scalar)] fp32
     """Requests' `step_scalars` as the tensor `beam_step` takes (a queued copy on CUDA)."""
@@ -120,18 +124,18 @@ def scalars_on(
 
 def step_scalars(
     step: int, max_new_tokens: int, length_penalty: float, early_stopping: bool | str
-) -> list[float]:
+) -> ScalarRow:
     """One request's row of `beam_step`'s `scalars`, in `Scalar` order."""
     never = early_stopping == "never" and length_penalty > 0.0
     best_len = max_new_tokens if never else step + 1
     # Written out in `Scalar` order (STEP, FINISHED_DIVISOR, RUNNING_DIVISOR, LAST_STEP): it
     # runs per request and step, where walking the enum costs more than the arithmetic.
-    return [
+    return (
         float(step),
         float((step + 1) ** length_penalty),
         float(best_len**length_penalty),
         float(step + 1 >= max_new_tokens),
-    ]
+    )
 
 
 class StepResult(NamedTuple):

@@ -3,41 +3,39 @@ nodes, for cohorts in lockstep and for requests at different steps."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
-from widebeam.services.decoder.runner.request_state import apply_selection
+from widebeam.services.decoder.requests.spec import GenerationRequest
+from widebeam.services.decoder.requests.validation import ResolvedRequest
+from widebeam.services.decoder.runner.request_state import RequestState, apply_selection
 
 K, MAX_NEW = 3, 4
 
 
-def _request(steps: int, seed: int, constrained: bool = True) -> SimpleNamespace:
+def _request(steps: int, seed: int, constrained: bool = True) -> RequestState:
     gen = torch.Generator().manual_seed(seed)
-    return SimpleNamespace(
-        num_rows=K,
-        suffix_table=torch.randint(0, 1000, (K, steps), generator=gen),
-        private_slots=torch.randint(1000, 2000, (K * MAX_NEW,), generator=gen),
-        pending_tokens=None,
-        nodes=None,
-        constraint=object() if constrained else None,
-    )
+    spec = GenerationRequest(f"r{seed}", (1,), beam_width=K, n=1, max_new_tokens=MAX_NEW)
+    constraint = object() if constrained else None  # only its presence is read
+    state = RequestState(ResolvedRequest(spec, (), 1 + K * MAX_NEW), constraint, seed)  # type: ignore[arg-type]
+    state.suffix_table = torch.randint(0, 1000, (K, steps), generator=gen)
+    state.private_slots = torch.randint(1000, 2000, (K * MAX_NEW,), generator=gen)
+    return state
 
 
-def _expected(state: SimpleNamespace, parents: torch.Tensor) -> torch.Tensor:
+def _expected(state: RequestState, parents: torch.Tensor) -> torch.Tensor:
     steps = state.suffix_table.shape[1]
     new = state.private_slots[steps * K : (steps + 1) * K]
     return torch.cat((state.suffix_table[parents], new[:, None]), dim=1)
 
 
-def _apply(states: list[SimpleNamespace], seed: int) -> None:
+def _apply(states: list[RequestState], seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     batch = len(states)
     parents = torch.randint(0, K, (batch, K), generator=gen)
     tokens = torch.randint(0, 50, (batch, K), generator=gen)
     nodes = torch.randint(0, 70, (batch, K), generator=gen)
     want = [_expected(s, parents[b]) for b, s in enumerate(states)]
-    apply_selection(states, parents, tokens, nodes)  # type: ignore[arg-type]
+    apply_selection(states, parents, tokens, nodes)
     for b, state in enumerate(states):
         assert torch.equal(state.suffix_table, want[b])
         assert torch.equal(state.pending_tokens, tokens[b])

@@ -66,7 +66,7 @@ def _scalars_by_name(
         Scalar.RUNNING_DIVISOR: float(best_len**length_penalty),
         Scalar.LAST_STEP: float(step + 1 >= max_new_tokens),
     }
-    return [values[column] for column in Scalar]
+    return tuple(values[column] for column in Scalar)
 
 
 @pytest.mark.parametrize("early_stopping", [True, False, "never"])
