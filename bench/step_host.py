@@ -7,11 +7,16 @@ prompts, 3 SID levels, the engine's default page size):
 * prepare: `decode_inputs` + the bucketed (CUDA-graph) path's `DecodeGraphs.prepare` with the
   Triton backend's packing (`TritonAttention.prepare_decode` -> `pack_decode`). On the CPU
   the packing runs on CPU tensors (no pinned copies); on CUDA it is the engine's own runner;
+* replay: the backend's `prepare_decode_replay` of that step's metadata into its bucket's
+  static buffers (`init_decode_capture` of the same metadata, built once), what
+  `DecodeGraphs.launch` does before each replay (on the CPU: the same copies of CPU tensors);
 * cohort: `advance_cohorts` (batched state, the expansion through `ExpansionGraphs`: replayed
   graphs on CUDA, the same padded shapes eagerly on the CPU, whose compute is then included)
   plus `stage_flags` (on the CPU with `--expand replay` the expansion's compute runs once and
   later calls reuse its outputs, as a replay does), for a cohort whose requests come from one
-  previous cohort (`shared`) and from one each (`mixed`, whose states are gathered).
+  previous cohort (`shared`) and from one each (`mixed`, whose states are gathered);
+* stage: `stage_on_host` of that cohort's step outputs alone (part of `cohort`: the host
+  copies and one `HostStep` per request).
 
 The requests are the tiny test model's (`services/decoder/testing/tiny_model.py`); each repeat
 runs the same step on fresh copies of the same states. Prints the median of each timing in
@@ -165,6 +170,7 @@ def bench(args: argparse.Namespace) -> dict[str, float]:
     from widebeam.services.decoder.runner.decode_inputs import decode_inputs
     from widebeam.services.decoder.runner.expansion_graphs import ExpansionGraphs
     from widebeam.services.decoder.runner.stop_flags import stage_flags
+    from widebeam.services.decoder.search.beam_host_step import stage_on_host
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
@@ -212,10 +218,22 @@ def bench(args: argparse.Namespace) -> dict[str, float]:
             results[f"prepare_{name}_us"] = median_us(
                 time_calls(args.repeats, args.warmup, lambda s=states: s, prepare, sync)
             )
+            step = prepare(states)
+            static = graphs.backend.init_decode_capture(step.metadata, graphs.layout)
+            results[f"replay_{name}_us"] = median_us(
+                time_calls(args.repeats, args.warmup, lambda m=step.metadata: m,
+                           lambda m, t=static: graphs.backend.prepare_decode_replay(t, m), sync)
+            )  # fmt: skip
             results[f"cohort_{name}_us"] = median_us(
                 time_calls(args.repeats, args.warmup, lambda s=states: fresh_copies(s),
                            cohort, sync)
             )  # fmt: skip
+            stepped = fresh_copies(states)
+            cohort(stepped)
+            outputs = stepped[0].search._outputs  # the cohort's [B, ., k] step outputs
+            results[f"stage_{name}_us"] = median_us(
+                time_calls(args.repeats, args.warmup, lambda o=outputs: o, stage_on_host, sync)
+            )
             for state in states:
                 engine.scheduler.finish(state)
     return results

@@ -72,16 +72,15 @@ class SuffixTreePlan:
             self.block_rows, self.rule,
         )  # fmt: skip
 
-    def copy_from(self, other: SuffixTreePlan) -> None:
-        """Queue copies of `other`'s tensors into these (before a replay)."""
+    def replay_pairs(
+        self, other: SuffixTreePlan
+    ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """These tensors and `other`'s, in order: what a replay copies `other` into (the
+        backend queues all of a step's copies at once)."""
         if (other.block_rows, other.rule) != (self.block_rows, self.rule):
             raise ValueError(f"plans of different items or split rules: {other} and {self}")
-        for mine, theirs in zip(
-            (self.order, self.key, self.items, self.num_items),
-            (other.order, other.key, other.items, other.num_items),
-            strict=True,
-        ):
-            mine.copy_(theirs)
+        mine = (self.order, self.key, self.items, self.num_items)
+        return mine, (other.order, other.key, other.items, other.num_items)
 
 
 def plan_suffix_tree(

@@ -50,6 +50,11 @@ from widebeam.kernels.attention.triton_prefill import (
 )
 from widebeam.kernels.kv.fp8_kv import KvScales
 
+# PackedDecode's tensor fields (the plan's are copied through it), read once
+DECODE_TENSOR_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(PackedDecode) if f.type == "torch.Tensor"
+)
+
 
 class TritonDecodeBucket(NamedTuple):
     """The packed metadata's capacities and tiles for one decode bucket (`pack_decode`)."""
@@ -321,9 +326,11 @@ class TritonAttention(AttentionBackend):
             raise TypeError("prepare_decode_replay takes two PackedDecode")
         if (static.tree is None) != (metadata.tree is None):
             raise ValueError("a replay's metadata and the bucket's buffers differ in the plan")
-        for field in fields(PackedDecode):
-            value = getattr(metadata, field.name)
-            if isinstance(value, torch.Tensor):
-                getattr(static, field.name).copy_(value)
-            elif isinstance(value, SuffixTreePlan):
-                static.tree.copy_from(value)  # type: ignore[union-attr]
+        targets = [getattr(static, name) for name in DECODE_TENSOR_FIELDS]
+        sources = [getattr(metadata, name) for name in DECODE_TENSOR_FIELDS]
+        if static.tree is not None and metadata.tree is not None:
+            mine, theirs = static.tree.replay_pairs(metadata.tree)
+            targets += mine
+            sources += theirs
+        # One multi-tensor copy: on CUDA one launch instead of one per field (11-15).
+        torch._foreach_copy_(targets, sources)
