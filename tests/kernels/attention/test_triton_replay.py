@@ -78,7 +78,7 @@ def _tensors(packed: PackedDecode) -> dict[str, torch.Tensor]:
 
 
 def _old_static(metadata: PackedDecode) -> PackedDecode:
-    """The static buffers as they were built before: a clone of each field."""
+    """A second set of static buffers, a clone of each field, for the per-field replay."""
     return PackedDecode(
         **{
             f.name: getattr(metadata, f.name).clone()

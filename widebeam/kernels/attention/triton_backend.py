@@ -50,9 +50,10 @@ from widebeam.kernels.attention.triton_prefill import (
 )
 from widebeam.kernels.kv.fp8_kv import KvScales
 
-# PackedDecode's tensor fields (the plan's are copied through it), read once
+# PackedDecode's tensor fields (the plan's are copied through it), read once; annotations are
+# strings or types depending on the module's `from __future__ import annotations`
 DECODE_TENSOR_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in fields(PackedDecode) if f.type == "torch.Tensor"
+    f.name for f in fields(PackedDecode) if f.type in ("torch.Tensor", torch.Tensor)
 )
 
 
