@@ -8,10 +8,10 @@ thread whose host time is on the critical path at small widths (docs/benchmarks.
 does not depend on the machine, so a host-path change can be checked on the CPU for the calls
 it adds. An in-process engine on the tiny SID model (the expansions through `ExpansionGraphs`
 without capture, as the GPU path runs them) serves a closed loop of `--concurrency` constrained
-beam requests (beam = n = `--width`, 300-token prompts), each answer followed by the next
-request at the next step, as arrivals through a server come; the phases are the engine's own
-`annotate` names. (Prefill and decode preparation differ on the GPU: there the attention
-metadata is the Triton backend's, here the torch reference's.)
+beam requests (beam = n = `--width`, 300-token prompts), each answer followed by a new request
+that the next step admits; the phases are the engine's own `annotate` names. (Prefill and
+decode preparation differ on the GPU: there the attention metadata is the Triton backend's,
+here the torch reference's.)
 
     python bench/step_ops.py [--width 50] [--concurrency 12] [--requests 120] [--top 12]
 """
