@@ -6,26 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.services.decoder.search.random_outputs import random_step_outputs
 from widebeam.services.decoder.search.beam_host_step import HostStep, stage_on_host
-from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
 CPU = torch.device("cpu")
 
 
-def _outputs(batch: int, k: int, seed: int) -> StepOutputs:
-    gen = torch.Generator().manual_seed(seed)
-    empty = StepOutputs.empty(batch, k, CPU)
-    return StepOutputs(
-        torch.randn(empty.floats.shape, generator=gen),
-        torch.randint(-5, 1000, empty.ints.shape, generator=gen),
-        torch.rand(empty.flags.shape, generator=gen) > 0.5,
-        torch.rand(empty.request_flags.shape, generator=gen) > 0.5,
-    )
-
-
 @pytest.mark.parametrize(("batch", "k"), [(1, 1), (3, 5), (17, 50)])
 def test_each_request_gets_its_rows(batch: int, k: int) -> None:
-    outputs = _outputs(batch, k, seed=batch)
+    outputs = random_step_outputs(batch, k, seed=batch)
     hosts = stage_on_host(outputs)
     assert len(hosts) == batch
     for b, host in enumerate(hosts):
@@ -42,4 +31,4 @@ def test_each_request_gets_its_rows(batch: int, k: int) -> None:
 
 
 def test_an_empty_cohort_has_no_steps() -> None:
-    assert stage_on_host(_outputs(0, 4, seed=0)) == []
+    assert stage_on_host(random_step_outputs(0, 4, seed=0)) == []

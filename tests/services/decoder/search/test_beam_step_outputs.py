@@ -7,6 +7,7 @@ from dataclasses import fields
 
 import torch
 
+from tests.services.decoder.search.random_outputs import random_step_outputs
 from widebeam.services.decoder.search.beam_step import BeamState
 from widebeam.services.decoder.search.beam_step_outputs import StepOutputs
 
@@ -15,14 +16,7 @@ K = 5
 
 
 def _random_outputs(batch: int, seed: int) -> StepOutputs:
-    gen = torch.Generator().manual_seed(seed)
-    empty = StepOutputs.empty(batch, K, CPU)
-    return StepOutputs(
-        torch.randn(empty.floats.shape, generator=gen),
-        torch.randint(-1, 50, empty.ints.shape, generator=gen),
-        torch.rand(empty.flags.shape, generator=gen) > 0.5,
-        torch.rand(empty.request_flags.shape, generator=gen) > 0.5,
-    )
+    return random_step_outputs(batch, K, seed)
 
 
 def _assert_states_equal(got: BeamState, want: BeamState) -> None:
