@@ -9,8 +9,6 @@ import torch
 from tests.services.decoder.search.random_outputs import random_step_outputs
 from widebeam.services.decoder.search.beam_host_step import HostStep, stage_on_host
 
-CPU = torch.device("cpu")
-
 
 @pytest.mark.parametrize(("batch", "k"), [(1, 1), (3, 5), (17, 50)])
 def test_each_request_gets_its_rows(batch: int, k: int) -> None:
