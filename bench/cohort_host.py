@@ -32,7 +32,6 @@ import argparse
 import cProfile
 import dataclasses
 import hashlib
-import json
 import pstats
 import sys
 import tempfile
@@ -46,8 +45,8 @@ from step_host import (
     admitted_states,
     build_engine,
     fresh_copies,
-    import_package_from,
     median_us,
+    report,
     time_calls,
 )
 
@@ -195,16 +194,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N instead")
     parser.add_argument("--root", type=Path, help="import the package from this checkout")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
-    if args.root is not None:
-        import_package_from(args.root.resolve())
-    results = bench(args)
-    if args.json:
-        print(json.dumps(results))
-        return
-    for name, value in results.items():
-        shown = f"{value:10.1f}" if isinstance(value, float) else f"{value:>10s}"
-        print(f"{name:24s} {shown}")
+    report(parser.parse_args(), bench)
 
 
 if __name__ == "__main__":

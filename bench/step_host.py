@@ -255,7 +255,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--root", type=Path, help="import the package from this checkout")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
+    report(parser.parse_args(), bench)
+
+
+def report(args: argparse.Namespace, bench: Callable[[argparse.Namespace], dict[str, Any]]) -> None:
+    """Runs `bench` on the code of `args.root` (this checkout's without it) and prints its
+    figures, one a line or (`args.json`) as one JSON object."""
     if args.root is not None:
         import_package_from(args.root.resolve())
     results = bench(args)
@@ -263,7 +268,8 @@ def main() -> None:
         print(json.dumps(results))
         return
     for name, value in results.items():
-        print(f"{name:24s} {value:10.1f}")
+        shown = f"{value:10.1f}" if isinstance(value, float) else f"{value:>10s}"
+        print(f"{name:24s} {shown}")
 
 
 if __name__ == "__main__":
