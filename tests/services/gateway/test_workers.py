@@ -37,13 +37,18 @@ def test_workers_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def worker_pids(pid: int) -> set[int]:
-    """The child processes of `pid` but multiprocessing's resource tracker."""
+    """The child processes of `pid` but multiprocessing's resource tracker; a child that is
+    gone by the time its command line is read (a killed worker being reaped) is left out."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return {
-        int(child)
-        for child in children
-        if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes()
-    }
+    workers = set()
+    for child in children:
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"resource_tracker" not in command:
+            workers.add(int(child))
+    return workers
 
 
 def alive(pid: int) -> bool:
