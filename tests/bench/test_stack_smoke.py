@@ -43,6 +43,10 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
         assert batching["requests_per_prefill"] >= 1 and batching["rows_per_decode"] >= 4, row
         assert batching["decodes_per_request"] > 0 and batching["expansions_per_request"] >= 0
         assert 0 < batching["busy"] <= 1.05, row  # a share of the phase's wall time
+        if row["path"].startswith("engine"):  # its loop submits each request itself
+            assert batching["inbox_ms_per_request"] == 0, row
+        else:  # the decoder's inbox, read from its metrics
+            assert 0 < batching["inbox_ms_per_request"] < 60_000, row
         if row["path"] != "REST chat":  # (its chat template's tokens are every prompt's prefix)
             # each phase sends new histories: no prompt is found in a cache an earlier one filled
             assert batching["prefill_tokens_per_request"] == PROMPT_TOKENS, row

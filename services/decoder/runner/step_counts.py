@@ -31,3 +31,7 @@ class StepCounts:
     # a server's intakes that waited for a group's next requests (`AsyncEngine.group_wait_s`)
     group_waits: int = 0
     group_wait_seconds: float = 0.0
+    # a server's requests handed to the engine, and the time they waited in its inbox before
+    # (from the call to the submission): one whole step when they missed the step they arrived in
+    submitted_requests: int = 0
+    inbox_seconds: float = 0.0

@@ -77,6 +77,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[RequestOutput]
     work: Backlog  # counted as queued until the engine holds (or refuses) it
+    arrived: float  # time.monotonic() of the call
 
 
 class AsyncEngine:
@@ -212,7 +213,7 @@ class AsyncEngine:
                     shed.retry_after_s,
                 )
             backlog = Backlog() if work is None else Backlog(work.rows, work.rows * work.steps)
-            self._inbox.append(_Job(rid, prepare, loop, future, backlog))
+            self._inbox.append(_Job(rid, prepare, loop, future, backlog, time.monotonic()))
             self._arrived_since_answers += 1
             self._inbox_backlog += backlog
             self._cond.notify_all()
@@ -300,6 +301,7 @@ class AsyncEngine:
 
     def _submit(self, jobs: list[_Job]) -> None:
         served = self._served  # only this thread writes it
+        counts, now = self.engine.step_counts, time.monotonic()
         for job in jobs:
             try:
                 request = dataclasses.replace(job.prepare(served), request_id=job.rid)
@@ -314,6 +316,8 @@ class AsyncEngine:
                 _settle(job, error=EngineFailure(f"engine error: {type(exc).__name__}: {exc}"))
                 continue
             self._jobs[job.rid] = job
+            counts.submitted_requests += 1
+            counts.inbox_seconds += now - job.arrived
 
     def _intake(self) -> None:
         """Called by the engine mid-step, right before it admits: what arrived meanwhile is

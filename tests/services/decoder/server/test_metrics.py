@@ -99,6 +99,8 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
             "widebeam_decoder_step_seconds_total",
             "widebeam_decoder_eager_prefills_total",
             "widebeam_decoder_split_prefills_total",
+            "widebeam_decoder_submitted_requests_total",
+            "widebeam_decoder_inbox_seconds_total",
         )
         with grpc.insecure_channel(srv.address) as channel:
             stub = pb_grpc.DecoderStub(channel)
@@ -114,7 +116,9 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
     assert delta[4] == 3 * 3  # three prompts of 3 tokens, nothing cached
     assert delta[5] == 3 * 2 * 4  # each decode forward runs one request's 4 rows
     assert delta[6] > 0
-    assert delta[7:] == [3, 0]  # the CPU has no prefill graphs: each prefill ran op by op
+    assert delta[7:9] == [3, 0]  # the CPU has no prefill graphs: each prefill ran op by op
+    assert delta[9] == 3  # each call's request handed to the engine
+    assert 0 <= delta[10] < 60  # the time they waited for it, read
 
 
 def test_group_waits_are_counted(sid_model: SidModel) -> None:
