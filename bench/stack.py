@@ -154,6 +154,8 @@ def batching(
     decodes = after.decode_forwards - before.decode_forwards
     answered = max(answered, 1)
     prefilled = max(after.prefilled_requests - before.prefilled_requests, 1)
+    submitted = max(after.submitted_requests - before.submitted_requests, 1)
+    inbox_s = after.inbox_seconds - before.inbox_seconds
     return {
         "requests_per_prefill": (after.prefilled_requests - before.prefilled_requests) / prefills,
         # prompt tokens computed per request: lower than the prompt where a prefix was cached
@@ -164,6 +166,9 @@ def batching(
         "busy": (after.step_seconds - before.step_seconds) / max(wall_s, 1e-9),
         # a server's intakes that waited for a group's next requests, per request
         "group_waits_per_request": (after.group_waits - before.group_waits) / answered,
+        # a server's requests' mean wait in its inbox before the engine took them in (0 for the
+        # in-process engine, whose loop submits each request at once)
+        "inbox_ms_per_request": 1000 * inbox_s / submitted,
         # prefill forwards launched op by op (past the graph limit), and batches split instead
         "eager_prefills_per_request": (after.eager_prefills - before.eager_prefills) / answered,
         "split_prefills_per_request": (after.split_prefills - before.split_prefills) / answered,
@@ -178,6 +183,7 @@ BATCHING_COLUMNS = {  # `batching`'s keys, as the table names them
     "expansions_per_request": "expansions/req",
     "busy": "engine busy",
     "group_waits_per_request": "group waits/req",
+    "inbox_ms_per_request": "inbox ms/req",
     "eager_prefills_per_request": "eager prefills/req",
     "split_prefills_per_request": "split prefills/req",
 }
@@ -224,12 +230,12 @@ def start_engine(args: argparse.Namespace, work: Workload) -> Engine:
 
 
 def graph_limit(args: argparse.Namespace) -> dict[str, int | bool]:
-    """`max_prefill_graph_tokens`, `prefill_graph_split`, `admit_before_flags` and
-    `answers_after_launch` where the command line sets them (else EngineConfig's), for the
-    engine and the decoder alike."""
+    """`max_prefill_graph_tokens`, `prefill_graph_split`, `admit_before_flags`,
+    `intake_after_flags` and `answers_after_launch` where the command line sets them (else
+    EngineConfig's), for the engine and the decoder alike."""
     limit = args.max_prefill_graph_tokens
     split = {"prefill_graph_split": True} if args.prefill_graph_split else {}
-    for switch in ("admit_before_flags", "answers_after_launch"):
+    for switch in ("admit_before_flags", "intake_after_flags", "answers_after_launch"):
         if getattr(args, switch) is not None:
             split[switch] = getattr(args, switch)
     return split if limit is None else {"max_prefill_graph_tokens": limit, **split}
@@ -553,6 +559,8 @@ def step_counts(metrics_url: str) -> StepCounts:
         step_seconds=sample("widebeam_decoder_step_seconds_total"),
         group_waits=count("widebeam_decoder_group_waits_total"),
         group_wait_seconds=sample("widebeam_decoder_group_wait_seconds_total"),
+        submitted_requests=count("widebeam_decoder_submitted_requests_total"),
+        inbox_seconds=sample("widebeam_decoder_inbox_seconds_total"),
         eager_prefills=count("widebeam_decoder_eager_prefills_total"),
         split_prefills=count("widebeam_decoder_split_prefills_total"),
     )
@@ -639,6 +647,10 @@ def main() -> None:
                         help="the engine's and the decoder's admit_before_flags: a queue "
                         "that fits whole is prefilled before the previous step's flags are "
                         "read (default: EngineConfig's)")  # fmt: skip
+    parser.add_argument("--intake-after-flags", action=argparse.BooleanOptionalAction,
+                        help="the engine's and the decoder's intake_after_flags: arrivals "
+                        "while a step reads its flags are admitted in that step, after a queue "
+                        "admitted before them (default: EngineConfig's)")  # fmt: skip
     parser.add_argument("--answers-after-launch", action=argparse.BooleanOptionalAction,
                         help="the engine's and the decoder's answers_after_launch: answers "
                         "built after the step's forwards are queued (default: "
@@ -841,6 +853,7 @@ def report(
                                 "max_prefill_graph_tokens": args.max_prefill_graph_tokens,
                                 "prefill_graph_split": args.prefill_graph_split,
                                 "admit_before_flags": args.admit_before_flags,
+                                "intake_after_flags": args.intake_after_flags,
                                 "answers_after_launch": args.answers_after_launch,
                                 "answers_at_step_start": args.answers_at_step_start,
                                 "group_wait_ms": args.group_wait_ms,

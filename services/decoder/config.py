@@ -271,6 +271,15 @@ class EngineConfig:
             "prefill (same answers either way)"
         ),
     )
+    intake_after_flags: bool = field(
+        default=False,
+        metadata=_help(
+            "with admit_before_flags: a step that admitted a queue before the flags takes in "
+            "and admits the requests that arrived while it read them too (a second prefill in "
+            "that step) instead of leaving them for the next step; a closed loop's next "
+            "requests, sent as answers leave, arrive then (same answers either way)"
+        ),
+    )
     answers_after_launch: bool = field(
         default=True,
         metadata=_help(

@@ -277,8 +277,9 @@ class Engine:
         """Prefill the admitted requests, then one decode step over every running row (see
         `_step`); its time counts as the engine's busy time. `intake` runs on this thread right
         before admission (with overlap scheduling also before the step reads the previous
-        one's flags, and again after them unless a queue was admitted then): a server submits
-        there what arrived since its last call, so it joins this step instead of the next.
+        one's flags, and again after them unless a queue was admitted then and
+        `intake_after_flags` is off): a server submits there what arrived since its last
+        call, so it joins this step instead of the next.
         `deliver` gets the answers the step's start resolved (the previous step's finished
         requests) right away, before this step's forwards: a server's caller then has this
         whole step to send its next request, which the next step's intake admits (returned
@@ -305,10 +306,12 @@ class Engine:
         that fits whole in the rows and free pages held before the flags is admitted then
         instead, its prefill queued behind that selection, so the device has work while the
         host reads flags and builds answers; that set is the one admission after the flags
-        would take (finished requests only add room, and FIFO takes the same whole queue). The
-        decode set is decided after the flags in every mode (a batch prepared for requests
-        that turned out done is prepared again), so all modes run the same batches for the
-        same arrivals and compute exactly the same thing. With `answers_after_launch` the
+        would take (finished requests only add room, and FIFO takes the same whole queue);
+        with `intake_after_flags` the requests that arrived while the flags were read are
+        taken in and admitted after them as well, in a second prefill. The decode set is
+        decided after the flags in every mode (a batch prepared for requests that turned out
+        done is prepared again), so all modes run the same batches for the same arrivals and
+        compute exactly the same thing. With `answers_after_launch` the
         requests the flags finish release their rows and KV there, but their answers are built
         at the step's end, after its forwards are queued (unless `deliver` takes them first).
 
@@ -346,15 +349,16 @@ class Engine:
             flagged = self._resolve(earlier, build_answers=not later)
             if (flagged or done) and deliver is not None:
                 deliver(flagged + done)
-        if not admitted:
+        if not admitted or self.config.intake_after_flags:
             if intake is not None:
                 with annotate("engine.intake"):
                     intake()
             with annotate("engine.admit"):
-                admitted = self.scheduler.admit()
-            if admitted:
+                late = self.scheduler.admit()
+            if late:
+                admitted = admitted + late
                 with annotate("engine.prefill"):
-                    done += self._prefill(admitted)
+                    done += self._prefill(late)
                 if self.config.overlap_scheduling:  # the host prepares while the device prefills
                     candidates = self._decode_candidates()
                     if candidates:

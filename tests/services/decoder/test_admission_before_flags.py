@@ -118,3 +118,90 @@ def test_answers_are_those_of_synchronous_scheduling(sid_model: SidModel, max_ro
         runs[overlap] = (digest(outputs), engine.step_counts.prefill_forwards, early)
     assert runs[True][:2] == runs[False][:2]  # the same answers, from the same prefills
     assert runs[True][2] > 0  # some were admitted before the flags
+
+
+def _drive_staged(
+    engine: Engine, arrivals: dict[tuple[int, int], list[GenerationRequest]]
+) -> tuple[list[RequestOutput], PhaseLog]:
+    """Step until idle; `arrivals[step, i]` reach step's i-th intake (0: its first; 1: the one
+    after its flags, or, where a step takes in once, its next step's first)."""
+    log = PhaseLog(engine)
+    outputs: list[RequestOutput] = []
+    taken: dict[int, int] = {}  # step -> its intakes so far
+    delivered: set[tuple[int, int]] = set()
+
+    def intake() -> None:
+        step = len(log.steps) - 1
+        i = taken.get(step, 0)
+        taken[step] = i + 1
+        pending = [key for key in arrivals if key[0] <= step and key not in delivered]
+        for key in sorted(pending):
+            if key[0] < step or key[1] <= i:
+                delivered.add(key)
+                for request in arrivals[key]:
+                    engine.submit(request)
+
+    while engine.has_unfinished() or len(delivered) < len(arrivals):
+        outputs += engine.step(intake=intake)
+    return outputs, log
+
+
+# "late" arrives while step 1 reads its flags, after "early" was admitted before them
+LATE_ARRIVALS = {(0, 0): [_request("first", 1, 5)], (1, 0): [_request("early", 7, 3)],
+                 (1, 1): [_request("late", 9, 4)]}  # fmt: skip
+
+
+def test_intake_after_flags_admits_the_late_arrivals_in_the_same_step(
+    sid_model: SidModel,
+) -> None:
+    engine = sid_model.engine(max_rows=32, admit_before_flags=True, intake_after_flags=True)
+    outputs, log = _drive_staged(engine, LATE_ARRIVALS)
+    assert sorted(out.request_id for out in outputs) == ["early", "first", "late"]
+    step = log.steps[1]
+    assert step.count("intake") == 2 and step.count("prefill") == 2
+    flags = step.index("wait_flags")
+    assert step.index("prefill") < flags < step.index("intake", step.index("intake") + 1)
+    assert "prefill" in step[flags:]
+    assert all("prefill" not in later for later in log.steps[2:])
+    assert engine.step_counts.prefill_forwards == 3  # first, early, late: each its own
+
+
+def test_without_it_the_late_arrivals_wait_a_step(sid_model: SidModel) -> None:
+    engine = sid_model.engine(max_rows=32, admit_before_flags=True, intake_after_flags=False)
+    outputs, log = _drive_staged(engine, LATE_ARRIVALS)
+    assert sorted(out.request_id for out in outputs) == ["early", "first", "late"]
+    assert log.steps[1].count("intake") == 1 and log.steps[1].count("prefill") == 1
+    assert log.steps[2].count("prefill") == 1  # "late", at step 2's first intake
+
+
+def _same_answers(a: list[RequestOutput], b: list[RequestOutput]) -> None:
+    """The same beams and items; scores within float noise (a request's rows share forwards
+    with different neighbours when it is admitted in another step)."""
+    assert [out.request_id for out in a] == [out.request_id for out in b]
+    for x, y in zip(a, b, strict=True):
+        assert x.error is None and y.error is None
+        assert [beam.output_ids for beam in x.beams] == [beam.output_ids for beam in y.beams]
+        assert [beam.item_ids for beam in x.beams] == [beam.item_ids for beam in y.beams]
+        for bx, by in zip(x.beams, y.beams, strict=True):
+            assert bx.score == pytest.approx(by.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("max_rows", [64, 12])
+def test_intake_after_flags_keeps_the_answers(sid_model: SidModel, max_rows: int) -> None:
+    """Arrivals before and after the flags of several steps; with 12 rows some must wait for
+    released ones. Whichever step admits a request, its answer is the same."""
+    arrivals = {
+        (0, 0): [_request("a", 1, 6), _request("b", 2, 3)],
+        (1, 0): [_request("c", 3, 4)],
+        (1, 1): [_request("d", 4, 2), _request("e", 5, 5)],
+        (3, 1): [_request("f", 6, 3)],
+        (4, 0): [_request("g", 8, 4)],
+        (4, 1): [_request("h", 9, 2)],
+    }
+    runs = {}
+    for late in (False, True):
+        engine = sid_model.engine(max_rows=max_rows, intake_after_flags=late)
+        outputs, _ = _drive_staged(engine, arrivals)
+        runs[late] = sorted(outputs, key=lambda out: out.request_id)
+        assert [out.request_id for out in runs[late]] == list("abcdefgh")
+    _same_answers(runs[True], runs[False])
