@@ -35,7 +35,9 @@ class LocalEngine:
 
     async def recommend(self, spec: RecommendSpec, timeout: float | None) -> RecommendAnswer:
         call = RecommendCall(spec, self.limits)
-        work = recommend_work(spec, self.engine.catalogs())
+        catalogs = self.engine.catalogs()
+        call.prepare_ahead(catalogs)  # here, off the engine thread
+        work = recommend_work(spec, catalogs)
         out = await self.engine.generate(call, timeout=timeout, work=work)
         return call.answer(out)
 

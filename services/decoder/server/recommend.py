@@ -1,8 +1,12 @@
 """Recommend: a history of items -> a SID-constrained beam request -> distinct catalog items.
 
-The history is mapped to SIDs on the engine thread (`RecommendCall` is the `Prepare` callback),
-against exactly the catalog version the engine then pins, so the history, the trie walked and
-the returned items all come from one version.
+The history, the trie walked and the returned items all come from one catalog version: the one
+the engine pins. `RecommendCall` is the `Prepare` callback the engine thread calls with the
+catalogs current at admission; the caller's thread maps the history beforehand
+(`prepare_ahead`, against the catalogs current at the call), and the engine thread takes that
+request when the version it pins is the one it was built against, and maps the history again
+otherwise (a catalog swapped in between). The mapping then runs beside the engine thread's
+device waits instead of on that thread, which at small widths sets the pace.
 """
 
 from __future__ import annotations
@@ -95,6 +99,17 @@ class RecommendAnswer:
     skipped: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A request built against `served` (or the error building it raised), and the history
+    ids it skipped."""
+
+    served: ServedCatalog
+    request: GenerationRequest | None
+    skipped: list[str]
+    error: RequestError | None = None
+
+
 @dataclass
 class RecommendCall:
     """`Prepare` callback: builds the engine request and remembers the catalog it used."""
@@ -103,6 +118,22 @@ class RecommendCall:
     limits: RequestLimits
     pinned: ServedCatalog | None = None
     skipped: list[str] = field(default_factory=list)
+    _ahead: _Prepared | None = field(default=None, init=False, repr=False)
+
+    def prepare_ahead(self, catalogs: Mapping[str, ServedCatalog]) -> None:
+        """Build the request now, on the caller's thread, against `catalogs` (the call then
+        takes it if the engine pins the same version)."""
+        served = catalogs.get(self.spec.catalog)
+        if served is None:
+            return  # the engine thread names the loaded ones
+        try:
+            request, skipped = self._build(served)
+        except RequestError as exc:
+            self._ahead = _Prepared(served, None, [], exc)
+        except Exception:  # a fault: the engine thread builds again and reports it
+            return
+        else:
+            self._ahead = _Prepared(served, request, skipped)
 
     def __call__(self, catalogs: Mapping[str, ServedCatalog]) -> GenerationRequest:
         spec = self.spec
@@ -110,7 +141,22 @@ class RecommendCall:
         if served is None:
             loaded = ", ".join(sorted(catalogs)) or "none"
             raise RequestError(f"unknown catalog {spec.catalog!r}; loaded: {loaded}")
+        ahead = self._ahead
+        if ahead is not None and ahead.served is served:
+            if ahead.error is not None:
+                raise ahead.error
+            assert ahead.request is not None
+            request, skipped = ahead.request, ahead.skipped
+        else:
+            request, skipped = self._build(served)
+        self.pinned, self.skipped = served, skipped
+        return request
+
+    def _build(self, served: ServedCatalog) -> tuple[GenerationRequest, list[str]]:
+        """The engine request against `served`, and the unknown history ids it skipped."""
+        spec = self.spec
         sids: list[tuple[int, ...]] | np.ndarray = list(spec.history_sids)
+        skipped: list[str] = []
         if spec.history_items:
             sids, unknown = served.index.resolve_rows(spec.history_items)  # [known, L] int32
             if unknown and not spec.skip_unknown:
@@ -120,7 +166,7 @@ class RecommendCall:
                     f"history has {len(unknown)} item id(s) not in catalog {served.name!r} "
                     f"version {served.version}: {shown}{more} (set skip_unknown_items to drop them)"
                 )
-            self.skipped = unknown
+            skipped = unknown
         try:
             prompt = history_prompt(served.layout, sids)
         except ValueError as exc:
@@ -130,9 +176,8 @@ class RecommendCall:
                 "history is empty and the SID layout has no begin token to start from"
             )
         self.limits.check_prompt(len(prompt), "the history's prompt")
-        self.pinned = served
         # No EOS: a complete SID path ends the beam, saving the forward that would emit EOS.
-        return GenerationRequest(
+        request = GenerationRequest(
             request_id="",
             input_ids=tuple(prompt),
             beam_width=spec.beam_width,
@@ -144,6 +189,7 @@ class RecommendCall:
             catalog=spec.catalog,
             normalization=spec.normalization,
         )
+        return request, skipped
 
     def answer(self, out: RequestOutput) -> RecommendAnswer:
         served = self.pinned
