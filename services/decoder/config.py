@@ -284,9 +284,9 @@ class EngineConfig:
         default=True,
         metadata=_help(
             "with overlap_scheduling: the answers of the requests a step's flags finish are "
-            "built after that step's forwards are queued, not before (they are returned at "
-            "the step's end either way; a server that sends answers at the step's start "
-            "builds them there), so the device computes while the host builds them"
+            "built after that step's forwards are queued, not before (returned at the step's "
+            "end; a server that sends answers early gets them right after the step's decode "
+            "is launched), so the device computes while the host builds them"
         ),
     )
     prefix_cache: bool = field(

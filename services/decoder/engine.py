@@ -281,9 +281,11 @@ class Engine:
         `intake_after_flags` is off): a server submits there what arrived since its last
         call, so it joins this step instead of the next.
         `deliver` gets the answers the step's start resolved (the previous step's finished
-        requests) right away, before this step's forwards: a server's caller then has this
-        whole step to send its next request, which the next step's intake admits (returned
-        too, with the rest)."""
+        requests) before the step ends: with `answers_after_launch` as soon as they are built,
+        right after this step's decode is launched (before its selection), else right away,
+        before this step's forwards. A server's caller then has the rest of the step to send
+        its next request, which the next step's first intake admits (returned too, with the
+        rest)."""
         started = time.perf_counter()
         try:
             with self.annotate("engine.step"):
@@ -311,9 +313,9 @@ class Engine:
         taken in and admitted after them as well, in a second prefill. The decode set is
         decided after the flags in every mode (a batch prepared for requests that turned out
         done is prepared again), so all modes run the same batches for the same arrivals and
-        compute exactly the same thing. With `answers_after_launch` the
-        requests the flags finish release their rows and KV there, but their answers are built
-        at the step's end, after its forwards are queued (unless `deliver` takes them first).
+        compute exactly the same thing. With `answers_after_launch` the requests the flags
+        finish release their rows and KV there, but their answers are built after the step's
+        forwards are queued: at its end, or for `deliver` right after the decode's launch.
 
         A new request's first flag is not waited for: its decode is queued behind its prefill.
         The rare request done at its first step (all its best candidates end, or none can go
@@ -343,11 +345,11 @@ class Engine:
             if candidates:
                 with annotate("engine.prepare"):
                     prepared = self._prepare_decode(candidates)
-            # The answers leave at the step's end unless `deliver` takes them now: then they
-            # may as well be built while the device runs this step's forwards.
-            later = self.config.answers_after_launch and deliver is None
+            # Built after this step's decode is launched, or now (then `deliver` takes them
+            # now, before this step's forwards).
+            later = self.config.answers_after_launch
             flagged = self._resolve(earlier, build_answers=not later)
-            if (flagged or done) and deliver is not None:
+            if (flagged or done) and deliver is not None and not later:
                 deliver(flagged + done)
         if not admitted or self.config.intake_after_flags:
             if intake is not None:
@@ -375,6 +377,13 @@ class Engine:
                 hidden = self.runner.launch_decode(prepared)
             self.step_counts.decode_forwards += 1
             self.step_counts.decode_rows += prepared.inputs.tokens.shape[0]
+            if deliver is not None and self._unbuilt:
+                # Built while the device runs the decode, and handed over before the selection,
+                # so the callers' next requests can arrive while this step still runs.
+                with annotate("engine.finish"):
+                    early = self._build_answers()
+                deliver(early)
+                flagged += early
             chunks, row = [], 0
             for state in active:
                 chunks.append((state, hidden[row : row + state.num_rows]))
@@ -384,7 +393,10 @@ class Engine:
             done += self._resolve()
         if self._unbuilt:
             with annotate("engine.finish"):
-                flagged += self._build_answers()
+                built = self._build_answers()
+            if deliver is not None:
+                deliver(built)
+            flagged += built
         return flagged + done
 
     def _decode_candidates(self) -> list[RequestState]:

@@ -11,12 +11,13 @@ and the thread submits the inbox there instead of at the next step's start.
 
 Two opt-in policies for closed-loop callers, whose next requests follow their answers by a
 network round trip (off by default until the H200 shows them: docs/benchmarks.md, sixteenth
-session). `answers_at_step_start`: answers leave as soon as a step's start has read them
-(`Engine.step`'s `deliver`), before that step's forwards, instead of when it returns, so the
-next requests have the whole step to arrive. `group_wait_s`: after k answers left together, the
-next intake waits (at most that long, once per group) until k requests have arrived since, so a
-group's next requests are admitted together instead of some joining a step later; the waits are
-counted in the engine's `StepCounts`.
+session). `answers_at_step_start`: answers leave during the step that read their flags
+(`Engine.step`'s `deliver`: once its decode is launched, before its selection), instead of
+when it returns, so the next requests can arrive before the next step's first intake.
+`group_wait_s`: after k answers left together, the next intake waits (at most that long, once
+per group) until k requests have arrived since, so a group's next requests are admitted
+together instead of some joining a step later; the waits are counted in the engine's
+`StepCounts`.
 
 Admission by predicted wait (`scheduler/wait_prediction.py`): the engine thread times its steps;
 `generate` refuses at once (Overloaded, with a Retry-After from the queue) a request that would

@@ -89,9 +89,10 @@ class DecoderSettings(_EngineSettings):
     )
     answers_at_step_start: bool = Field(
         False,
-        description="send each answer as soon as a step's start reads it, before that step's "
-        "forwards (a closed loop's next request then has the whole step to arrive); default: "
-        "when the step returns",
+        description="send each answer during the step that reads its flags, right after "
+        "that step's decode is launched (with answers_after_launch off: before its forwards), "
+        "so a closed loop's next request can arrive before the next step; default: when the "
+        "step returns",
     )
     group_wait_ms: float = Field(
         0.0,

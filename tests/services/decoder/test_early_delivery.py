@@ -1,8 +1,9 @@
-"""`Engine.step(deliver=...)`: the answers a step's start resolves reach `deliver` before that
-step's intake and forwards (a server's caller can send its next request while the step runs),
-and the step still returns them with the rest; without overlap scheduling nothing is resolved
-at a step's start, so nothing is delivered early. A server with `answers_at_step_start` settles
-its callers from there; without it, when the step returns."""
+"""`Engine.step(deliver=...)`: the answers a step's start resolves reach `deliver` while that
+step still runs (a server's caller can send its next request meanwhile): once its decode is
+launched (with `answers_after_launch`, the default), or before its intake and forwards; the
+step still returns them with the rest. Without overlap scheduling nothing is resolved at a
+step's start, so nothing is delivered early. A server with `answers_at_step_start` settles its
+callers from there; without it, when the step returns."""
 
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ def _request(rid: str, first: int, tokens: int) -> GenerationRequest:
                              ignore_eos=True)  # fmt: skip
 
 
-def _engine(sid_model: SidModel, overlap: bool) -> Engine:
+def _engine(sid_model: SidModel, overlap: bool, after_launch: bool = True) -> Engine:
     return Engine(EngineConfig(model_dir=str(sid_model.model_dir), max_rows=16,
-                               max_kv_slots=4096, overlap_scheduling=overlap))  # fmt: skip
+                               max_kv_slots=4096, overlap_scheduling=overlap,
+                               answers_after_launch=after_launch))  # fmt: skip
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_answers_are_delivered_before_the_step_runs_on(sid_model: SidModel, overlap: bool) -> None:
-    engine = _engine(sid_model, overlap)
+@pytest.mark.parametrize(("overlap", "after_launch"), [(True, True), (True, False), (False, True)])
+def test_answers_are_delivered_before_the_step_ends(
+    sid_model: SidModel, overlap: bool, after_launch: bool
+) -> None:
+    engine = _engine(sid_model, overlap, after_launch)
     engine.submit(_request("short", 1, 2))
     engine.submit(_request("long", 5, 6))
     events: list[tuple[str, tuple[str, ...]]] = []
@@ -49,9 +53,13 @@ def test_answers_are_delivered_before_the_step_runs_on(sid_model: SidModel, over
         assert delivered == []  # resolved at the step's end: returned, nothing early
         return
     assert sorted(rid for ids in delivered for rid in ids) == ["long", "short"]
-    for ids in delivered:  # each delivery precedes its step's intake, and the step returns it
+    for ids in delivered:  # inside its step, which returns it too
         at = events.index(("deliver", ids))
-        assert events[at + 1] == ("intake", ())
+        step = max(i for i, event in enumerate(events[:at]) if event[0] == "step")
+        if after_launch:  # after the step's intake (its decode comes after that)
+            assert ("intake", ()) in events[step:at]
+        else:  # before the step's intake
+            assert events[at + 1] == ("intake", ())
         returned_ids = next(i for k, i in events[at:] if k == "returned")
         assert set(ids) <= set(returned_ids)
 
