@@ -1,19 +1,21 @@
-"""Two decoders, this tree's (A) and another tree's or another setting's (B), served side by
-side on one device and timed in alternation through gRPC and REST: a before/after of the
+"""Decoders of this tree (A) and of another tree or other settings (B, C, ...), served side
+by side on one device and timed in alternation through gRPC and REST: a before/after of the
 serving path that the host's speed cannot decide.
 
 On the lent H200 a thread's speed flips by up to 2x from one second to the next (the
 sixteenth session's host series), so two `stack.py` runs one after the other compare hosts as
-much as trees. Here both decoders (each with its gateway and its own client processes) stay up
-for the whole run, and each round times A's phase next to B's, the order swapped every round;
-the report gives each round's B ÷ A and their median, with each side's batching counters.
+much as trees. Here every decoder (each with its gateway and its own client processes) stays
+up for the whole run, and each round times every side's phase in turn, the order rotated every
+round; the report gives each round's B ÷ A (C ÷ A, ...) and their median, with each side's
+batching counters. Several variants in one run share its start-up and its rounds' A phases.
 
     python ab_stack.py --other-tree /path/to/before [--widths 50] [--rounds 6] [--smoke]
     python ab_stack.py --b-args "--max-prefill-graph-tokens 4096"   # a setting, one tree
+    python ab_stack.py --b-args=--flag-one --b-args="--flag-one --flag-two"   # B and C
 
-With `--other-tree`, B's decoder imports that tree's `widebeam` (a folder of links put first on
-its PYTHONPATH); `--b-args` are decoder flags B gets on top of A's. The gateways, the clients
-and the workload are this tree's.
+With `--other-tree`, the variants' decoders import that tree's `widebeam` (a folder of links
+put first on their PYTHONPATH); each `--b-args` makes one variant, with decoder flags on top of
+A's. The gateways, the clients and the workload are this tree's.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from harness import write_json as write_result
 from replicas import GatewayProcess
 from stack import BATCHING_COLUMNS, Phase, Workload, build_workload, service_phases
 
-SIDES = ("A", "B")
+BASELINE = "A"
 
 
 def package_shim(tree: Path, folder: Path) -> Path:
@@ -118,8 +120,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--b-args",
-        default="",
-        help="decoder flags B gets on top of A's (write --b-args=--flag for a lone flag)",
+        action="append",
+        default=[],
+        help="decoder flags a variant gets on top of A's; once per variant (B, C, ...; write "
+        "--b-args=--flag for a lone flag)",
     )
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
     parser.add_argument("--rounds", type=int, default=6)
@@ -145,8 +149,11 @@ def main() -> None:
     tree = args.other_tree
     if tree is not None and not ((tree / "widebeam").is_dir() and (tree / "services").is_dir()):
         parser.error(f"--other-tree {tree} holds no widebeam/ and services/")
-    if tree is None and not args.b_args.strip():
-        parser.error("B must differ from A: give --other-tree, --b-args or both")
+    variant_args = [shlex.split(flags) for flags in args.b_args] or [[]]
+    if tree is None and not all(variant_args):
+        parser.error("each variant must differ from A: give --other-tree, --b-args or both")
+    if len(variant_args) > 3:
+        parser.error("at most 3 variants (B, C, D): each is a decoder on the device")
     if args.rounds < 1 or args.concurrency < 1 or args.requests < 1:
         parser.error("--rounds, --concurrency and --requests must be >= 1")
     decoder_env: dict[str, str] = {}
@@ -164,10 +171,10 @@ def main() -> None:
             path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
             env_b["PYTHONPATH"] = path
         b_source = imported_from({**os.environ, **env_b})
-        sides = {
-            "A": Side("A", args, work, decoder_env or None, []),
-            "B": Side("B", args, work, env_b or None, shlex.split(args.b_args)),
-        }
+        names = [chr(ord(BASELINE) + 1 + i) for i in range(len(variant_args))]
+        sides = {BASELINE: Side(BASELINE, args, work, decoder_env or None, [])}
+        for name, flags in zip(names, variant_args, strict=True):
+            sides[name] = Side(name, args, work, env_b or None, flags)
         sampler = GpuSampler().start()
         try:
             for side in sides.values():
@@ -177,14 +184,14 @@ def main() -> None:
             sampler.stop()
             for side in sides.values():
                 side.stop()
-    report(args, rows, b_source)
+    report(args, dict(zip(names, variant_args, strict=True)), rows, b_source)
 
 
 def run_rounds(
     args: argparse.Namespace, work: Workload, sides: dict[str, Side], sampler: GpuSampler
 ) -> list[dict]:
-    # A's warm-up rate sizes every phase (the same requests count for both sides).
-    first = sides["A"]
+    # A's warm-up rate sizes every phase (the same requests count for every side).
+    first = sides[BASELINE]
     assert first.clients is not None
     for width in args.widths:
         histories = work.fresh_histories(2 * args.concurrency)
@@ -193,8 +200,10 @@ def run_rounds(
         rate = 2 * args.concurrency / max(time.perf_counter() - started, 1e-9)
         work.counts[width] = max(args.requests, round(rate * args.phase_seconds))
     rows: list[dict] = []
+    names = list(sides)
     for rnd in range(args.rounds):
-        for name in SIDES if rnd % 2 == 0 else SIDES[::-1]:
+        shift = rnd % len(names)  # each side in each position as often as the rounds allow
+        for name in names[shift:] + names[:shift]:
             side = sides[name]
             assert side.clients is not None
             phases: list[Phase] = service_phases(
@@ -207,34 +216,37 @@ def run_rounds(
     return rows
 
 
-def paired_ratios(rows: list[dict]) -> dict[tuple[str, int], list[float]]:
-    """(path, width) -> B ÷ A req/s of each round."""
+def paired_ratios(rows: list[dict]) -> dict[tuple[str, str, int], list[float]]:
+    """(variant, path, width) -> the variant's req/s ÷ A's, each round."""
     rate = {(r["side"], r["path"], r["width"], r["round"]): r["answered_rps"] for r in rows}
-    out: dict[tuple[str, int], list[float]] = {}
-    for (side, path, width, rnd), b in sorted(rate.items()):
-        a = rate.get(("A", path, width, rnd))
-        if side == "B" and a:
-            out.setdefault((path, width), []).append(b / a)
+    out: dict[tuple[str, str, int], list[float]] = {}
+    for (side, path, width, rnd), rps in sorted(rate.items()):
+        a = rate.get((BASELINE, path, width, rnd))
+        if side != BASELINE and a:
+            out.setdefault((side, path, width), []).append(rps / a)
     return out
 
 
-def report(args: argparse.Namespace, rows: list[dict], b_source: str) -> None:
+def report(
+    args: argparse.Namespace, variants: dict[str, list[str]], rows: list[dict], b_source: str
+) -> None:
     ratios = paired_ratios(rows)
     summary = []
-    for (path, width), values in ratios.items():
-        entry = {"path": path, "width": width, "b_over_a": values,
-                 "median_b_over_a": statistics.median(values)}  # fmt: skip
-        for side in SIDES:
+    for (variant, path, width), values in ratios.items():
+        entry = {"variant": variant, "path": path, "width": width, "over_a": values,
+                 "median_over_a": statistics.median(values)}  # fmt: skip
+        for role, side in (("a", BASELINE), ("variant", variant)):
             mine = [r for r in rows if (r["side"], r["path"], r["width"]) == (side, path, width)]
-            entry[f"median_rps_{side}"] = statistics.median(r["answered_rps"] for r in mine)
+            entry[f"median_rps_{role}"] = statistics.median(r["answered_rps"] for r in mine)
             for key in BATCHING_COLUMNS:
-                entry[f"median_{key}_{side}"] = statistics.median(r["batching"][key] for r in mine)
+                entry[f"median_{key}_{role}"] = statistics.median(r["batching"][key] for r in mine)
         summary.append(entry)
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "rounds": args.rounds, "other_tree": str(args.other_tree or ""),
-                                "b_args": args.b_args,
-                                "b_imports_from": b_source},
+                                "variants": {name: shlex.join(flags)
+                                             for name, flags in variants.items()},
+                                "variants_import_from": b_source},
         "phases": rows, "summary": summary,
     }  # fmt: skip
     write_result("ab_stack", result)
@@ -245,16 +257,20 @@ def report(args: argparse.Namespace, rows: list[dict], b_source: str) -> None:
           r["p99_ms"], r["statuses"], *(f"{r['batching'][k]:.2f}" for k in BATCHING_COLUMNS),
           f"{r['host_probe_ms']:.2f}"] for r in rows],
     ))  # fmt: skip
+    for name, flags in variants.items():
+        print(f"{name}: A's decoder flags and {shlex.join(flags) or 'none'}")
     print(markdown_table(
-        ["path", "width", "B ÷ A per round", "median B ÷ A", "median req/s A / B",
-         "rows/decode A / B", "decodes/req A / B"],
-        [[e["path"], e["width"], " ".join(f"{v:.2f}" for v in e["b_over_a"]),
-          f"{e['median_b_over_a']:.3f}", f"{e['median_rps_A']:.1f} / {e['median_rps_B']:.1f}",
-          f"{e['median_rows_per_decode_A']:.0f} / {e['median_rows_per_decode_B']:.0f}",
-          f"{e['median_decodes_per_request_A']:.2f} / {e['median_decodes_per_request_B']:.2f}"]
+        ["variant", "path", "width", "÷ A per round", "median ÷ A", "median req/s A / it",
+         "rows/decode A / it", "decodes/req A / it"],
+        [[e["variant"], e["path"], e["width"], " ".join(f"{v:.2f}" for v in e["over_a"]),
+          f"{e['median_over_a']:.3f}",
+          f"{e['median_rps_a']:.1f} / {e['median_rps_variant']:.1f}",
+          f"{e['median_rows_per_decode_a']:.0f} / {e['median_rows_per_decode_variant']:.0f}",
+          f"{e['median_decodes_per_request_a']:.2f} / "
+          f"{e['median_decodes_per_request_variant']:.2f}"]
          for e in summary],
     ))  # fmt: skip
-    print(f"B's decoder imported widebeam from {b_source}")
+    print(f"the variants' decoders imported widebeam from {b_source}")
 
 
 if __name__ == "__main__":

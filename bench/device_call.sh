@@ -19,11 +19,12 @@
 #                          the sweep's clients send their own deadline (timeout_ms)
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
-#   ab-stack [420]         ab_stack.py: this tree's decoder (A) beside B, their gRPC and REST
-#                          phases alternated for ${WIDEBEAM_AB_ROUNDS:-8} rounds; B gets the
-#                          decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
-#                          --group-wait-ms 3"}, and $WIDEBEAM_AB_ARGS more options (e.g.
-#                          "--other-tree ../.before --widths 50,512")
+#   ab-stack [420]         ab_stack.py: this tree's decoder (A) beside B (and C, D), their
+#                          gRPC and REST phases rotated for ${WIDEBEAM_AB_ROUNDS:-8} rounds; B gets
+#                          the decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
+#                          --group-wait-ms 3"}, where ";" starts the next variant's flags
+#                          (" " alone: none, for --other-tree), and $WIDEBEAM_AB_ARGS more
+#                          options (e.g. "--other-tree ../.before --widths 50,512")
 #   w1-sharing [180]       suffix_sharing.py --tokens 128: how much generated-token KV W1's
 #                          5,000 rows share (what a tree-aware suffix kernel could save)
 #   w1-profile [180]       profile_step.py --beams 5000 --tokens ${WIDEBEAM_W1_TOKENS:-64}
@@ -117,6 +118,9 @@ echo "setup: $(( $(date +%s) - started )) s" >> "$OUT/setup.log"
 
 STACK_ARGS=${WIDEBEAM_STACK_ARGS:-}
 AB_B_ARGS=${WIDEBEAM_AB_B_ARGS:---answers-at-step-start --group-wait-ms 3}
+AB_VARIANTS=""
+IFS=';' read -ra AB_EACH <<< "$AB_B_ARGS"
+for flags in "${AB_EACH[@]}"; do AB_VARIANTS+=" --b-args='$flags'"; done
 PROFILE_ARGS=${WIDEBEAM_PROFILE:+--profile $WIDEBEAM_PROFILE}
 step_command() {
     case "$1" in
@@ -135,7 +139,7 @@ step_command() {
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
         ab-stack) echo "cd bench && python3 ab_stack.py --rounds ${WIDEBEAM_AB_ROUNDS:-8} \
-            --phase-seconds 2 --b-args='$AB_B_ARGS' ${WIDEBEAM_AB_ARGS:-}" ;;
+            --phase-seconds 2 $AB_VARIANTS ${WIDEBEAM_AB_ARGS:-}" ;;
         w1-sharing) echo "cd bench && python3 suffix_sharing.py --tokens 128" ;;
         w1-profile) echo "cd bench && python3 profile_step.py --beams 5000 \
             --tokens ${WIDEBEAM_W1_TOKENS:-64}" ;;

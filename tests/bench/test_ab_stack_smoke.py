@@ -1,5 +1,6 @@
-"""`bench/ab_stack.py --smoke`: two decoders (B from another tree, here this one through the
-package shim), each phase answered, the order swapped every round, B's ratio per round."""
+"""`bench/ab_stack.py --smoke`: A and two variants (from another tree, here this one through
+the package shim, each with a decoder flag of its own), each phase answered, the order rotated
+every round, each variant's ratio to A per round."""
 
 from __future__ import annotations
 
@@ -15,31 +16,37 @@ ROOT = BENCH.parent
 
 
 def test_ab_stack_smoke(tmp_path: Path) -> None:
-    # B: this tree through the package shim, with a decoder flag of its own
     report, stdout = run_smoke(
-        "ab_stack.py", tmp_path, "--other-tree", str(ROOT), "--b-args", "--max-waiting 64"
-    )
-    assert report["env"]["b_imports_from"] == str((ROOT / "services").resolve())
-    assert report["env"]["b_args"] == "--max-waiting 64"
+        "ab_stack.py", tmp_path, "--other-tree", str(ROOT),
+        "--b-args", "--max-waiting 64", "--b-args=--max-waiting=32",
+    )  # fmt: skip
+    assert report["env"]["variants_import_from"] == str((ROOT / "services").resolve())
+    assert report["env"]["variants"] == {"B": "--max-waiting 64", "C": "--max-waiting=32"}
     rows = report["phases"]
-    # round 0: A then B; round 1: B then A; gRPC and REST each
-    assert [(r["side"], r["round"]) for r in rows][::2] == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]
+    # round 0: A, B, C; round 1: B, C, A; gRPC and REST each
+    assert [(r["side"], r["round"]) for r in rows][::2] == [
+        ("A", 0), ("B", 0), ("C", 0), ("B", 1), ("C", 1), ("A", 1)
+    ]  # fmt: skip
     for row in rows:
         answered = sum(row["statuses"].get(ok, 0) for ok in ("OK", "200"))
         assert answered == sum(row["statuses"].values()) == 4, row
         assert row["batching"]["requests_per_prefill"] >= 1, row
-    summary = {(e["path"], e["width"]): e for e in report["summary"]}
-    assert set(summary) == {("grpc Recommend", 4), ("REST /v1/recommend", 4)}
+    summary = {(e["variant"], e["path"], e["width"]): e for e in report["summary"]}
+    assert set(summary) == {
+        (variant, path, 4) for variant in "BC" for path in ("grpc Recommend", "REST /v1/recommend")
+    }
     for entry in summary.values():
-        assert len(entry["b_over_a"]) == 2 and min(entry["b_over_a"]) > 0
-    assert "median B ÷ A" in stdout
+        assert len(entry["over_a"]) == 2 and min(entry["over_a"]) > 0
+    assert "median ÷ A" in stdout and "C: A's decoder flags and --max-waiting=32" in stdout
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--other-tree", "{tmp}"], "holds no widebeam/ and services/"),
-        ([], "B must differ from A"),
+        ([], "each variant must differ from A"),
+        (["--b-args=--x", "--b-args="], "each variant must differ from A"),
+        (["--b-args=--a", "--b-args=--b", "--b-args=--c", "--b-args=--d"], "at most 3 variants"),
     ],
 )
 def test_bad_sides_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
