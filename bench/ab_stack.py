@@ -152,8 +152,10 @@ def main() -> None:
     variant_args = [shlex.split(flags) for flags in args.b_args] or [[]]
     if tree is None and not all(variant_args):
         parser.error("each variant must differ from A: give --other-tree, --b-args or both")
-    if len(variant_args) > 3:
-        parser.error("at most 3 variants (B, C, D): each is a decoder on the device")
+    if len(variant_args) > 2:
+        # each side is a decoder with its KV cache on the one device (about 20 GB at W3's
+        # default slots): three fit an H100's 80 GB
+        parser.error("at most 2 variants (B, C): each is a decoder on the device")
     if args.rounds < 1 or args.concurrency < 1 or args.requests < 1:
         parser.error("--rounds, --concurrency and --requests must be >= 1")
     decoder_env: dict[str, str] = {}

@@ -19,7 +19,7 @@
 #                          the sweep's clients send their own deadline (timeout_ms)
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
-#   ab-stack [420]         ab_stack.py: this tree's decoder (A) beside B (and C, D), their
+#   ab-stack [420]         ab_stack.py: this tree's decoder (A) beside B (and C), their
 #                          gRPC and REST phases rotated for ${WIDEBEAM_AB_ROUNDS:-8} rounds; B gets
 #                          the decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
 #                          --group-wait-ms 3"}, where ";" starts the next variant's flags
