@@ -32,6 +32,7 @@ class StepCounts:
     group_waits: int = 0
     group_wait_seconds: float = 0.0
     # a server's requests handed to the engine, and the time they waited in its inbox before
-    # (from the call to the submission): one whole step when they missed the step they arrived in
+    # (from the call to the submission): up to a step for one that arrives after the intakes
+    # of the step that runs
     submitted_requests: int = 0
     inbox_seconds: float = 0.0

@@ -141,7 +141,8 @@ class RecommendCall:
         if served is None:
             loaded = ", ".join(sorted(catalogs)) or "none"
             raise RequestError(f"unknown catalog {spec.catalog!r}; loaded: {loaded}")
-        ahead = self._ahead
+        # Dropped here: a version swapped out must not be kept alive by the request's call.
+        ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.served is served:
             if ahead.error is not None:
                 raise ahead.error

@@ -6,6 +6,7 @@ and the answer's items still come from one version."""
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -86,3 +87,13 @@ def test_an_unknown_catalog_is_named_by_the_call() -> None:
     call.prepare_ahead({})
     with pytest.raises(RequestError, match="unknown catalog 'default'; loaded: none"):
         call({})
+
+
+def test_the_call_keeps_no_version_it_did_not_pin() -> None:
+    swapped_out = _served("3", [f"item-{i}" for i in range(40)], seed=3)
+    call = RecommendCall(_spec(("item-3",)), LIMITS)
+    call.prepare_ahead({"default": swapped_out})
+    before = sys.getrefcount(swapped_out)
+    call({"default": NEW})
+    assert call.pinned is NEW
+    assert sys.getrefcount(swapped_out) < before  # the request built against it is gone
