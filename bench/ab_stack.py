@@ -12,10 +12,12 @@ batching counters. Several variants in one run share its start-up and its rounds
     python ab_stack.py --other-tree /path/to/before [--widths 50] [--rounds 6] [--smoke]
     python ab_stack.py --b-args "--max-prefill-graph-tokens 4096"   # a setting, one tree
     python ab_stack.py --b-args=--flag-one --b-args="--flag-one --flag-two"   # B and C
+    python ab_stack.py --b-args="--gateway --workers 2"   # a gateway setting
 
 With `--other-tree`, the variants' decoders import that tree's `widebeam` (a folder of links
 put first on their PYTHONPATH); each `--b-args` makes one variant, with decoder flags on top of
-A's. The gateways, the clients and the workload are this tree's.
+A's and, after a `--gateway` token, flags for its gateway. The gateways, the clients and the
+workload are this tree's.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ from replicas import GatewayProcess
 from stack import BATCHING_COLUMNS, Phase, Workload, build_workload, service_phases
 
 BASELINE = "A"
+GATEWAY = "--gateway"  # in a variant's flags: the decoder's before it, the gateway's after
+
+
+def variant_flags(flags: str) -> tuple[list[str], list[str]]:
+    """A variant's `--b-args`: its decoder flags and its gateway flags."""
+    words = shlex.split(flags)
+    if GATEWAY not in words:
+        return words, []
+    at = words.index(GATEWAY)
+    return words[:at], words[at + 1 :]
 
 
 def package_shim(tree: Path, folder: Path) -> Path:
@@ -74,8 +86,10 @@ class Side:
         work: Workload,
         env: dict[str, str] | None,
         extra: list[str],  # decoder flags of this side's own
+        gateway_extra: list[str],  # gateway flags of its own
     ) -> None:
         self.name = name
+        self.gateway_extra = gateway_extra
         port = str(free_port())
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         self.decoder = DecoderProcess(
@@ -89,7 +103,7 @@ class Side:
     def start(self, args: argparse.Namespace) -> None:
         self.decoder.wait_ready()
         self.gateway = GatewayProcess(
-            [self.decoder.address], max(args.widths), 1, request_timeout_s=600.0
+            [self.decoder.address], max(args.widths), 1, 600.0, *self.gateway_extra
         )
         self.gateway.wait_ready()
         self.clients = ClientProcesses(
@@ -149,8 +163,8 @@ def main() -> None:
     tree = args.other_tree
     if tree is not None and not ((tree / "widebeam").is_dir() and (tree / "services").is_dir()):
         parser.error(f"--other-tree {tree} holds no widebeam/ and services/")
-    variant_args = [shlex.split(flags) for flags in args.b_args] or [[]]
-    if tree is None and not all(variant_args):
+    variant_args = [variant_flags(flags) for flags in args.b_args] or [([], [])]
+    if tree is None and not all(decoder or gateway for decoder, gateway in variant_args):
         parser.error("each variant must differ from A: give --other-tree, --b-args or both")
     if len(variant_args) > 2:
         # each side is a decoder with its KV cache on the one device (about 20 GB at W3's
@@ -174,9 +188,9 @@ def main() -> None:
             env_b["PYTHONPATH"] = path
         b_source = imported_from({**os.environ, **env_b})
         names = [chr(ord(BASELINE) + 1 + i) for i in range(len(variant_args))]
-        sides = {BASELINE: Side(BASELINE, args, work, decoder_env or None, [])}
-        for name, flags in zip(names, variant_args, strict=True):
-            sides[name] = Side(name, args, work, env_b or None, flags)
+        sides = {BASELINE: Side(BASELINE, args, work, decoder_env or None, [], [])}
+        for name, (flags, gateway_flags) in zip(names, variant_args, strict=True):
+            sides[name] = Side(name, args, work, env_b or None, flags, gateway_flags)
         sampler = GpuSampler().start()
         try:
             for side in sides.values():
@@ -186,7 +200,8 @@ def main() -> None:
             sampler.stop()
             for side in sides.values():
                 side.stop()
-    report(args, dict(zip(names, variant_args, strict=True)), rows, b_source)
+    gateways = {name: sides[name].gateway_extra for name in names}
+    report(args, dict(zip(names, args.b_args or [""], strict=True)), gateways, rows, b_source)
 
 
 def run_rounds(
@@ -230,7 +245,11 @@ def paired_ratios(rows: list[dict]) -> dict[tuple[str, str, int], list[float]]:
 
 
 def report(
-    args: argparse.Namespace, variants: dict[str, list[str]], rows: list[dict], b_source: str
+    args: argparse.Namespace,
+    variants: dict[str, str],  # each variant's --b-args
+    gateways: dict[str, list[str]],  # the gateway flags each took from them
+    rows: list[dict],
+    b_source: str,
 ) -> None:
     ratios = paired_ratios(rows)
     summary = []
@@ -246,8 +265,7 @@ def report(
     result = {
         "env": environment() | {"widths": args.widths, "concurrency": args.concurrency,
                                 "rounds": args.rounds, "other_tree": str(args.other_tree or ""),
-                                "variants": {name: shlex.join(flags)
-                                             for name, flags in variants.items()},
+                                "variants": variants, "variant_gateway_flags": gateways,
                                 "variants_import_from": b_source},
         "phases": rows, "summary": summary,
     }  # fmt: skip
@@ -260,7 +278,7 @@ def report(
           f"{r['host_probe_ms']:.2f}"] for r in rows],
     ))  # fmt: skip
     for name, flags in variants.items():
-        print(f"{name}: A's decoder flags and {shlex.join(flags) or 'none'}")
+        print(f"{name}: A's flags and {flags.strip() or 'none'}")
     print(markdown_table(
         ["variant", "path", "width", "÷ A per round", "median ÷ A", "median req/s A / it",
          "rows/decode A / it", "decodes/req A / it"],

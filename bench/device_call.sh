@@ -23,7 +23,8 @@
 #                          gRPC and REST phases rotated for ${WIDEBEAM_AB_ROUNDS:-8} rounds; B gets
 #                          the decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
 #                          --group-wait-ms 3"}, where ";" starts the next variant's flags
-#                          (" " alone: none, for --other-tree), and $WIDEBEAM_AB_ARGS more
+#                          (" " alone: none, for --other-tree; "--gateway" starts a variant's
+#                          gateway flags, e.g. "--gateway --workers 2"), and $WIDEBEAM_AB_ARGS more
 #                          options (e.g. "--other-tree ../.before --widths 50,512")
 #   w1-sharing [180]       suffix_sharing.py --tokens 128: how much generated-token KV W1's
 #                          5,000 rows share (what a tree-aware suffix kernel could save)

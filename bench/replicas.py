@@ -36,7 +36,12 @@ TABLE_HEADERS = [
 
 class GatewayProcess:
     def __init__(
-        self, decoders: list[str], max_width: int, workers: int = 1, request_timeout_s: float = 300
+        self,
+        decoders: list[str],
+        max_width: int,
+        workers: int = 1,
+        request_timeout_s: float = 300,
+        *extra: str,  # more `widebeam gateway serve` flags (a later one wins)
     ) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         cmd = [
@@ -44,7 +49,7 @@ class GatewayProcess:
             "--port", self.url.rsplit(":", 1)[1], "--decoder", ",".join(decoders),
             "--max-beam-width", str(max_width), "--max-n", str(max_width),
             "--max-history", str(HISTORY_ITEMS), "--request-timeout", str(request_timeout_s),
-            "--workers", str(workers),
+            "--workers", str(workers), *extra,
         ]  # fmt: skip
         self.log = service_log("gateway", int(self.url.rsplit(":", 1)[1]))
         self.proc = subprocess.Popen(cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT)

@@ -1,6 +1,6 @@
 """`bench/ab_stack.py --smoke`: A and two variants (from another tree, here this one through
-the package shim, each with a decoder flag of its own), each phase answered, the order rotated
-every round, each variant's ratio to A per round."""
+the package shim, each with a decoder flag of its own, the second with two gateway workers),
+each phase answered, the order rotated every round, each variant's ratio to A per round."""
 
 from __future__ import annotations
 
@@ -18,10 +18,13 @@ ROOT = BENCH.parent
 def test_ab_stack_smoke(tmp_path: Path) -> None:
     report, stdout = run_smoke(
         "ab_stack.py", tmp_path, "--other-tree", str(ROOT),
-        "--b-args", "--max-waiting 64", "--b-args=--max-waiting=32",
+        "--b-args", "--max-waiting 64", "--b-args=--max-waiting=32 --gateway --workers 2",
     )  # fmt: skip
     assert report["env"]["variants_import_from"] == str((ROOT / "services").resolve())
-    assert report["env"]["variants"] == {"B": "--max-waiting 64", "C": "--max-waiting=32"}
+    assert report["env"]["variants"] == {
+        "B": "--max-waiting 64", "C": "--max-waiting=32 --gateway --workers 2"
+    }  # fmt: skip
+    assert report["env"]["variant_gateway_flags"] == {"B": [], "C": ["--workers", "2"]}
     rows = report["phases"]
     # round 0: A, B, C; round 1: B, C, A; gRPC and REST each
     assert [(r["side"], r["round"]) for r in rows][::2] == [
@@ -37,7 +40,7 @@ def test_ab_stack_smoke(tmp_path: Path) -> None:
     }
     for entry in summary.values():
         assert len(entry["over_a"]) == 2 and min(entry["over_a"]) > 0
-    assert "median ÷ A" in stdout and "C: A's decoder flags and --max-waiting=32" in stdout
+    assert "median ÷ A" in stdout and "C: A's flags and --max-waiting=32 --gateway" in stdout
 
 
 @pytest.mark.parametrize(
