@@ -154,7 +154,7 @@ def batching(
     decodes = after.decode_forwards - before.decode_forwards
     answered = max(answered, 1)
     prefilled = max(after.prefilled_requests - before.prefilled_requests, 1)
-    submitted = max(after.submitted_requests - before.submitted_requests, 1)
+    taken = max(after.inbox_requests - before.inbox_requests, 1)
     inbox_s = after.inbox_seconds - before.inbox_seconds
     return {
         "requests_per_prefill": (after.prefilled_requests - before.prefilled_requests) / prefills,
@@ -168,7 +168,7 @@ def batching(
         "group_waits_per_request": (after.group_waits - before.group_waits) / answered,
         # a server's requests' mean wait in its inbox before the engine took them in (0 for the
         # in-process engine, whose loop submits each request at once)
-        "inbox_ms_per_request": 1000 * inbox_s / submitted,
+        "inbox_ms_per_request": 1000 * inbox_s / taken,
         # prefill forwards launched op by op (past the graph limit), and batches split instead
         "eager_prefills_per_request": (after.eager_prefills - before.eager_prefills) / answered,
         "split_prefills_per_request": (after.split_prefills - before.split_prefills) / answered,
@@ -559,7 +559,7 @@ def step_counts(metrics_url: str) -> StepCounts:
         step_seconds=sample("widebeam_decoder_step_seconds_total"),
         group_waits=count("widebeam_decoder_group_waits_total"),
         group_wait_seconds=sample("widebeam_decoder_group_wait_seconds_total"),
-        submitted_requests=count("widebeam_decoder_submitted_requests_total"),
+        inbox_requests=count("widebeam_decoder_inbox_requests_total"),
         inbox_seconds=sample("widebeam_decoder_inbox_seconds_total"),
         eager_prefills=count("widebeam_decoder_eager_prefills_total"),
         split_prefills=count("widebeam_decoder_split_prefills_total"),

@@ -31,8 +31,8 @@ class StepCounts:
     # a server's intakes that waited for a group's next requests (`AsyncEngine.group_wait_s`)
     group_waits: int = 0
     group_wait_seconds: float = 0.0
-    # a server's requests handed to the engine, and the time they waited in its inbox before
-    # (from the call to the submission): up to a step for one that arrives after the intakes
-    # of the step that runs
-    submitted_requests: int = 0
+    # a server's requests its engine thread took from the inbox (submitted to the engine, or
+    # refused there), and the time they waited in it (from the call): up to a step for one
+    # that arrives after the intakes of the step that runs
+    inbox_requests: int = 0
     inbox_seconds: float = 0.0

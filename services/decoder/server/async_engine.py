@@ -303,6 +303,8 @@ class AsyncEngine:
     def _submit(self, jobs: list[_Job]) -> None:
         served = self._served  # only this thread writes it
         counts, now = self.engine.step_counts, time.monotonic()
+        counts.inbox_requests += len(jobs)
+        counts.inbox_seconds += sum(now - job.arrived for job in jobs)
         for job in jobs:
             try:
                 request = dataclasses.replace(job.prepare(served), request_id=job.rid)
@@ -317,8 +319,6 @@ class AsyncEngine:
                 _settle(job, error=EngineFailure(f"engine error: {type(exc).__name__}: {exc}"))
                 continue
             self._jobs[job.rid] = job
-            counts.submitted_requests += 1
-            counts.inbox_seconds += now - job.arrived
 
     def _intake(self) -> None:
         """Called by the engine mid-step, right before it admits: what arrived meanwhile is

@@ -22,9 +22,9 @@ batch), `widebeam_decoder_eager_prefills_total` (prefill forwards launched op by
 per cohort batch), `widebeam_decoder_step_seconds_total` (wall time in engine steps: over wall time,
 how busy the engine is), `widebeam_decoder_group_waits_total` / `_group_wait_seconds_total`
 (intakes that waited for a group's next requests, `server/async_engine.py`), and
-`widebeam_decoder_submitted_requests_total` / `widebeam_decoder_inbox_seconds_total` (requests
-handed to the engine, and the time they waited in its inbox: a request that arrives after the
-intakes of the step it arrived in waits for the next one).
+`widebeam_decoder_inbox_requests_total` / `widebeam_decoder_inbox_seconds_total` (requests the
+engine thread took from the server's inbox, and the time they waited there: a request that
+arrives after the intakes of the step it arrived in waits for the next one).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ FORWARD_ROWS = "widebeam_decoder_forward_rows"
 STEP_SECONDS = "widebeam_decoder_step_seconds"
 GROUP_WAITS = "widebeam_decoder_group_waits"
 GROUP_WAIT_SECONDS = "widebeam_decoder_group_wait_seconds"
-SUBMITTED_REQUESTS = "widebeam_decoder_submitted_requests"
+INBOX_REQUESTS = "widebeam_decoder_inbox_requests"
 INBOX_SECONDS = "widebeam_decoder_inbox_seconds"
 FINISH_CALIBRATION = "widebeam_decoder_finish_calibration"
 
@@ -130,9 +130,10 @@ class _StepCollector(Collector):
             (GROUP_WAITS, "intakes that waited for a group's next requests", counts.group_waits),
             (GROUP_WAIT_SECONDS, "time intakes waited for a group's next requests",
              counts.group_wait_seconds),
-            (SUBMITTED_REQUESTS, "requests handed to the engine", counts.submitted_requests),
-            (INBOX_SECONDS, "time requests waited for the engine to take them in (over "
-             "submitted requests: the mean wait)", counts.inbox_seconds),
+            (INBOX_REQUESTS, "requests the engine thread took from the inbox",
+             counts.inbox_requests),
+            (INBOX_SECONDS, "time requests waited in the inbox (over inbox requests: the mean "
+             "wait)", counts.inbox_seconds),
         )  # fmt: skip
         for name, help_text, value in scalars:
             yield CounterMetricFamily(name, help_text, value=value)

@@ -3,10 +3,12 @@
 The history, the trie walked and the returned items all come from one catalog version: the one
 the engine pins. `RecommendCall` is the `Prepare` callback the engine thread calls with the
 catalogs current at admission; the caller's thread maps the history beforehand
-(`prepare_ahead`, against the catalogs current at the call), and the engine thread takes that
-request when the version it pins is the one it was built against, and maps the history again
-otherwise (a catalog swapped in between). The mapping then runs beside the engine thread's
-device waits instead of on that thread, which at small widths sets the pace.
+(`prepare_ahead`, against the catalogs current at the call: a history that does not map there,
+or an unknown catalog, is refused at once), and the engine thread takes that request when the
+version it pins is the one it was built against, and maps the history again otherwise (a
+catalog swapped in between). The mapping then runs beside the engine thread's device waits
+instead of on that thread, which at small widths sets the pace, and a bad request never
+reaches that thread.
 """
 
 from __future__ import annotations
@@ -101,13 +103,11 @@ class RecommendAnswer:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """A request built against `served` (or the error building it raised), and the history
-    ids it skipped."""
+    """A request built against `served`, and the history ids it skipped."""
 
     served: ServedCatalog
-    request: GenerationRequest | None
+    request: GenerationRequest
     skipped: list[str]
-    error: RequestError | None = None
 
 
 @dataclass
@@ -122,36 +122,34 @@ class RecommendCall:
 
     def prepare_ahead(self, catalogs: Mapping[str, ServedCatalog]) -> None:
         """Build the request now, on the caller's thread, against `catalogs` (the call then
-        takes it if the engine pins the same version)."""
-        served = catalogs.get(self.spec.catalog)
-        if served is None:
-            return  # the engine thread names the loaded ones
+        takes it if the engine pins the same version). A request that cannot be built
+        against them is refused here (RequestError), without the engine thread."""
+        served = self._served(catalogs)
         try:
             request, skipped = self._build(served)
-        except RequestError as exc:
-            self._ahead = _Prepared(served, None, [], exc)
+        except RequestError:
+            raise
         except Exception:  # a fault: the engine thread builds again and reports it
             return
-        else:
-            self._ahead = _Prepared(served, request, skipped)
+        self._ahead = _Prepared(served, request, skipped)
 
     def __call__(self, catalogs: Mapping[str, ServedCatalog]) -> GenerationRequest:
-        spec = self.spec
-        served = catalogs.get(spec.catalog)
-        if served is None:
-            loaded = ", ".join(sorted(catalogs)) or "none"
-            raise RequestError(f"unknown catalog {spec.catalog!r}; loaded: {loaded}")
+        served = self._served(catalogs)
         # Dropped here: a version swapped out must not be kept alive by the request's call.
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.served is served:
-            if ahead.error is not None:
-                raise ahead.error
-            assert ahead.request is not None
             request, skipped = ahead.request, ahead.skipped
         else:
             request, skipped = self._build(served)
         self.pinned, self.skipped = served, skipped
         return request
+
+    def _served(self, catalogs: Mapping[str, ServedCatalog]) -> ServedCatalog:
+        served = catalogs.get(self.spec.catalog)
+        if served is None:
+            loaded = ", ".join(sorted(catalogs)) or "none"
+            raise RequestError(f"unknown catalog {self.spec.catalog!r}; loaded: {loaded}")
+        return served
 
     def _build(self, served: ServedCatalog) -> tuple[GenerationRequest, list[str]]:
         """The engine request against `served`, and the unknown history ids it skipped."""

@@ -99,7 +99,7 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
             "widebeam_decoder_step_seconds_total",
             "widebeam_decoder_eager_prefills_total",
             "widebeam_decoder_split_prefills_total",
-            "widebeam_decoder_submitted_requests_total",
+            "widebeam_decoder_inbox_requests_total",
             "widebeam_decoder_inbox_seconds_total",
         )
         with grpc.insecure_channel(srv.address) as channel:
@@ -117,7 +117,7 @@ def test_forwards_and_their_batches_are_counted(sid_model: SidModel) -> None:
     assert delta[5] == 3 * 2 * 4  # each decode forward runs one request's 4 rows
     assert delta[6] > 0
     assert delta[7:9] == [3, 0]  # the CPU has no prefill graphs: each prefill ran op by op
-    assert delta[9] == 3  # each call's request handed to the engine
+    assert delta[9] == 3  # each call's request, taken from the inbox by the engine thread
     assert 0 <= delta[10] < 60  # the time they waited for it, read
 
 

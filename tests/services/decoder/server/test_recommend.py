@@ -8,6 +8,7 @@ import pytest
 from tests.services.decoder.conftest import SidModel
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
+from widebeam.services.decoder.server.background import BackgroundServer
 
 HISTORY = ["item-3", "item-17", "item-42"]
 
@@ -68,6 +69,20 @@ def test_unknown_items_are_named_or_skipped(stub: pb_grpc.DecoderStub) -> None:
     skipped = recommend(stub, history_item_ids=history, n=3, beam_width=4, skip_unknown_items=True)
     assert list(skipped.skipped_history_item_ids) == ["ghost-1", "ghost-2"]
     assert skipped.usage.prompt_tokens == 11 and len(skipped.items) == 3
+
+
+def test_a_history_that_does_not_map_never_reaches_the_engine(
+    server: BackgroundServer, stub: pb_grpc.DecoderStub
+) -> None:
+    counts = server.server.engine.engine.step_counts
+    recommend(stub, history_item_ids=HISTORY, n=2, beam_width=4)
+    taken = counts.inbox_requests
+    assert taken >= 1
+    for _ in range(5):  # a hostile client: its refusals cost the engine thread nothing
+        with pytest.raises(grpc.RpcError) as info:
+            recommend(stub, history_item_ids=["ghost-1"], n=2, beam_width=4)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert counts.inbox_requests == taken  # refused before the inbox
 
 
 BAD = [
