@@ -1,4 +1,4 @@
-"""Decoders of this tree (A) and of another tree or other settings (B, C, ...), served side
+"""Decoders of this tree (A) and of another tree or other settings (B, and C), served side
 by side on one device and timed in alternation through gRPC and REST: a before/after of the
 serving path that the host's speed cannot decide.
 
@@ -6,7 +6,7 @@ On the lent H200 a thread's speed flips by up to 2x from one second to the next 
 sixteenth session's host series), so two `stack.py` runs one after the other compare hosts as
 much as trees. Here every decoder (each with its gateway and its own client processes) stays
 up for the whole run, and each round times every side's phase in turn, the order rotated every
-round; the report gives each round's B ÷ A (C ÷ A, ...) and their median, with each side's
+round; the report gives each round's B ÷ A (and C ÷ A) and their median, with each side's
 batching counters. Several variants in one run share its start-up and its rounds' A phases.
 
     python ab_stack.py --other-tree /path/to/before [--widths 50] [--rounds 6] [--smoke]
@@ -136,8 +136,8 @@ def main() -> None:
         "--b-args",
         action="append",
         default=[],
-        help="decoder flags a variant gets on top of A's; once per variant (B, C, ...; write "
-        "--b-args=--flag for a lone flag)",
+        help="decoder flags a variant gets on top of A's, and after a --gateway token its "
+        "gateway's; once per variant (B, C; write --b-args=--flag for a lone flag)",
     )
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")])
     parser.add_argument("--rounds", type=int, default=6)
