@@ -29,11 +29,10 @@ import grpc
 from catalogs import random_catalog
 from e2e import DecoderProcess
 from harness import environment, markdown_table, write_json
-from stack import SMOKE_LEVELS
+from stack import SMOKE_LEVELS, smoke_model
 
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2 as pb
 from widebeam.services.decoder.proto.widebeam.decoder.v1 import decoder_pb2_grpc as pb_grpc
-from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 TICKS = os.sysconf("SC_CLK_TCK")
 HISTORY = 60
@@ -143,9 +142,7 @@ def main() -> None:
         args.width, args.requests, args.rounds, args.concurrency = 4, 8, 1, 2
     if min(args.width, args.concurrency, args.requests, args.rounds) < 1:
         parser.error("--width, --concurrency, --requests and --rounds must be >= 1")
-    model = Path(args.cache) / "stack-smoke-model"
-    if not (model / "config.json").exists():
-        write_tiny_model(model, seed=0, sid_levels=SMOKE_LEVELS)
+    model = smoke_model(args.cache)
     catalog = random_catalog(400, SMOKE_LEVELS)
     with catalog.open() as fh:
         items = [json.loads(line)["item_id"] for line in fh]

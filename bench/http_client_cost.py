@@ -17,16 +17,13 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import httpx
 from catalogs import random_catalog
 from e2e import DecoderProcess
 from harness import environment, markdown_table, write_json
 from replicas import GatewayProcess
-from stack import SMOKE_LEVELS
-
-from widebeam.services.decoder.testing.tiny_model import write_tiny_model
+from stack import SMOKE_LEVELS, smoke_model
 
 ROUTE = "/v1/models"
 
@@ -79,9 +76,7 @@ def main() -> None:
         args.requests, args.rounds = 20, 1
     if min(args.requests, args.rounds) < 1:
         parser.error("--requests and --rounds must be >= 1")
-    model = Path(args.cache) / "stack-smoke-model"
-    if not (model / "config.json").exists():
-        write_tiny_model(model, seed=0, sid_levels=SMOKE_LEVELS)
+    model = smoke_model(args.cache)
     decoder = DecoderProcess(
         model, 256, 16384, "--catalog", str(random_catalog(400, SMOKE_LEVELS)),
         env={"OMP_NUM_THREADS": "1"},

@@ -189,12 +189,17 @@ BATCHING_COLUMNS = {  # `batching`'s keys, as the table names them
 }
 
 
+def smoke_model(cache: str | Path) -> Path:
+    """The CPU benches' tiny SID model (SMOKE_LEVELS), written into `cache` once."""
+    root = Path(cache) / "stack-smoke-model"
+    if not (root / "config.json").exists():
+        write_tiny_model(root, seed=0, sid_levels=SMOKE_LEVELS)
+    return root
+
+
 def build_workload(args: argparse.Namespace) -> Workload:
     if args.smoke:
-        root = Path(args.cache) / "stack-smoke-model"
-        if not (root / "config.json").exists():
-            write_tiny_model(root, seed=0, sid_levels=SMOKE_LEVELS)
-        model, catalog = root, random_catalog(400, SMOKE_LEVELS)
+        model, catalog = smoke_model(args.cache), random_catalog(400, SMOKE_LEVELS)
     else:
         model = args.model or model_dir("qwen3-1.7b", sid_levels=W3_LEVELS)
         catalog = args.catalog or random_catalog(430_000, W3_LEVELS)
