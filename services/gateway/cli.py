@@ -27,6 +27,7 @@ _FIELDS = {
     "request_timeout": "request_timeout_s",
     "max_in_flight_per_decoder": "max_in_flight_per_decoder",
     "workers": "workers",
+    "event_loop": "event_loop",
     "log_level": "log_level",
 }
 
@@ -81,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="gateway processes on the one port, each with its own decoder pool (default 1) "
         "[WIDEBEAM_GATEWAY_WORKERS]",
+    )
+    add(
+        "--event-loop",
+        choices=["asyncio", "uvloop"],
+        help="each gateway process's event loop (default asyncio) [WIDEBEAM_GATEWAY_EVENT_LOOP]",
     )
     add("--log-level", help="DEBUG, INFO, WARNING, ...")
     serve.set_defaults(handler=run)

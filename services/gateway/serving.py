@@ -57,7 +57,7 @@ def run_server(settings: GatewaySettings, sock: socket.socket, worker: int | Non
     config = uvicorn.Config(
         app if worker is None else WorkerHeaderMiddleware(app, worker),
         log_level=settings.log_level.lower(),
-        loop="asyncio",  # grpc.aio is tested on the standard loop
+        loop=settings.event_loop,
         access_log=False,
         http=guarded_protocol(ConnectionPolicy.from_settings(settings)),
         timeout_keep_alive=settings.keep_alive_timeout_s,

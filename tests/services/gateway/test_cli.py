@@ -40,6 +40,17 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.redis_url == "redis://r:6379/0"
 
 
+def test_event_loop_flag_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert GatewaySettings().event_loop == "asyncio"
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_EVENT_LOOP", "uvloop")
+    assert GatewaySettings().event_loop == "uvloop"
+    args = build_parser().parse_args(["gateway", "serve", "--event-loop", "asyncio"])
+    assert settings_from_args(args).event_loop == "asyncio"
+    monkeypatch.setenv("WIDEBEAM_GATEWAY_EVENT_LOOP", "trio")
+    with pytest.raises(ValueError, match="event_loop"):
+        GatewaySettings()
+
+
 def test_invalid_settings_are_a_clear_error() -> None:
     args = build_parser().parse_args(["gateway", "serve", "--decoder", "nohostport"])
     with pytest.raises(ValueError, match="decoder addresses must be HOST:PORT"):

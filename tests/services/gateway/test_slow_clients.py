@@ -1,8 +1,9 @@
 """Slow and hostile clients against a real `widebeam gateway serve` process (reliability row 7):
 partial request heads, connection floods from one address, stalled bodies, bodies without a
-key, and the log they would grow. Each test talks from its own loopback addresses (127.0.N.x),
-so the per-client cap of one never sees another's connections. Every wait is bounded by a count
-or a hang guard, never by how fast the machine is."""
+key, and the log they would grow, on each of the gateway's event loops. Each test talks from
+its own loopback addresses (127.0.N.x), so the per-client cap of one never sees another's
+connections. Every wait is bounded by a count or a hang guard, never by how fast the machine
+is."""
 
 from __future__ import annotations
 
@@ -34,10 +35,13 @@ LOG_RATE_LIMIT = 5
 BODY = 3_900_000  # under the gateway's 4 MiB body limit
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+@pytest.fixture(scope="module", params=["asyncio", "uvloop"])
+def gateway(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServiceProcess]:
     env = {
         "WIDEBEAM_GATEWAY_API_KEYS": KEY,
+        "WIDEBEAM_GATEWAY_EVENT_LOOP": request.param,
         **guard_env("WIDEBEAM_GATEWAY_", PER_CLIENT, LOG_RATE_LIMIT),
     }
     args = ["gateway", "serve", "--port", "0", "--decoder", f"127.0.0.1:{free_port()}"]
@@ -45,6 +49,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
     with service_process(args, env, log_path, max_open_files=OPEN_FILES) as proc:
         wait_served(proc.port)
         yield proc
+
+
+def test_the_process_runs_the_event_loop_set(
+    gateway: ServiceProcess, request: pytest.FixtureRequest
+) -> None:
+    with open(f"/proc/{gateway.proc.pid}/maps") as maps:
+        loaded = "uvloop" if "/uvloop/" in maps.read() else "asyncio"
+    assert loaded == request.node.callspec.params["gateway"]
 
 
 def test_partial_heads_are_closed_and_new_clients_served(gateway: ServiceProcess) -> None:
