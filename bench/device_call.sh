@@ -95,8 +95,9 @@
 #                          on one trained model
 # w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile
 # PHASES` to each of their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths,
-# bf16 and FP8); with WIDEBEAM_PROFILE_APART=1 as well, W3's steps profile a second pass of
-# those widths after the timed one (`--profile-apart`), so their rates stay unprofiled.
+# bf16 and FP8); with WIDEBEAM_PROFILE_APART=1 as well, W2's and W3's steps profile a second
+# pass of those phases after the timed one (`--profile-apart`), so their numbers stay
+# unprofiled (W4's profile stays inside its timed pass).
 # Every stack* step appends $WIDEBEAM_STACK_ARGS to its stack.py command (e.g.
 # "--gateway-workers 2").
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
@@ -124,7 +125,7 @@ AB_VARIANTS=""
 IFS=';' read -ra AB_EACH <<< "$AB_B_ARGS"
 for flags in "${AB_EACH[@]}"; do AB_VARIANTS+=" --b-args='$flags'"; done
 PROFILE_ARGS=${WIDEBEAM_PROFILE:+--profile $WIDEBEAM_PROFILE}
-W3_PROFILE_ARGS="$PROFILE_ARGS${WIDEBEAM_PROFILE:+${WIDEBEAM_PROFILE_APART:+ --profile-apart}}"
+SEPARATE_PROFILE_ARGS="$PROFILE_ARGS${WIDEBEAM_PROFILE:+${WIDEBEAM_PROFILE_APART:+ --profile-apart}}"
 step_command() {
     case "$1" in
         gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels \
@@ -192,8 +193,8 @@ step_command() {
         fp8-kv-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
             --quantization none --kv-dtype fp8" ;;
         fp8-all-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8" ;;
-        w2-fp8) echo "cd bench && python3 sid_decode.py --quick $PROFILE_ARGS && python3 \
-            sid_decode.py --quick --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
+        w2-fp8) echo "cd bench && python3 sid_decode.py --quick $SEPARATE_PROFILE_ARGS && python3 \
+            sid_decode.py --quick --quantization fp8 --kv-dtype fp8 --tag _fp8 $SEPARATE_PROFILE_ARGS" ;;
         w2-clock) echo "cd bench && W2='python3 sid_decode.py --contexts 5000 --host-clock \
             --reps ${WIDEBEAM_W2_REPS:-10}' && FP8='--quantization fp8 --kv-dtype fp8' \
             ; \$W2 --tag _bf16 ; \$W2 \$FP8 --tag _fp8 \
@@ -220,12 +221,12 @@ step_command() {
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
             --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
-        w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick $W3_PROFILE_ARGS \
+        w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick $SEPARATE_PROFILE_ARGS \
             && python3 genrec_throughput.py --quick --quantization fp8 --kv-dtype fp8 \
-            --tag _fp8 $W3_PROFILE_ARGS" ;;
+            --tag _fp8 $SEPARATE_PROFILE_ARGS" ;;
         w3-fp8-head) echo "$(step_command w3-fp8) && python3 genrec_throughput.py --quick \
             --quantization fp8 --kv-dtype fp8 --head-quantization fp8 --tag _fp8head \
-            $W3_PROFILE_ARGS" ;;
+            $SEPARATE_PROFILE_ARGS" ;;
         w4-fp8-head) echo "$(step_command w4-fp8) && python3 recif_throughput.py --quick \
             --variants distinct --quantization fp8 --kv-dtype fp8 --head-quantization fp8 \
             --tag _fp8head $PROFILE_ARGS" ;;

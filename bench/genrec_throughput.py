@@ -28,7 +28,8 @@ from harness import (
     matmul_tflops,
     maybe_profile,
     model_dir,
-    profiled,
+    profile_after,
+    profile_timed,
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
@@ -48,12 +49,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hf", action="store_true", help="transformers at n = 50")
-    parser.add_argument(
-        "--profile-apart",
-        action="store_true",
-        help="--profile's phases are profiled in a second pass of half their requests after the "
-        "timed one, so the table's rates are never the profiler's",
-    )
     add_engine_args(parser)
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
@@ -114,16 +109,15 @@ def main() -> None:
         for wave in range(2):
             drive(engine, [make(-100 - wave * conc - i) for i in range(conc)], None, conc)
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
-        profile = profiled(args.profile, width, min(WIDTHS))
+        label = f"n={width}, c={conc}"
         with (
-            maybe_profile(profile and not args.profile_apart, f"n={width}, c={conc}"),
+            maybe_profile(profile_timed(args, width, min(WIDTHS)), label),
             traced(engine, f"w3_n{width}") if args.trace else contextlib.nullcontext(),
         ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
-        if profile and args.profile_apart:
-            apart = [make(num + i) for i in range(max(2 * conc, num // 2))]
-            with maybe_profile(True, f"n={width}, c={conc}, {len(apart)} requests after"):
-                drive(engine, apart, None, conc, check)
+        if profile_after(args, width, min(WIDTHS)):
+            with maybe_profile(True, f"{label}, a second pass after the timed one"):
+                drive(engine, [make(num + i) for i in range(num // 2)], None, conc)
         flops = request_flops(model.config, 301, width, 4, head_columns)
         floor_rps = peak * 1e12 / flops
         # Practical floor: `conc` requests advance together; per round, their prompts' linear

@@ -126,6 +126,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         "widths n, or W2's contexts)",
     )
     parser.add_argument(
+        "--profile-apart",
+        action="store_true",
+        help="profile --profile's phases in a second pass after the timed one (half its "
+        "requests), so the results' rates are never the profiler's",
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="timeline of the single-request phases (tracing.py)"
     )
 
@@ -164,6 +170,17 @@ def profiled(profile: str | None, phase: int, first: int) -> bool:
     except ValueError as err:
         raise SystemExit(str(err)) from None
     return phase == first if phases is None else phase in phases
+
+
+def profile_timed(args: argparse.Namespace, phase: int, first: int) -> bool:
+    """Whether the timed pass of `phase` runs under the profiler (`--profile` names it and
+    `--profile-apart` is off)."""
+    return profiled(args.profile, phase, first) and not args.profile_apart
+
+
+def profile_after(args: argparse.Namespace, phase: int, first: int) -> bool:
+    """Whether `phase` gets a second, profiled pass after its timed one (`--profile-apart`)."""
+    return profiled(args.profile, phase, first) and args.profile_apart
 
 
 @contextlib.contextmanager

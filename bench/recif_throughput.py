@@ -88,6 +88,9 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     add_engine_args(parser)
     args = parser.parse_args()
+    if args.profile_apart:
+        # A second pass would send the timed pass's prompts again, which the prefix cache holds.
+        parser.error("--profile-apart: W4 profiles inside its timed pass only")
     variants = args.variants.split(",")
     if unknown := set(variants) - set(VARIANTS):
         raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {VARIANTS}")

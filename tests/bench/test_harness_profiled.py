@@ -1,4 +1,5 @@
-"""`bench/harness.profiled`: which timed phases `--profile [PHASES]` names."""
+"""`bench/harness.profiled`: which timed phases `--profile [PHASES]` names, and where
+`--profile-apart` puts their profile."""
 
 from __future__ import annotations
 
@@ -35,3 +36,17 @@ def test_the_command_line_refuses_a_malformed_list_at_once(
     with pytest.raises(SystemExit):
         parser.parse_args(["--profile", "n=50"])
     assert "comma-separated integers, got 'n=50'" in capsys.readouterr().err
+
+
+def test_profile_apart_moves_the_profile_after_the_timed_pass() -> None:
+    harness = load_bench_module("harness")
+    parser = argparse.ArgumentParser()
+    harness.add_engine_args(parser)
+    inside = parser.parse_args(["--profile", "50,1000"])
+    apart = parser.parse_args(["--profile", "50,1000", "--profile-apart"])
+    assert harness.profile_timed(inside, 1000, 50) and not harness.profile_after(inside, 1000, 50)
+    assert harness.profile_after(apart, 1000, 50) and not harness.profile_timed(apart, 1000, 50)
+    for args in (inside, apart):  # a phase --profile does not name: neither
+        assert not harness.profile_timed(args, 512, 50) and not harness.profile_after(args, 512, 50)
+    alone = parser.parse_args(["--profile-apart"])  # nothing to profile: nothing moves
+    assert not harness.profile_timed(alone, 50, 50) and not harness.profile_after(alone, 50, 50)
