@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from widebeam.services.gateway.settings import ALL_MODEL_NAMES, GatewaySettings
+from widebeam.services.gateway.settings import ALL_MODEL_NAMES, EVENT_LOOPS, GatewaySettings
 from widebeam.settings_cli import add_serve_command, settings_from_flags
 
 # flag dest -> settings field (flags left unset fall back to the environment, then defaults)
@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--event-loop",
-        choices=["asyncio", "uvloop"],
+        choices=EVENT_LOOPS,
         help="each gateway process's event loop (default asyncio) [WIDEBEAM_GATEWAY_EVENT_LOOP]",
     )
     add("--log-level", help="DEBUG, INFO, WARNING, ...")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -12,6 +12,9 @@ from widebeam.services.http.client_guard_settings import ClientGuardSettings
 
 # `default_constrained` entry meaning every name the gateway serves.
 ALL_MODEL_NAMES = "*"
+# The event loops a gateway process can run (uvicorn's names for them).
+EventLoop = Literal["asyncio", "uvloop"]
+EVENT_LOOPS: tuple[str, ...] = get_args(EventLoop)
 
 
 class GatewaySettings(ClientGuardSettings):
@@ -94,10 +97,10 @@ class GatewaySettings(ClientGuardSettings):
         "response's start (app) and its decoder calls' (decoder), for a client to see where "
         "its latency went; off hides the decoders' timing from callers",
     )
-    event_loop: Literal["asyncio", "uvloop"] = Field(
+    event_loop: EventLoop = Field(
         "asyncio",
-        description="each gateway process's event loop: asyncio's own, or uvloop's (libuv; "
-        "less host time per request for the HTTP server and the gRPC calls to the decoders)",
+        description="each gateway process's event loop, which runs its HTTP server and its gRPC "
+        "calls to the decoders: asyncio's own, or uvloop's (libuv)",
     )
     log_level: str = "INFO"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -11,10 +12,11 @@ import time
 import httpx
 import pytest
 
+from tests.services.gateway.conftest import HISTORY
 from widebeam.cli import build_parser
 from widebeam.services.decoder.server.background import BackgroundServer
 from widebeam.services.gateway.cli import settings_from_args
-from widebeam.services.gateway.settings import GatewaySettings
+from widebeam.services.gateway.settings import EVENT_LOOPS, GatewaySettings
 
 
 def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,10 +59,12 @@ def test_invalid_settings_are_a_clear_error() -> None:
         settings_from_args(args)
 
 
-def test_serve_process(decoder_server: BackgroundServer) -> None:
+@pytest.mark.parametrize("event_loop", EVENT_LOOPS)
+def test_serve_process(decoder_server: BackgroundServer, event_loop: str) -> None:
     command = [
         sys.executable, "-m", "widebeam.cli", "gateway", "serve", "--port", "0",
         "--decoder", decoder_server.address, "--api-key", "secret-key-4711",
+        "--event-loop", event_loop,
     ]  # fmt: skip
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     lines: list[str] = []
@@ -87,8 +91,24 @@ def test_serve_process(decoder_server: BackgroundServer) -> None:
             assert http.get("/readyz").status_code == 200
             wrong = http.get("/v1/models", headers={"Authorization": "Bearer wrong-key-0815"})
             assert wrong.status_code == 401
-            ok = http.get("/v1/models", headers={"Authorization": "Bearer secret-key-4711"})
-            assert ok.status_code == 200
+            key = {"Authorization": "Bearer secret-key-4711"}
+            models = http.get("/v1/models", headers=key)
+            assert models.status_code == 200
+            # A recommendation and a streamed chat completion: the gateway's calls to the
+            # decoder run on this event loop too.
+            body = {"history": HISTORY, "n": 3, "beam_width": 4}
+            recommended = http.post("/v1/recommend", json=body, headers=key)
+            assert recommended.status_code == 200, recommended.text
+            assert len(recommended.json()["items"]) == 3
+            chat = {
+                "model": models.json()["data"][0]["id"], "n": 3, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "<t_1><t_2>"}], "stream": True,
+            }  # fmt: skip
+            streamed = http.post("/v1/chat/completions", json=chat, headers=key)
+            assert streamed.status_code == 200, streamed.text
+            data = [line for line in streamed.text.splitlines() if line.startswith("data: ")]
+            assert len(json.loads(data[0].removeprefix("data: "))["choices"]) == 3
+            assert data[-1] == "data: [DONE]"
         proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=20)
         assert proc.returncode == 0
