@@ -95,9 +95,8 @@
 #                          on one trained model
 # w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile
 # PHASES` to each of their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths,
-# bf16 and FP8); with WIDEBEAM_PROFILE_APART=1 as well, W2's and W3's steps profile a second
-# pass of those phases after the timed one (`--profile-apart`), so their numbers stay
-# unprofiled (W4's profile stays inside its timed pass).
+# bf16 and FP8); with WIDEBEAM_PROFILE_APART=1 as well, they profile a second pass of those
+# phases after the timed one (`--profile-apart`), so their numbers stay unprofiled.
 # Every stack* step appends $WIDEBEAM_STACK_ARGS to its stack.py command (e.g.
 # "--gateway-workers 2").
 # A step that runs past its limit is stopped and the next one starts; the last lines of each
@@ -219,8 +218,8 @@ step_command() {
             tests/services/decoder/test_engine_graphs_gpu.py \
             tests/services/decoder/test_warm_up_gpu.py" ;;
         w4-fp8) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
-            $PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
-            --quantization fp8 --kv-dtype fp8 --tag _fp8 $PROFILE_ARGS" ;;
+            $SEPARATE_PROFILE_ARGS && python3 recif_throughput.py --quick --variants distinct \
+            --quantization fp8 --kv-dtype fp8 --tag _fp8 $SEPARATE_PROFILE_ARGS" ;;
         w3-fp8) echo "cd bench && python3 genrec_throughput.py --quick $SEPARATE_PROFILE_ARGS \
             && python3 genrec_throughput.py --quick --quantization fp8 --kv-dtype fp8 \
             --tag _fp8 $SEPARATE_PROFILE_ARGS" ;;
@@ -229,7 +228,7 @@ step_command() {
             $SEPARATE_PROFILE_ARGS" ;;
         w4-fp8-head) echo "$(step_command w4-fp8) && python3 recif_throughput.py --quick \
             --variants distinct --quantization fp8 --kv-dtype fp8 --head-quantization fp8 \
-            --tag _fp8head $PROFILE_ARGS" ;;
+            --tag _fp8head $SEPARATE_PROFILE_ARGS" ;;
         fp8-head-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8 \
             --head-quantization fp8" ;;
         *) return 1 ;;

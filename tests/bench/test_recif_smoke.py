@@ -34,3 +34,17 @@ def test_recif_profiles_the_listed_widths_only(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "--- profile: distinct, n=8, c=" in stdout
     assert "n=4, c=" not in stdout
+
+
+def test_recif_profiles_apart_from_the_timed_pass(tmp_path: Path) -> None:
+    report, stdout = run_smoke(
+        "recif_throughput.py", tmp_path, "--cache", str(tmp_path), "--variants", "distinct",
+        "--profile", "4", "--profile-apart",
+    )  # fmt: skip
+    assert "--- profile: distinct, n=4, c=2, a second pass after the timed one" in stdout
+    assert "--- profile: distinct, n=4, c=2\n" not in stdout  # the timed pass ran unprofiled
+    assert "n=8, c=" not in stdout.split("--- profile:", 1)[1].split("\n", 1)[0]
+    # The second pass sends new prompts, so it meets the prefix cache no more than the timed one.
+    rows = {row["width"]: row for row in report["rows"]}
+    assert rows[4]["prefix_hit_ratio"] < 0.1 and rows[4]["profiled_pass_prefix_hit_ratio"] < 0.1
+    assert rows[8]["profiled_pass_prefix_hit_ratio"] is None  # not profiled
