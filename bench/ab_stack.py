@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import httpx
+from cache_dir import add_cache_argument
 from closed_loop_clients import GRPC_RECOMMEND, ClientProcesses
 from e2e import DecoderProcess, free_port
 from gpu_clocks import GpuSampler
@@ -155,9 +156,7 @@ def main() -> None:
     parser.add_argument("--max-kv-slots", type=int, default=120_000)
     parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
     parser.add_argument("--catalog", type=Path, help="default: workload 3's 430k-SID catalog")
-    parser.add_argument(
-        "--cache", default=os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench")
-    )
+    add_cache_argument(parser)
     parser.add_argument("--smoke", action="store_true", help="CPU: a tiny model, 2 rounds")
     args = parser.parse_args()  # fmt: skip
     tree = args.other_tree

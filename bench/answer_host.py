@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
-import os
 import pickle
 import statistics
 import sys
@@ -36,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from cache_dir import bench_cache
 
 HISTORY_ITEMS = 60
 BEAM = 50
@@ -89,7 +90,7 @@ def timed_calls(args: argparse.Namespace) -> dict[str, list[Callable[[], object]
 
     torch.manual_seed(0)
     catalog_path = random_catalog(args.sids, LEVELS, seed=0)
-    cache = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench"))
+    cache = bench_cache()
     model_dir = cache / "answer-host-model"
     if not (model_dir / "config.json").exists():
         write_tiny_model(model_dir, sid_levels=LEVELS, base_vocab=200, seed=7)

@@ -36,6 +36,7 @@ from typing import Any
 
 import grpc
 import redis
+from cache_dir import bench_cache
 from catalog_scale import commit, machine, make_catalog
 from e2e import DecoderProcess
 from google.protobuf import empty_pb2
@@ -296,7 +297,7 @@ def main() -> None:
     p.add_argument("--json", help="also write the raw results there")
     args = p.parse_args()
     args.command = " ".join([".venv/bin/python", "bench/catalog_swap.py", *sys.argv[1:]])
-    cache = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench"))
+    cache = bench_cache()
     model = tiny_model(cache)
     layout = SidLayout.from_tokenizer(model)
     assert layout is not None

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
+from cache_dir import bench_cache
 
 
 def random_catalog(num_sids: int, levels: tuple[int, ...], seed: int = 0) -> Path:
     """A JSONL catalog of `num_sids` distinct random SIDs, one item each."""
-    root = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench"))
+    root = bench_cache()
     path = root / f"catalog-{num_sids}-{'x'.join(map(str, levels))}-{seed}.jsonl"
     if path.exists():
         return path

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import grpc
+from cache_dir import add_cache_argument
 from catalogs import random_catalog
 from e2e import DecoderProcess
 from harness import environment, markdown_table, write_json
@@ -133,9 +134,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=12)
     parser.add_argument("--requests", type=int, default=300, help="timed calls per run")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each mode, alternated")
-    parser.add_argument(
-        "--cache", default=os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench")
-    )
+    add_cache_argument(parser)
     parser.add_argument("--smoke", action="store_true", help="a few requests, one round")
     args = parser.parse_args()
     if args.smoke:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
+from cache_dir import add_cache_argument
 from catalogs import random_catalog
 from e2e import DecoderProcess, free_port, service_log
 from harness import environment, markdown_table, write_json
@@ -112,7 +113,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=64, help="beam = n of each request")
     parser.add_argument("--modes", default="off,on,off,on", help="freeze off / on, in order")
     parser.add_argument("--smoke", action="store_true", help="a few requests per mode")
-    parser.add_argument("--cache", default="/tmp/widebeam-bench")
+    add_cache_argument(parser)
     args = parser.parse_args()
     if args.smoke:
         args.requests, args.width, args.modes = 40, 8, "off,on"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from cache_dir import bench_cache
 
 from widebeam.kernels.attention.suffix_tree import SplitRule
 from widebeam.services.decoder.config import BeamExpansion, DType, EngineConfig
@@ -57,7 +58,7 @@ SHAPES = {
 def model_dir(shape: str, sid_levels: tuple[int, ...] | None = None) -> Path:
     """Build (once per machine) an HF directory of `shape` with random bf16 weights."""
     tag = shape + ("-sid" + "x".join(map(str, sid_levels)) if sid_levels else "")
-    root = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench")) / tag
+    root = bench_cache() / tag
     if not (root / "config.json").exists():
         torch.manual_seed(0)
         write_tiny_model(

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import time
 
 import httpx
+from cache_dir import add_cache_argument
 from catalogs import random_catalog
 from e2e import DecoderProcess
 from harness import environment, markdown_table, write_json
@@ -67,9 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1500, help="per client and round")
     parser.add_argument("--rounds", type=int, default=2, help="each client once a round")
-    parser.add_argument(
-        "--cache", default=os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench")
-    )
+    add_cache_argument(parser)
     parser.add_argument("--smoke", action="store_true", help="a few requests, one round")
     args = parser.parse_args()
     if args.smoke:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from cache_dir import bench_cache
 from catalogs import random_catalog
 from harness import drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
@@ -84,7 +84,7 @@ def main() -> None:
     if args.smoke:
         args.width, args.concurrency, args.rounds, args.requests = 4, 2, 2, 4
         torch.set_num_threads(1)
-        cache = Path(os.environ.get("WIDEBEAM_BENCH_CACHE", "/tmp/widebeam-bench"))
+        cache = bench_cache()
         root = cache / "prefill-limit-smoke-model"
         if not (root / "config.json").exists():
             write_tiny_model(root, seed=0, sid_levels=SMOKE_LEVELS)

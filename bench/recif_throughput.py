@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from cache_dir import add_cache_argument
 from catalogs import random_catalog
 from floor import linear_step_ms, request_flops
 from harness import (
@@ -86,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny model, tiny widths")
-    parser.add_argument("--cache", default="/tmp/widebeam-bench", help="smoke model directory")
+    add_cache_argument(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     add_engine_args(parser)
     args = parser.parse_args()

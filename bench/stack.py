@@ -44,6 +44,7 @@ from pathlib import Path
 
 import httpx
 import torch
+from cache_dir import add_cache_argument
 from catalogs import random_catalog
 from closed_loop_clients import GRPC_RECOMMEND, ClientProcesses
 from e2e import DecoderProcess, free_port
@@ -671,7 +672,7 @@ def main() -> None:
     parser.add_argument("--max-kv-slots", type=int, default=120_000)
     parser.add_argument("--model", type=Path, help="default: workload 3's Qwen3-1.7B + SID model")
     parser.add_argument("--catalog", type=Path, help="default: workload 3's 430k-SID catalog")
-    parser.add_argument("--cache", default="/tmp/widebeam-bench")
+    add_cache_argument(parser)
     args = parser.parse_args()
     if args.quick:  # shorter defaults; what the command line names still wins
         parser.set_defaults(requests=36, phase_seconds=3.0, loads=[0.5, 2.0], sweep_seconds=8.0)

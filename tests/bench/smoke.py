@@ -33,7 +33,10 @@ def run_smoke(
 
 
 def load_bench_module(name: str) -> ModuleType:
-    """bench/<name>.py as a module (one that imports no other bench module)."""
+    """bench/<name>.py as a module; the other bench modules it imports load from bench/, as
+    they do when the script runs there."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
