@@ -34,12 +34,15 @@ def run_smoke(
 
 def load_bench_module(name: str) -> ModuleType:
     """bench/<name>.py as a module; the other bench modules it imports load from bench/, as
-    they do when the script runs there."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
+    they do when the script runs there. bench/ is on the import path only while it loads: its
+    script names (kernels.py) would hide installed packages from the rest of the session."""
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # (dataclasses look their module up while the class is built)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
     return module
