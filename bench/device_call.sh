@@ -25,7 +25,9 @@
 #                          --group-wait-ms 3"}, where ";" starts the next variant's flags
 #                          (" " alone: none, for --other-tree; "--gateway" starts a variant's
 #                          gateway flags, e.g. "--gateway --workers 2"), and $WIDEBEAM_AB_ARGS more
-#                          options (e.g. "--other-tree ../.before --widths 50,512")
+#                          options (e.g. "--other-tree ../.before --widths 50,512"); each
+#                          decoder holds ~27 GB, so B and C together need an H200 (on an
+#                          H100 the third decoder runs out of memory: one variant a call)
 #   w1-sharing [180]       suffix_sharing.py --tokens 128: how much generated-token KV W1's
 #                          5,000 rows share (what a tree-aware suffix kernel could save)
 #   w1-profile [180]       profile_step.py --beams 5000 --tokens ${WIDEBEAM_W1_TOKENS:-64}
