@@ -206,10 +206,13 @@ def main() -> None:
 def run_rounds(
     args: argparse.Namespace, work: Workload, sides: dict[str, Side], sampler: GpuSampler
 ) -> list[dict]:
-    # A's warm-up rate sizes every phase (the same requests count for every side).
+    # A's warm rate sizes every phase (the same requests count for every side): its first
+    # wave meets cold caches and the clients' first connections, so the second one is timed
+    # (timing the first sized n = 50's phases at the --requests floor, half a second each).
     first = sides[BASELINE]
     assert first.clients is not None
     for width in args.widths:
+        first.clients.run(GRPC_RECOMMEND, "", work.fresh_histories(2 * args.concurrency), width)
         histories = work.fresh_histories(2 * args.concurrency)
         started = time.perf_counter()
         first.clients.run(GRPC_RECOMMEND, "", histories, width)
