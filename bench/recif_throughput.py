@@ -129,7 +129,7 @@ def main() -> None:
             num = max(2 * conc, num // 4) if args.quick else num
             label = f"{variant}, n={width}, c={conc}"
             profiles = (
-                maybe_profile(profile_timed(args, width, min(shape.widths)), label),
+                profile_timed(args, width, min(shape.widths)),
                 profile_after(args, width, min(shape.widths)),
             )
             row, beams = _measure(
@@ -241,12 +241,12 @@ def _measure(engine, prompts, variant, width, num, conc, shape, valid, peak, pro
     alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
     kv = engine.scheduler.kv
     before = kv.stats()
-    with_profile, profile_after = profiles
-    with with_profile:
+    timed_profile, second_profile = profiles  # where --profile / --profile-apart put one
+    with maybe_profile(timed_profile, label):
         stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
     after = kv.stats()
     profiled_hit = None
-    if profile_after:
+    if second_profile:
         # Prompts the timed pass did not send: the prefix cache holds no more of them than of
         # the timed pass's (what the variant shares, the instruction).
         with maybe_profile(True, f"{label}, a second pass after the timed one"):
