@@ -30,6 +30,7 @@ from harness import (
     model_dir,
     profile_after,
     profile_timed,
+    second_pass_profile,
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
@@ -116,7 +117,7 @@ def main() -> None:
         ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
         if profile_after(args, width, min(WIDTHS)):
-            with maybe_profile(True, f"{label}, a second pass after the timed one"):
+            with second_pass_profile(label):
                 drive(engine, [make(num + i) for i in range(num // 2)], None, conc)
         flops = request_flops(model.config, 301, width, 4, head_columns)
         floor_rps = peak * 1e12 / flops

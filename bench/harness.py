@@ -184,6 +184,11 @@ def profile_after(args: argparse.Namespace, phase: int, first: int) -> bool:
     return profiled(args.profile, phase, first) and args.profile_apart
 
 
+def second_pass_profile(label: str) -> contextlib.AbstractContextManager[None]:
+    """The profiler over `--profile-apart`'s second pass of the phase `label`."""
+    return maybe_profile(True, f"{label}, a second pass after the timed one")
+
+
 @contextlib.contextmanager
 def maybe_profile(enabled: bool, label: str) -> Iterator[None]:
     """With `enabled`, print the top device and host operators of the block (torch profiler)."""

@@ -40,6 +40,7 @@ from harness import (
     model_dir,
     profile_after,
     profile_timed,
+    second_pass_profile,
     write_json,
 )
 
@@ -249,7 +250,7 @@ def _measure(engine, prompts, variant, width, num, conc, shape, valid, peak, pro
     if second_profile:
         # Prompts the timed pass did not send: the prefix cache holds no more of them than of
         # the timed pass's (what the variant shares, the instruction).
-        with maybe_profile(True, f"{label}, a second pass after the timed one"):
+        with second_pass_profile(label):
             drive(engine, [make(num + i) for i in range(max(conc, num // 2))], None, conc)
         profiled_hit = _hit_ratio(after, kv.stats())
     prompt_len = len(prompts(0))
