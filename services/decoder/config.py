@@ -228,11 +228,12 @@ class EngineConfig:
             "eager forward)"
         ),
     )
-    # Off by default until its start-up time is measured on the GPU: a 5000-row decoder's
-    # warm-up did not finish within its test's start-up limit. Captures while serving are
-    # counted either way (widebeam_decoder_graph_captures_total).
+    # On: a graph captured while serving holds up every running request for the capture.
+    # The price is start-up time; captures while serving are counted either way
+    # (widebeam_decoder_graph_captures_total). Only the decoder server warms up
+    # (`Engine.warm_up`); an engine built in-process captures as it meets its shapes.
     capture_at_start: bool = field(
-        default=False,
+        default=True,
         metadata=_help(
             "with CUDA graphs: capture every decode row bucket up to max_capture_rows and every "
             "prefill token bucket before reporting ready (false: capture lazily, while serving)"

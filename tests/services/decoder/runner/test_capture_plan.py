@@ -26,8 +26,7 @@ from widebeam.services.decoder.runner.prefill_graphs import (
 
 
 def cuda_config(**overrides: object) -> EngineConfig:
-    fields: dict = {"capture_at_start": True} | overrides
-    return EngineConfig(model_dir="/m", device="cuda", **fields)
+    return EngineConfig(model_dir="/m", device="cuda", **overrides)  # type: ignore[arg-type]
 
 
 def sizes(plan: tuple[CaptureBucket, ...], kind: GraphKind) -> list[int]:
@@ -101,9 +100,9 @@ def test_nothing_is_listed_without_graphs_or_when_switched_off(overrides: dict) 
     assert startup_captures(config) == ()
 
 
-def test_start_up_capture_is_opt_in() -> None:
-    assert startup_captures(EngineConfig(model_dir="/m", device="cuda")) == ()
-    assert startup_captures(cuda_config()) != ()
+def test_start_up_capture_is_on_by_default() -> None:
+    assert startup_captures(EngineConfig(model_dir="/m", device="cuda")) != ()
+    assert startup_captures(cuda_config(capture_at_start=False)) == ()
 
 
 def test_prefill_graphs_off_lists_decode_only() -> None:
