@@ -28,6 +28,8 @@
 #                          options (e.g. "--other-tree ../.before --widths 50,512"); each
 #                          decoder holds ~27 GB, so B and C together need an H200 (on an
 #                          H100 the third decoder runs out of memory: one variant a call)
+#   decoder-startup [300]  decoder_startup.py: the decoder's time to ready on W3's model at
+#                          ${WIDEBEAM_STARTUP_ROWS:-1024,8192} rows, start-up capture on and off
 #   w1-sharing [180]       suffix_sharing.py --tokens 128: how much generated-token KV W1's
 #                          5,000 rows share (what a tree-aware suffix kernel could save)
 #   w1-profile [180]       profile_step.py --beams 5000 --tokens ${WIDEBEAM_W1_TOKENS:-64}
@@ -145,6 +147,8 @@ step_command() {
             $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
         ab-stack) echo "cd bench && python3 ab_stack.py --rounds ${WIDEBEAM_AB_ROUNDS:-8} \
             --phase-seconds 2 $AB_VARIANTS ${WIDEBEAM_AB_ARGS:-}" ;;
+        decoder-startup) echo "cd bench && python3 decoder_startup.py \
+            --max-rows ${WIDEBEAM_STARTUP_ROWS:-1024,8192}" ;;
         w1-sharing) echo "cd bench && python3 suffix_sharing.py --tokens 128" ;;
         w1-profile) echo "cd bench && python3 profile_step.py --beams 5000 \
             --tokens ${WIDEBEAM_W1_TOKENS:-64}" ;;
@@ -239,7 +243,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests | stack-timeline) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
+        gpu-tests | stack-timeline | decoder-startup) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
