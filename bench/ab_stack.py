@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -207,16 +206,16 @@ def run_rounds(
     args: argparse.Namespace, work: Workload, sides: dict[str, Side], sampler: GpuSampler
 ) -> list[dict]:
     # A's warm rate sizes every phase (the same requests count for every side): its first
-    # wave meets cold caches and the clients' first connections, so the second one is timed
-    # (timing the first sized n = 50's phases at the --requests floor, half a second each).
+    # wave meets cold caches and the clients' first connections, so the second one is timed,
+    # over the clients' own wall time (a clock around `run` adds their common start's margin,
+    # 0.3 s, which put every n = 50 phase at the --requests floor, half a second long).
     first = sides[BASELINE]
     assert first.clients is not None
     for width in args.widths:
         first.clients.run(GRPC_RECOMMEND, "", work.fresh_histories(2 * args.concurrency), width)
         histories = work.fresh_histories(2 * args.concurrency)
-        started = time.perf_counter()
-        first.clients.run(GRPC_RECOMMEND, "", histories, width)
-        rate = 2 * args.concurrency / max(time.perf_counter() - started, 1e-9)
+        _, wall = first.clients.run(GRPC_RECOMMEND, "", histories, width)
+        rate = 2 * args.concurrency / max(wall, 1e-9)
         work.counts[width] = max(args.requests, round(rate * args.phase_seconds))
     rows: list[dict] = []
     names = list(sides)
