@@ -48,7 +48,7 @@ class DecoderProcess:
         self,
         model: Path,
         max_rows: int,
-        max_kv_slots: int,
+        max_kv_slots: int | None,  # None: a KV cache of 0.9 of the GPU memory left free
         *extra: str,
         env: dict[str, str] | None = None,  # e.g. CUDA_VISIBLE_DEVICES for one replica per GPU
     ) -> None:
@@ -70,8 +70,11 @@ class DecoderProcess:
             str(self.port),
             "--max-rows",
             str(max_rows),
-            "--max-kv-slots",
-            str(max_kv_slots),
+            *(
+                ("--kv-memory-fraction", "0.9")
+                if max_kv_slots is None
+                else ("--max-kv-slots", str(max_kv_slots))
+            ),
             "--max-message-bytes",
             str(256 << 20),
             *extra,

@@ -62,7 +62,7 @@ def slots_that_fit(model: CausalLM) -> int:
 
 def run_e2e(path: Path, prompt: list[int], wanted: set[int], quick: bool) -> list[dict]:
     """The same pattern through `widebeam decoder serve` (a subprocess) over gRPC."""
-    server = DecoderProcess(path, 4 * BEAMS, KV_SLOTS)
+    server = DecoderProcess(path, 4 * BEAMS, None)  # sized to the GPU, as slots_that_fit
     try:
         server.wait_ready()
         rows = []
