@@ -112,6 +112,9 @@ def run(args: argparse.Namespace, replicas: int, model: Path, catalog: Path, ite
     decoders = [
         DecoderProcess(
             model, args.max_rows, args.max_kv_slots, "--catalog", str(catalog),
+            # its lockstep beam steps captured before ready too, as an operator who knows the
+            # widths served declares them (the row buckets cover one request of each width)
+            "--capture-beam-widths", str(args.width),
             env={"CUDA_VISIBLE_DEVICES": str(i)} if DEVICE == "cuda" else None,
         )
         for i in range(replicas)
