@@ -48,9 +48,10 @@ class DecoderProcess:
         self,
         model: Path,
         max_rows: int,
-        max_kv_slots: int | None,  # None: a KV cache of 0.9 of the GPU memory left free
+        max_kv_slots: int | None,  # None: sized by kv_memory_fraction of the GPU memory left free
         *extra: str,
         env: dict[str, str] | None = None,  # e.g. CUDA_VISIBLE_DEVICES for one replica per GPU
+        kv_memory_fraction: float = 0.75,  # leaves the start-up capture of max_rows its workspace
     ) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -71,7 +72,7 @@ class DecoderProcess:
             "--max-rows",
             str(max_rows),
             *(
-                ("--kv-memory-fraction", "0.9")
+                ("--kv-memory-fraction", str(kv_memory_fraction))
                 if max_kv_slots is None
                 else ("--max-kv-slots", str(max_kv_slots))
             ),
@@ -79,6 +80,7 @@ class DecoderProcess:
             str(256 << 20),
             *extra,
         ]
+        self.info: decoder_pb2.GetInfoResponse | None = None  # set by wait_ready
         self.log = log = service_log("decoder", self.port)
         self.proc = subprocess.Popen(
             cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
@@ -92,7 +94,7 @@ class DecoderProcess:
             try:
                 with ChannelSecurity.from_env().channel(self.address) as channel:
                     stub = decoder_pb2_grpc.DecoderStub(channel)
-                    stub.GetInfo(empty_pb2.Empty(), timeout=5)
+                    self.info = stub.GetInfo(empty_pb2.Empty(), timeout=5)
                     return
             except grpc.RpcError:
                 time.sleep(1.0)
