@@ -26,7 +26,11 @@ from widebeam.services.decoder.catalog_loading import load_catalog_constraint, r
 from widebeam.services.decoder.config import BeamExpansion, EngineConfig, Quantization
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype
-from widebeam.services.decoder.kv.kv_capacity import kv_capacity_slots, kv_slot_bytes
+from widebeam.services.decoder.kv.kv_capacity import (
+    kv_capacity_slots,
+    kv_slot_bytes,
+    start_up_memory,
+)
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
 from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.kv_scales import kv_scales_for
@@ -37,6 +41,7 @@ from widebeam.services.decoder.requests.validation import EngineLimits, validate
 from widebeam.services.decoder.runner.beam_cohorts import advance_cohorts
 from widebeam.services.decoder.runner.capture_counts import GraphKind
 from widebeam.services.decoder.runner.capture_plan import (
+    CaptureBucket,
     prefill_graph_tokens,
     startup_captures,
     warm_up_requests,
@@ -129,6 +134,7 @@ class Engine:
         )
         kv_slots = kv_capacity_slots(config, slot_bytes, self.device)
         pages = PageAllocator(kv_slots // config.page_size, config.page_size)
+        self._slot_bytes = slot_bytes
         self.limits = EngineLimits(
             vocab_size=mc.vocab_size,
             max_model_len=config.max_model_len or mc.max_position_embeddings,
@@ -137,15 +143,16 @@ class Engine:
             default_eos_ids=tuple(defaults.eos_token_ids),
         )
         # One page beyond the allocator's: the trash slot padded decode rows write to.
-        cache = KVCache(
-            mc.num_hidden_layers,
-            pages.capacity_slots + config.page_size,
-            mc.num_key_value_heads,
-            mc.head_dim,
-            kv_dtype,
-            self.device,
-            kv_scales,
-        )
+        with self._start_up_memory("allocating the KV cache"):
+            cache = KVCache(
+                mc.num_hidden_layers,
+                pages.capacity_slots + config.page_size,
+                mc.num_key_value_heads,
+                mc.head_dim,
+                kv_dtype,
+                self.device,
+                kv_scales,
+            )
         backend_name = resolve_backend_name(config.attention_backend, self.device.type)
         self.step_counts = StepCounts()
         self.runner = ModelRunner(
@@ -178,9 +185,10 @@ class Engine:
         self.sid_layout = None
         if config.catalog_path:
             self.sid_layout = resolve_layout(config.model_dir, config.sid_layout, mc.vocab_size)
-            self.catalogs[DEFAULT_CATALOG] = load_catalog_constraint(
-                config.catalog_path, self.sid_layout, self.device
-            )
+            with self._start_up_memory("loading the catalog onto the device"):
+                self.catalogs[DEFAULT_CATALOG] = load_catalog_constraint(
+                    config.catalog_path, self.sid_layout, self.device
+                )
         self._arrivals = itertools.count()
         self._pending: list[StagedFlags] = []  # beam steps whose stop flags are not read yet
         # Finished (rows and KV released) but answer not built yet: `answers_after_launch`
@@ -249,13 +257,9 @@ class Engine:
         kv.enabled = False
         try:
             for bucket in plan:
-                requests = warm_up_requests(bucket, self.config, self.limits.max_model_len, path)
-                errors = {out.error for out in self.generate(requests) if out.error is not None}
-                if errors:  # a bucket this configuration cannot fill
-                    kind, size = bucket.kind, bucket.size
-                    log.warning("warm-up of %s %s skipped: %s", kind, size, errors.pop())
-                if bucket.kind == GraphKind.DECODE:  # the attention buckets no request met
-                    self.runner.capture_decode_buckets(bucket.size)
+                during = f"capturing the start-up graphs ({bucket.kind} bucket {bucket.size})"
+                with self._start_up_memory(during, capture=True):
+                    self._warm_up_bucket(bucket, path)
         finally:
             kv.enabled = self.config.prefix_cache
         seconds = time.perf_counter() - started
@@ -264,6 +268,20 @@ class Engine:
             sum(self.runner.capture_counts.counts.values()), len(plan), seconds,
         )  # fmt: skip
         return seconds
+
+    def _warm_up_bucket(self, bucket: CaptureBucket, path: int | None) -> None:
+        requests = warm_up_requests(bucket, self.config, self.limits.max_model_len, path)
+        errors = {out.error for out in self.generate(requests) if out.error is not None}
+        if errors:  # a bucket this configuration cannot fill
+            log.warning("warm-up of %s %s skipped: %s", bucket.kind, bucket.size, errors.pop())
+        if bucket.kind == GraphKind.DECODE:  # the attention buckets no request met
+            self.runner.capture_decode_buckets(bucket.size)
+
+    def _start_up_memory(self, during: str, capture: bool = False) -> AbstractContextManager[None]:
+        """Out of GPU memory `during` a start-up step: a StartUpMemoryError that names the KV
+        cache's size and what to give less."""
+        slots = self.limits.max_kv_slots
+        return start_up_memory(self.config, slots, self._slot_bytes, during, capture)
 
     def mark_ready(self) -> None:
         """Serving starts: captures from now on count as captures while serving."""
