@@ -202,21 +202,35 @@ def main() -> None:
     report(args, dict(zip(names, args.b_args or [""], strict=True)), gateways, rows, b_source)
 
 
+def phase_requests(
+    concurrency: int, latencies_ms: list[float], phase_seconds: float, fewest: int
+) -> int:
+    """Requests that a closed loop of `concurrency` clients answers in `phase_seconds`, at
+    the rate their latencies give (each client has one request out: concurrency / mean
+    latency), never fewer than `fewest`. A short warm wave's wall time is no measure: two
+    requests a client last ~0.1 s at n = 50, so the client processes' start skew (their
+    common start's margin, a late dispatch) doubled or tripled it, and every phase fell to
+    the floor (half a second long)."""
+    if not latencies_ms:
+        return fewest
+    rate = concurrency * 1000.0 / (sum(latencies_ms) / len(latencies_ms))
+    return max(fewest, round(rate * phase_seconds))
+
+
 def run_rounds(
     args: argparse.Namespace, work: Workload, sides: dict[str, Side], sampler: GpuSampler
 ) -> list[dict]:
-    # A's warm rate sizes every phase (the same requests count for every side): its first
-    # wave meets cold caches and the clients' first connections, so the second one is timed,
-    # over the clients' own wall time (a clock around `run` adds their common start's margin,
-    # 0.3 s, which put every n = 50 phase at the --requests floor, half a second long).
+    # A's warm rate sizes every phase (the same requests count for every side); its first wave
+    # meets cold caches and the clients' first connections, so the second one is read.
     first = sides[BASELINE]
     assert first.clients is not None
     for width in args.widths:
         first.clients.run(GRPC_RECOMMEND, "", work.fresh_histories(2 * args.concurrency), width)
         histories = work.fresh_histories(2 * args.concurrency)
-        _, wall = first.clients.run(GRPC_RECOMMEND, "", histories, width)
-        rate = 2 * args.concurrency / max(wall, 1e-9)
-        work.counts[width] = max(args.requests, round(rate * args.phase_seconds))
+        warm, _ = first.clients.run(GRPC_RECOMMEND, "", histories, width)
+        work.counts[width] = phase_requests(
+            args.concurrency, warm.latencies_ms, args.phase_seconds, args.requests
+        )
     rows: list[dict] = []
     names = list(sides)
     for rnd in range(args.rounds):

@@ -10,9 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.smoke import BENCH, run_smoke
+from tests.bench.smoke import BENCH, load_bench_module, run_smoke
 
 ROOT = BENCH.parent
+
+
+def test_phases_are_sized_by_the_closed_loops_latency_not_a_short_waves_wall_time() -> None:
+    phase_requests = load_bench_module("ab_stack").phase_requests
+    # 12 clients at 50 ms a request answer 240 a second: 720 in a 3 s phase, whatever the
+    # warm wave's wall time was.
+    assert phase_requests(12, [40.0, 60.0] * 12, 3.0, 96) == 720
+    assert phase_requests(12, [500.0] * 24, 3.0, 96) == 96  # slow: the floor
+    assert phase_requests(12, [], 3.0, 96) == 96  # nothing answered: the floor
+    assert phase_requests(12, [50.0] * 24, 0.0, 4) == 4  # --smoke: the floor alone
 
 
 def test_ab_stack_smoke(tmp_path: Path) -> None:
