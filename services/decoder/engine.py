@@ -26,12 +26,9 @@ from widebeam.services.decoder.catalog_loading import load_catalog_constraint, r
 from widebeam.services.decoder.config import BeamExpansion, EngineConfig, Quantization
 from widebeam.services.decoder.constraint.trie_constraint import TrieConstraint
 from widebeam.services.decoder.kv.kv_cache import KVCache, kv_storage_dtype
-from widebeam.services.decoder.kv.kv_capacity import (
-    kv_capacity_slots,
-    kv_slot_bytes,
-    start_up_memory,
-)
+from widebeam.services.decoder.kv.kv_capacity import kv_capacity_slots, kv_slot_bytes
 from widebeam.services.decoder.kv.page_allocator import PageAllocator
+from widebeam.services.decoder.kv.start_up_memory import start_up_memory
 from widebeam.services.decoder.model.config import GenerationDefaults
 from widebeam.services.decoder.model.kv_scales import kv_scales_for
 from widebeam.services.decoder.model.transformer import CausalLM

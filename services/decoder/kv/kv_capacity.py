@@ -6,16 +6,13 @@ Precedence: `max_kv_slots` when given; else `kv_memory_fraction` (CUDA only, che
 (the trash page padded decode rows write to), so a fraction sizes that page in too.
 
 What the cache leaves is all the rest of start-up has: the catalogs' device arrays and the
-start-up capture's graph pools and workspaces (which grow with the rows captured). Start-up
-steps that run out of GPU memory there say so in those terms (`start_up_memory`), not as a bare
-allocation failure deep in a kernel call.
+start-up capture's graph pools and workspaces (which grow with the rows captured); see
+`start_up_memory.py` for what start-up says when that is too little.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 
 import torch
 
@@ -58,42 +55,3 @@ def kv_capacity_slots(config: EngineConfig, slot_bytes: int, device: torch.devic
         total / 2**30, device,
     )  # fmt: skip
     return slots
-
-
-class StartUpMemoryError(RuntimeError):
-    """Start-up ran out of GPU memory beside the KV cache; the message says what to give less."""
-
-
-@contextlib.contextmanager
-def start_up_memory(
-    config: EngineConfig, kv_slots: int, slot_bytes: int, during: str, capture: bool = False
-) -> Iterator[None]:
-    """Turns a CUDA out-of-memory error raised `during` a start-up step (`capture`: the
-    start-up capture) into a StartUpMemoryError naming the cache's size and the settings that
-    trade against it."""
-    try:
-        yield
-    except torch.OutOfMemoryError as exc:
-        advice = start_up_memory_advice(config, kv_slots, slot_bytes, during, capture)
-        raise StartUpMemoryError(advice) from exc
-
-
-def start_up_memory_advice(
-    config: EngineConfig, kv_slots: int, slot_bytes: int, during: str, capture: bool = False
-) -> str:
-    if config.max_kv_slots is not None or config.kv_memory_fraction is None:
-        sized_by = f"max_kv_slots {kv_slots}"
-    else:
-        sized_by = f"kv_memory_fraction {config.kv_memory_fraction} of the free memory"
-    advice = (
-        f"out of GPU memory {during}, beside a KV cache of {kv_slots} slots "
-        f"({kv_slots * slot_bytes / 2**30:.2f} GiB, from {sized_by}): give the KV cache less "
-        f"(a lower kv_memory_fraction, or max_kv_slots)"
-    )
-    if capture:
-        rows = config.max_capture_rows or config.max_rows
-        advice += (
-            f", or capture fewer rows at start-up (max_capture_rows, now {rows} of max_rows "
-            f"{config.max_rows}; or capture_at_start false)"
-        )
-    return advice
