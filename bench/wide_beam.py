@@ -71,10 +71,10 @@ def run_e2e(path: Path, prompt: list[int], wanted: set[int], quick: bool) -> lis
         for tokens, num, qps, conc in PATTERN:
             if tokens not in wanted:
                 continue
-            if PROMPT_LEN + BEAMS * tokens > held:
-                print(f"e2e {tokens} tokens: skipped, one request needs "
-                      f"{PROMPT_LEN + BEAMS * tokens} KV slots and the decoder holds {held}",
-                      flush=True)  # fmt: skip
+            need = PROMPT_LEN + BEAMS * tokens
+            if need > held:
+                print(f"e2e {tokens} tokens: skipped, one request needs {need} KV slots and "
+                      f"the decoder holds {held}", flush=True)  # fmt: skip
                 continue
             num = QUICK_REQUESTS[tokens] if quick else num
             warm = [generate_request("warm", prompt, BEAMS, tokens, ignore_eos=True)]
