@@ -47,6 +47,10 @@
 #                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT,ROWS} lists), the plan's
 #                          time
 #   kernels-padding [120]  kernels.py --only padding
+#   kernels-prefix [300]   kernels.py --only prefix: the prefix kernel's rows per item
+#                          (${WIDEBEAM_PREFIX_ROWS:-auto,64}) x BLOCK_N:warps:stages tiles
+#                          (\$WIDEBEAM_PREFIX_TILES, else the bench's list) at W3 / W4 / W2 shapes,
+#                          bf16 and FP8 KV
 #   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
 #                          bf16 cache, then FP8 with the prefix kernel's dots in bf16, fp16, default
 #   kernels-fp8prefill [90]  kernels.py --only fp8prefill: one layer's KV write + prefill at W2
@@ -172,6 +176,9 @@ step_command() {
             --tree-split ${WIDEBEAM_TREE_SPLIT:-8:8} --tree-rows ${WIDEBEAM_TREE_ROWS:-auto} \
             --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
+        kernels-prefix) echo "cd bench && python3 kernels.py --only prefix --reps 20 \
+            --prefix-rows ${WIDEBEAM_PREFIX_ROWS:-auto,64} \
+            ${WIDEBEAM_PREFIX_TILES:+--prefix-tiles $WIDEBEAM_PREFIX_TILES} --tag _prefix" ;;
         kernels-fp8kv) echo "cd bench && python3 kernels.py --only fp8kv --tag _fp8kv" ;;
         kernels-fp8prefill) echo "cd bench && python3 kernels.py --only fp8prefill \
             --tag _fp8prefill" ;;
@@ -248,7 +255,7 @@ default_limit() {
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3-fp8-head | fp8-head-quality) echo 360 ;; w4-fp8-head) echo 420 ;;
-        w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; *) echo 120 ;;
+        w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; kernels-prefix) echo 300 ;; *) echo 120 ;;
     esac
 }
 

@@ -1,7 +1,7 @@
 """Kernel micro-benchmarks: every Triton kernel against its torch reference at workload shapes.
 
-    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv,fp8prefill]
-        [--reps 50]
+    python kernels.py [--only attention,padding,tree,prefill,logits,layers,kv,fp8kv,fp8prefill,
+        prefix] [--reps 50]
         [--no-flush] [--rows-per-program 1,auto] [--suffix-warps auto] [--block-s auto]
         [--suffix-stages auto] [--shared-block-n auto] [--shared-programs auto]
         [--shared-warps auto] [--tree-split 8:8] [--tree-rows auto] [--tag SUFFIX] [--smoke]
@@ -120,16 +120,23 @@ def decode_inputs(groups: list[tuple[int, int, int]], heads: tuple[int, int, int
     return rand(row, q_heads, dim), k_cache, v_cache, DecodeBatch(tuple(made))
 
 
-def pack(batch, rows: int, heads: tuple[int, int, int], tree_rows: int = 0, tree_split=None):
-    """The engine's packing: page tables, default block_rows / splits, suffix capacity bucketed
-    to a power of two >= 8 (`runner/decode_graphs.py`); `tree_rows` > 0: with the shared-suffix
-    plan (`suffix_tree`)."""
+def pack(
+    batch,
+    rows: int,
+    heads: tuple[int, int, int],
+    tree_rows: int = 0,
+    tree_split=None,
+    block_rows: int | None = None,
+):
+    """The engine's packing: page tables, default block_rows (unless given) / splits, suffix
+    capacity bucketed to a power of two >= 8 (`runner/decode_graphs.py`); `tree_rows` > 0: with
+    the shared-suffix plan (`suffix_tree`)."""
     from widebeam.kernels.attention.packed import pack_decode
     from widebeam.kernels.attention.triton_common import default_block_rows, default_num_splits
 
     q_heads, kv_heads, _ = heads
     widest = max(g.num_rows for g in batch.groups)
-    block_rows = default_block_rows(q_heads, kv_heads, widest)
+    block_rows = block_rows or default_block_rows(q_heads, kv_heads, widest)
     items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
     longest = max(int(g.prompt_slots.shape[0]) for g in batch.groups)
     splits = default_num_splits(items * kv_heads, longest, DEVICE)
@@ -684,6 +691,101 @@ def kv(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
+# ----------------------------------------------------------------------------- prefix tiles
+
+
+def prefix_tiles(args: argparse.Namespace) -> list[dict[str, int | None]]:
+    """The prefix kernel's sweep: rows per work item x (BLOCK_N:warps:stages), 'auto' = default."""
+
+    def auto(text: str) -> int | None:
+        return None if text == "auto" else int(text)
+
+    tiles = []
+    for rows in args.prefix_rows.split(","):
+        for tile in args.prefix_tiles.split(","):
+            block_n, warps, stages = [*tile.split(":"), "auto", "auto"][:3]
+            tiles.append(
+                {
+                    "block_rows": auto(rows),
+                    "block_n": auto(block_n),
+                    "prefix_warps": auto(warps),
+                    "prefix_stages": auto(stages),
+                }
+            )
+    return tiles
+
+
+def prefix_cases(
+    name: str, groups: list[tuple[int, int, int]], heads: tuple[int, int, int], args
+) -> list[Case]:
+    """Cascade decode with the prefix kernel's tiles swept, over a cache in the model dtype and
+    in FP8; the prefix kernel's own time in the breakdown, its TFLOP/s over the prompt dots."""
+    from widebeam.kernels.attention.torch_ref import cascade_decode
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+    from widebeam.kernels.attention.triton_common import default_block_rows
+    from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
+
+    q, k_cache, v_cache, batch = decode_inputs(groups, heads, seed=len(groups))
+    rows, (q_heads, kv_heads, dim) = q.shape[0], heads
+    scale = dim**-0.5
+    scales = KvScales.of(
+        *(x.float().abs().amax(dim=(0, 2)) / 448 for x in (k_cache, v_cache))  # [Hkv] fp32
+    )
+    k8, v8 = quantize_kv(k_cache, scales.k_inv), quantize_kv(v_cache, scales.v_inv)
+    flops = 4.0 * sum(r * p for r, p, _ in groups) * q_heads * dim  # QK^T and PV
+    widest = max(r for r, _, _ in groups)
+    shape = f"{name}: R {rows}, G {len(groups)}, P {groups[0][1]}, s {groups[0][2]}"
+    cases = []
+    for kv_name, caches, kv_scales in (
+        (str(q.dtype).removeprefix("torch."), (k_cache, v_cache), None),
+        ("fp8", (k8, v8), scales),
+    ):
+        for tile in prefix_tiles(args):
+            block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
+            packed = pack(batch, rows, heads, block_rows=block_rows)
+            opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
+            label = (
+                f"M {block_rows * (q_heads // kv_heads)}, N {tile['block_n'] or 'auto 64'}, "
+                f"warps {tile['prefix_warps'] or 'auto'}, stages {tile['prefix_stages'] or 'auto'}"
+                f", splits {packed.num_splits}"
+            )
+
+            def run(packed=packed, opts=opts, caches=caches, kv_scales=kv_scales) -> torch.Tensor:
+                return cascade_decode_packed(q, *caches, packed, scale, kv_scales, **opts)
+
+            cases.append(
+                Case(
+                    kernel=f"prefix {kv_name} KV ({label})",
+                    shape=shape,
+                    triton=run,
+                    torch=lambda caches=caches, kv_scales=kv_scales: cascade_decode(
+                        q, *caches, batch, scale, kv_scales
+                    ),
+                    flops=flops,
+                    check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
+                    breakdown=("prefix_kernel",),
+                    torch_key=f"{shape} {kv_name}",
+                )
+            )
+    return cases
+
+
+def prefix(args: argparse.Namespace) -> list[Case]:
+    if args.smoke:
+        return prefix_cases("smoke", [(40, 20, 3), (9, 5, 11)], (4, 2, 32), args)
+    heads, cases = QWEN3["1.7b"], []
+    for name, groups in (
+        ("W3 n=50", [(50, 301, 2)] * 64),
+        ("W3 n=1000", [(1000, 301, 2)] * 8),
+        ("W4 n=50", [(50, 2451, 2)] * 32),
+        ("W4 n=1000", [(1000, 2451, 2)] * 4),
+        ("W2 ctx 5000", [(256, 5000, 2)]),
+    ):
+        if name.split(":")[0] in args.prefix_shapes.split(","):
+            cases += prefix_cases(name, groups, heads, args)
+    return cases
+
+
 GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "attention": attention,
     "padding": padding,
@@ -693,6 +795,7 @@ GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
     "layers": layers,
     "kv": kv,
     "fp8kv": fp8_kv,
+    "prefix": prefix,
     "fp8prefill": fp8_prefill,
 }
 
@@ -799,6 +902,20 @@ def main() -> None:
     )
     parser.add_argument(
         "--tree-rows", default="auto", help=f"{shared} (rows per item, a power of two)"
+    )
+    prefix_sweep = "prefix kernel sweep (group prefix): comma list, 'auto' = default"
+    parser.add_argument(
+        "--prefix-rows", default="auto,64", help=f"{prefix_sweep} (rows per work item)"
+    )
+    parser.add_argument(
+        "--prefix-tiles",
+        default="64:auto:auto,64:8:3,128:8:3,32:4:3,64:4:4,128:8:2,64:8:4",
+        help=f"{prefix_sweep} (BLOCK_N:warps:stages)",
+    )
+    parser.add_argument(
+        "--prefix-shapes",
+        default="W3 n=50,W3 n=1000,W4 n=50,W4 n=1000,W2 ctx 5000",
+        help="the prefix group's shapes, comma list",
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")

@@ -83,3 +83,21 @@ def test_fp8_prefill_cases_match_the_reference(tmp_path: Path) -> None:
     ]
     for row in report["rows"]:
         assert re.fullmatch(r"ok, max \|err\| \d\.\d\de-\d\d", row["check"]), row["check"]
+
+
+def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
+    """`--only prefix`: the prefix kernel at each (rows per item x BLOCK_N:warps:stages) given,
+    over the model-dtype cache and over FP8, each within tolerance of the torch reference; the
+    labels name the tile the kernel ran (M = rows x GQA), defaults resolved."""
+    report, _ = run_smoke(
+        "kernels.py", tmp_path, "--only", "prefix", "--reps", "1", "--warmup", "0",
+        "--prefix-rows", "auto,16", "--prefix-tiles", "auto,32:4:2", timeout=300,
+    )  # fmt: skip
+    kernels = [row["kernel"] for row in report["rows"]]
+    assert len(kernels) == 8, kernels
+    assert [k.split(" (")[0] for k in kernels] == ["prefix float32 KV"] * 4 + ["prefix fp8 KV"] * 4
+    # smoke heads (4 q / 2 kv), 40 rows the widest request: auto = 32 rows an item, M = 64
+    assert kernels[0].startswith("prefix float32 KV (M 64, N auto 64, warps auto, stages auto")
+    assert kernels[1].startswith("prefix float32 KV (M 64, N 32, warps 4, stages 2")
+    assert kernels[2].startswith("prefix float32 KV (M 32, N auto 64")
+    assert all(row["check"].startswith("ok") for row in report["rows"]), report["rows"]

@@ -199,6 +199,8 @@ def cascade_decode_packed(
     *,
     out: torch.Tensor | None = None,  # [R, Hq, D] contiguous, dtype of q (static buffer)
     block_n: int = 64,
+    prefix_warps: int | None = None,  # the prefix kernel's launch (None: Triton's defaults)
+    prefix_stages: int | None = None,
     # Suffix kernel tiles and launch options (None: `suffix_tiles`' and Triton's defaults).
     block_s: int | None = None,
     rows_per_program: int | None = None,
@@ -254,6 +256,7 @@ def cascade_decode_packed(
             BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
             KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot), **common,
+            **launch_options(prefix_warps, prefix_stages),
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
     tree = packed.tree
@@ -282,9 +285,7 @@ def cascade_decode_packed(
         rows, kv_heads, gqa_p, private_cap, rows_per_program, block_s, q.dtype != torch.float32
     )
     one_tile = private_cap <= block_s
-    launch = {"num_warps": num_warps or 4}
-    if num_stages is not None:
-        launch["num_stages"] = num_stages
+    launch = launch_options(num_warps or 4, num_stages)
     _suffix_merge_kernel[(triton.cdiv(rows, block_r), kv_heads)](
         q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part, out,
         packed.row_group, packed.row_suffix_len, packed.row_suffix_slots, packed.live_splits,
@@ -311,3 +312,9 @@ def shared_suffix_programs(
         return max(1, min(rows, 3))
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(rows, -(-(per_sm or SHARED_PROGRAMS_PER_SM) * sms // kv_heads)))
+
+
+def launch_options(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
+    """A kernel launch's warps and stages, those given (None: Triton's default)."""
+    given = {"num_warps": num_warps, "num_stages": num_stages}
+    return {key: value for key, value in given.items() if value is not None}
