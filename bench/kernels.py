@@ -722,7 +722,11 @@ def prefix_cases(
     in FP8; the prefix kernel's own time in the breakdown, its TFLOP/s over the prompt dots."""
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
-    from widebeam.kernels.attention.triton_common import default_block_rows
+    from widebeam.kernels.attention.triton_common import (
+        default_block_rows,
+        gqa_padded,
+        prefix_tile,
+    )
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
 
     q, k_cache, v_cache, batch = decode_inputs(groups, heads, seed=len(groups))
@@ -744,10 +748,13 @@ def prefix_cases(
             block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
+            m = block_rows * gqa_padded(q_heads, kv_heads)
+            chosen = prefix_tile(m)
             label = (
-                f"M {block_rows * (q_heads // kv_heads)}, N {tile['block_n'] or 'auto 64'}, "
-                f"warps {tile['prefix_warps'] or 'auto'}, stages {tile['prefix_stages'] or 'auto'}"
-                f", splits {packed.num_splits}"
+                f"M {m}, N {tile['block_n'] or f'auto {chosen.block_n}'}, "
+                f"warps {tile['prefix_warps'] or f'auto {chosen.warps or 4}'}, "
+                f"stages {tile['prefix_stages'] or f'auto {chosen.stages or 3}'}, "
+                f"splits {packed.num_splits}"
             )
 
             def run(packed=packed, opts=opts, caches=caches, kv_scales=kv_scales) -> torch.Tensor:

@@ -97,7 +97,7 @@ def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
     assert len(kernels) == 8, kernels
     assert [k.split(" (")[0] for k in kernels] == ["prefix float32 KV"] * 4 + ["prefix fp8 KV"] * 4
     # smoke heads (4 q / 2 kv), 40 rows the widest request: auto = 32 rows an item, M = 64
-    assert kernels[0].startswith("prefix float32 KV (M 64, N auto 64, warps auto, stages auto")
+    assert kernels[0].startswith("prefix float32 KV (M 64, N auto 64, warps auto 4, stages auto 3")
     assert kernels[1].startswith("prefix float32 KV (M 64, N 32, warps 4, stages 2")
     assert kernels[2].startswith("prefix float32 KV (M 32, N auto 64")
     assert all(row["check"].startswith("ok") for row in report["rows"]), report["rows"]

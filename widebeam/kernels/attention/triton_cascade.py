@@ -34,6 +34,7 @@ from widebeam.kernels.attention.triton_common import (
     interpreting,
     kv_tile,
     load_queries,
+    prefix_tile,
     shared_length,
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
@@ -198,8 +199,9 @@ def cascade_decode_packed(
     kv_scales: KvScales | None = None,  # an FP8 cache's scales (the layer's)
     *,
     out: torch.Tensor | None = None,  # [R, Hq, D] contiguous, dtype of q (static buffer)
-    block_n: int = 64,
-    prefix_warps: int | None = None,  # the prefix kernel's launch (None: Triton's defaults)
+    # The prefix kernel's tile (None: `prefix_tile`'s for the batch's M).
+    block_n: int | None = None,
+    prefix_warps: int | None = None,
     prefix_stages: int | None = None,
     # Suffix kernel tiles and launch options (None: `suffix_tiles`' and Triton's defaults).
     block_s: int | None = None,
@@ -246,6 +248,7 @@ def cascade_decode_packed(
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
     items, groups = packed.work_group.shape[0], max(packed.group_num_rows.shape[0], 1)
     if items:
+        tile = prefix_tile(packed.block_rows * gqa_p)
         prefix_kernel[(items, kv_heads, splits)](
             q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
             packed.work_group, packed.work_row_start, packed.group_row_start,
@@ -253,10 +256,10 @@ def cascade_decode_packed(
             packed.group_prompt_table, packed.live_splits,
             rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1), qk_scale,
-            BLOCK_R=packed.block_rows, BLOCK_N=block_n, PAGE=packed.page_size,
+            BLOCK_R=packed.block_rows, BLOCK_N=block_n or tile.block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
             KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot), **common,
-            **launch_options(prefix_warps, prefix_stages),
+            **launch_options(prefix_warps or tile.warps, prefix_stages or tile.stages),
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
     tree = packed.tree

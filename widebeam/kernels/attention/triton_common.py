@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -88,12 +89,32 @@ def gqa_padded(q_heads: int, kv_heads: int) -> int:
     return triton.next_power_of_2(q_heads // kv_heads)
 
 
+# The prefix kernel's tiles (`bench/kernels.py --only prefix`; docs/benchmarks.md has the
+# sweep): a work item's M (its rows × the padded GQA group) reaches PREFIX_MAX_M for wide
+# requests, and each M launches with the tile PREFIX_TILES gives it (else PrefixTile()).
+PREFIX_MAX_M = 64
+
+
+@dataclass(frozen=True)
+class PrefixTile:
+    block_n: int = 64  # prompt tokens a loop iteration reads
+    warps: int | None = None  # None: Triton's defaults
+    stages: int | None = None
+
+
+PREFIX_TILES: dict[int, PrefixTile] = {}
+
+
+def prefix_tile(m: int) -> PrefixTile:
+    return PREFIX_TILES.get(m, PrefixTile())
+
+
 def default_block_rows(q_heads: int, kv_heads: int, max_group_rows: int) -> int:
-    """Rows per prefix block: M = rows × padded GQA in [16, 64]; fewer rows for small groups
-    so k = 1 requests do not pay for 64-row tiles."""
+    """Rows per prefix block: M = rows × padded GQA in [16, PREFIX_MAX_M]; fewer rows for small
+    groups so k = 1 requests do not pay for wide tiles."""
     gqa_p = gqa_padded(q_heads, kv_heads)
     want = triton.next_power_of_2(max(max_group_rows, 1))
-    return max(16 // gqa_p, 1, min(want, max(64 // gqa_p, 1)))
+    return max(16 // gqa_p, 1, min(want, max(PREFIX_MAX_M // gqa_p, 1)))
 
 
 def default_num_splits(programs: int, max_prompt_len: int, device: torch.device) -> int:
