@@ -749,7 +749,7 @@ def prefix_cases(
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
             m = block_rows * gqa_padded(q_heads, kv_heads)
-            chosen = prefix_tile(m)
+            chosen = prefix_tile(m, caches[0].dtype)
             label = (
                 f"M {m}, N {tile['block_n'] or f'auto {chosen.block_n}'}, "
                 f"warps {tile['prefix_warps'] or f'auto {chosen.warps or 4}'}, "

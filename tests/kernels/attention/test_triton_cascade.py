@@ -51,6 +51,31 @@ def test_cascade_matches_reference(kernel_device: torch.device, name: str) -> No
     assert (out[~real] == 0).all(), "padding rows must come back as zeros"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cascade_matches_reference_at_the_widest_prefix_tile(
+    kernel_device: torch.device, dtype: torch.dtype
+) -> None:
+    """Work items of PREFIX_MAX_M queries launch with the tile `prefix_tile` names for the
+    cache's dtype (bf16: 32-token prompt tiles): the ragged prompts (0, 1, 64, 70, 130 tokens)
+    end mid-tile and still match the reference."""
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+    from widebeam.kernels.attention.triton_common import PREFIX_MAX_M, gqa_padded
+
+    case = decode_case(
+        GROUPS, q_heads=4, kv_heads=2, dim=32, dtype=dtype, device=kernel_device, seed=7,
+        pad_rows=1, page_size=16,
+    )  # fmt: skip
+    rows = case.q.shape[0]
+    packed = pack_decode(
+        case.batch, rows, block_rows=PREFIX_MAX_M // gqa_padded(4, 2), num_splits=2, page_size=16
+    )
+    out = torch.full_like(case.q, float("nan"))
+    cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.17, out=out)
+    expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 0.17)
+    real = case.real_rows
+    torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))
+
+
 def test_padded_capacities_and_empty_rows(kernel_device: torch.device) -> None:
     """CUDA-graph style: G, B, S, the table and the launched splits padded past what the batch
     uses; a group with no prompt and a zero-length suffix (no KV at all) yields zeros, not

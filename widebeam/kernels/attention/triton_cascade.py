@@ -248,7 +248,7 @@ def cascade_decode_packed(
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
     items, groups = packed.work_group.shape[0], max(packed.group_num_rows.shape[0], 1)
     if items:
-        tile = prefix_tile(packed.block_rows * gqa_p)
+        tile = prefix_tile(packed.block_rows * gqa_p, k_cache.dtype)
         prefix_kernel[(items, kv_heads, splits)](
             q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
             packed.work_group, packed.work_row_start, packed.group_row_start,
