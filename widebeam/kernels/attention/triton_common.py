@@ -92,8 +92,8 @@ def gqa_padded(q_heads: int, kv_heads: int) -> int:
 # The prefix kernel's tiles (`bench/kernels.py --only prefix`; docs/benchmarks.md has the
 # sweep): a work item's M (its rows × the padded GQA group) reaches PREFIX_MAX_M for wide
 # requests, and each (M, cache dtype) launches with the tile PREFIX_TILES gives it (else
-# PrefixTile()). Over a bf16 cache 32-token tiles beat 64 at every workload shape swept (H100:
-# 1.10-1.33x); over FP8 no tile beat the default at every shape (M 128 won at W4, lost at W2).
+# PrefixTile()). Over a bf16 cache 32-token tiles beat 64 at every workload shape swept; over
+# FP8 no tile beat the default at every shape (M = 128 won at W4's and lost at W2's).
 PREFIX_MAX_M = 64
 
 
