@@ -777,19 +777,26 @@ def prefix_cases(
     return cases
 
 
+PREFIX_SHAPES = {  # name: (rows, prompt, suffix) per request, Qwen3-1.7B's heads (0.6B's too)
+    "W3 n=50": [(50, 301, 2)] * 64,
+    "W3 n=1000": [(1000, 301, 2)] * 8,
+    "W4 n=50": [(50, 2451, 2)] * 32,
+    "W4 n=1000": [(1000, 2451, 2)] * 4,
+    "W2 ctx 5000": [(256, 5000, 2)],
+    "W1": [(5000, 64, 2)],
+}
+
+
 def prefix(args: argparse.Namespace) -> list[Case]:
     if args.smoke:
         return prefix_cases("smoke", [(40, 20, 3), (9, 5, 11)], (4, 2, 32), args)
-    heads, cases = QWEN3["1.7b"], []
-    for name, groups in (
-        ("W3 n=50", [(50, 301, 2)] * 64),
-        ("W3 n=1000", [(1000, 301, 2)] * 8),
-        ("W4 n=50", [(50, 2451, 2)] * 32),
-        ("W4 n=1000", [(1000, 2451, 2)] * 4),
-        ("W2 ctx 5000", [(256, 5000, 2)]),
-    ):
-        if name.split(":")[0] in args.prefix_shapes.split(","):
-            cases += prefix_cases(name, groups, heads, args)
+    names = args.prefix_shapes.split(",")
+    unknown = sorted(set(names) - set(PREFIX_SHAPES))
+    if unknown:
+        raise SystemExit(f"--prefix-shapes: unknown {unknown}; choose from {list(PREFIX_SHAPES)}")
+    cases = []
+    for name in names:
+        cases += prefix_cases(name, PREFIX_SHAPES[name], QWEN3["1.7b"], args)
     return cases
 
 
@@ -921,8 +928,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--prefix-shapes",
-        default="W3 n=50,W3 n=1000,W4 n=50,W4 n=1000,W2 ctx 5000",
-        help="the prefix group's shapes, comma list",
+        default="W3 n=50,W3 n=1000,W4 n=50,W4 n=1000,W2 ctx 5000,W1",
+        help="the prefix group's shapes, comma list (PREFIX_SHAPES' names)",
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")
