@@ -49,7 +49,8 @@
 #   kernels-padding [120]  kernels.py --only padding
 #   kernels-prefix [300]   kernels.py --only prefix: the prefix kernel's rows per item
 #                          (${WIDEBEAM_PREFIX_ROWS:-auto,64}) x BLOCK_N:warps:stages tiles
-#                          (\$WIDEBEAM_PREFIX_TILES, else the bench's list) at W3 / W4 / W2 shapes,
+#                          (\$WIDEBEAM_PREFIX_TILES, else the bench's list) at W3 / W4 / W2 / W1
+#                          shapes (or \$WIDEBEAM_PREFIX_SHAPES: names or REQUESTSxROWSxPROMPT),
 #                          bf16 and FP8 KV
 #   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
 #                          bf16 cache, then FP8 with the prefix kernel's dots in bf16, fp16, default
@@ -178,7 +179,8 @@ step_command() {
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;
         kernels-prefix) echo "cd bench && python3 kernels.py --only prefix --reps 20 \
             --prefix-rows ${WIDEBEAM_PREFIX_ROWS:-auto,64} \
-            ${WIDEBEAM_PREFIX_TILES:+--prefix-tiles $WIDEBEAM_PREFIX_TILES} --tag _prefix" ;;
+            ${WIDEBEAM_PREFIX_TILES:+--prefix-tiles $WIDEBEAM_PREFIX_TILES} \
+            ${WIDEBEAM_PREFIX_SHAPES:+--prefix-shapes '$WIDEBEAM_PREFIX_SHAPES'} --tag _prefix" ;;
         kernels-fp8kv) echo "cd bench && python3 kernels.py --only fp8kv --tag _fp8kv" ;;
         kernels-fp8prefill) echo "cd bench && python3 kernels.py --only fp8prefill \
             --tag _fp8prefill" ;;

@@ -790,14 +790,24 @@ PREFIX_SHAPES = {  # name: (rows, prompt, suffix) per request, Qwen3-1.7B's head
 def prefix(args: argparse.Namespace) -> list[Case]:
     if args.smoke:
         return prefix_cases("smoke", [(40, 20, 3), (9, 5, 11)], (4, 2, 32), args)
-    names = args.prefix_shapes.split(",")
-    unknown = sorted(set(names) - set(PREFIX_SHAPES))
-    if unknown:
-        raise SystemExit(f"--prefix-shapes: unknown {unknown}; choose from {list(PREFIX_SHAPES)}")
     cases = []
-    for name in names:
-        cases += prefix_cases(name, PREFIX_SHAPES[name], QWEN3["1.7b"], args)
+    for name in args.prefix_shapes.split(","):
+        groups = PREFIX_SHAPES.get(name) or custom_shape(name)
+        cases += prefix_cases(name, groups, QWEN3["1.7b"], args)
     return cases
+
+
+def custom_shape(name: str) -> list[tuple[int, int, int]]:
+    """REQUESTSxROWSxPROMPT (e.g. 4x1000x2451): that many requests of that many rows each over
+    prompts of that length, two suffix tokens each, as PREFIX_SHAPES' rows are."""
+    parts = name.split("x")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise SystemExit(
+            f"--prefix-shapes: {name!r} is neither one of {list(PREFIX_SHAPES)} nor "
+            "REQUESTSxROWSxPROMPT with positive integers (e.g. 4x1000x2451)"
+        )
+    requests, rows, prompt = map(int, parts)
+    return [(rows, prompt, 2)] * requests
 
 
 GROUPS: dict[str, Callable[[argparse.Namespace], list[Case]]] = {
@@ -929,7 +939,8 @@ def main() -> None:
     parser.add_argument(
         "--prefix-shapes",
         default="W3 n=50,W3 n=1000,W4 n=50,W4 n=1000,W2 ctx 5000,W1",
-        help="the prefix group's shapes, comma list (PREFIX_SHAPES' names)",
+        help="the prefix group's shapes, comma list: PREFIX_SHAPES' names or "
+        "REQUESTSxROWSxPROMPT (e.g. 4x1000x2451)",
     )
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.bench.smoke import run_smoke
+import pytest
+
+from tests.bench.smoke import load_bench_module, run_smoke
 
 
 def test_padding_cases_match_the_reference(tmp_path: Path) -> None:
@@ -101,3 +103,13 @@ def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
     assert kernels[1].startswith("prefix float32 KV (M 64, N 32, warps 4, stages 2")
     assert kernels[2].startswith("prefix float32 KV (M 32, N auto 64")
     assert all(row["check"].startswith("ok") for row in report["rows"]), report["rows"]
+
+
+def test_prefix_shapes_by_name_or_requests_rows_prompt() -> None:
+    """`--prefix-shapes` takes the table's names or REQUESTSxROWSxPROMPT; anything else stops
+    the run with a message naming both forms, before any kernel runs."""
+    kernels = load_bench_module("kernels")
+    assert kernels.custom_shape("4x1000x2451") == [(1000, 2451, 2)] * 4
+    for bad in ("4x1000", "0x1x2", "ax1x2", "W9", "2x3x-4"):
+        with pytest.raises(SystemExit, match="REQUESTSxROWSxPROMPT"):
+            kernels.custom_shape(bad)
