@@ -5,6 +5,7 @@ padded with work items and one with a second split decodes what the torch refere
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,8 +109,17 @@ def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
 def test_prefix_shapes_by_name_or_requests_rows_prompt() -> None:
     """`--prefix-shapes` takes the table's names or REQUESTSxROWSxPROMPT; anything else stops
     the run with a message naming both forms, before any kernel runs."""
-    kernels = load_bench_module("kernels")
-    assert kernels.custom_shape("4x1000x2451") == [(1000, 2451, 2)] * 4
-    for bad in ("4x1000", "0x1x2", "ax1x2", "W9", "2x3x-4"):
-        with pytest.raises(SystemExit, match="REQUESTSxROWSxPROMPT"):
-            kernels.custom_shape(bad)
+    # The bench script's module name is also an installed package's (Hugging Face's `kernels`,
+    # which transformers imports): the bench module must not stay in sys.modules after this.
+    installed = sys.modules.get("kernels")
+    try:
+        kernels = load_bench_module("kernels")
+        assert kernels.custom_shape("4x1000x2451") == [(1000, 2451, 2)] * 4
+        for bad in ("4x1000", "0x1x2", "ax1x2", "W9", "2x3x-4"):
+            with pytest.raises(SystemExit, match="REQUESTSxROWSxPROMPT"):
+                kernels.custom_shape(bad)
+    finally:
+        if installed is None:
+            sys.modules.pop("kernels", None)
+        else:
+            sys.modules["kernels"] = installed
