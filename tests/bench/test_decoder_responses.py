@@ -14,3 +14,27 @@ def test_wide_output_is_a_constrained_answer() -> None:
     assert [b.item_ids for b in out.beams[:2]] == [["item-0"], ["item-1"]]
     response = generate_response("r", "default", out)
     assert len(response.beams) == 64 and response.beams[63].item_ids == ["item-63"]
+
+
+def test_root_times_another_checkouts_code(tmp_path) -> None:
+    """`--root DIR` imports widebeam from DIR before anything else does: a copy of this
+    checkout's package whose `generate_response` is replaced says so in the timed run."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.bench.smoke import BENCH
+
+    root = BENCH.parent
+    copy = tmp_path / "other"
+    for folder in ("widebeam", "services"):
+        shutil.copytree(root / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    convert = copy / "services" / "decoder" / "server" / "convert.py"
+    convert.write_text(
+        convert.read_text() + "\n\ndef generate_response(*args):\n    print('other tree')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "decoder_responses.py", "--beams", "4", "--repeat", "1", "--root", copy],
+        cwd=BENCH, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert run.stdout.startswith("other tree\n"), run.stdout + run.stderr
