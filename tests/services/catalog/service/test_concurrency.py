@@ -86,9 +86,10 @@ def test_service_answers_while_a_large_catalog_builds(service: Service) -> None:
     upload_s = time.perf_counter() - began
     assert result == [201]
     # The parse/build/publish runs in worker threads: the event loop keeps answering all through
-    # it. A loop blocked by the build would answer a probe or two over the whole upload, each
-    # waiting out a phase; a free loop answers many, nearly all of them fast. Counted relative
-    # to the upload's own length, so a slow or busy machine (one probe stalled for half the
-    # upload on 2 busy CI cores) changes nothing.
+    # it. A loop blocked by the build and the publish answers a probe or two over the whole
+    # upload, each waiting out a phase; a free loop answers many, nearly all of them fast (the
+    # build alone on the loop, a quarter of this upload, stays under either bound). Counted
+    # relative to the upload's own length, so a slow or busy machine (one probe stalled for half
+    # the upload on 2 busy CI cores) changes nothing.
     fast = [latency for latency in latencies if latency < upload_s / 10]
     assert len(latencies) >= 5 and len(fast) >= 0.75 * len(latencies), (upload_s, latencies)
