@@ -695,26 +695,21 @@ def kv(args: argparse.Namespace) -> list[Case]:
 
 
 def prefix_tiles(args: argparse.Namespace) -> list[dict[str, int | None]]:
-    """The prefix kernel's sweep: rows per work item x (BLOCK_N:warps:stages[:form]), 'auto' =
-    default; form `t` transposes the dots (`PrefixTile.transposed`), `q` does not."""
+    """The prefix kernel's sweep: rows per work item x (BLOCK_N:warps:stages), 'auto' = default."""
 
     def auto(text: str) -> int | None:
         return None if text == "auto" else int(text)
 
-    forms = {"auto": None, "t": True, "q": False}
     tiles = []
     for rows in args.prefix_rows.split(","):
         for tile in args.prefix_tiles.split(","):
-            block_n, warps, stages, form = [*tile.split(":"), "auto", "auto", "auto"][:4]
-            if form not in forms:
-                raise SystemExit(f"--prefix-tiles: {tile!r}'s form {form!r} is not t, q or auto")
+            block_n, warps, stages = [*tile.split(":"), "auto", "auto"][:3]
             tiles.append(
                 {
                     "block_rows": auto(rows),
                     "block_n": auto(block_n),
                     "prefix_warps": auto(warps),
                     "prefix_stages": auto(stages),
-                    "prefix_transposed": forms[form],
                 }
             )
     return tiles
@@ -759,7 +754,6 @@ def prefix_cases(
                 f"M {m}, N {tile['block_n'] or f'auto {chosen.block_n}'}, "
                 f"warps {tile['prefix_warps'] or f'auto {chosen.warps or 4}'}, "
                 f"stages {tile['prefix_stages'] or f'auto {chosen.stages or 3}'}, "
-                f"{transposed_label(tile['prefix_transposed'], chosen.transposed)}"
                 f"splits {packed.num_splits}"
             )
 
@@ -781,13 +775,6 @@ def prefix_cases(
                 )
             )
     return cases
-
-
-def transposed_label(given: bool | None, default: bool) -> str:
-    """The tile label's part for the dots' form: empty for the plain form by default."""
-    if given is None:
-        return "transposed (auto), " if default else ""
-    return "transposed, " if given else "queries first, "
 
 
 PREFIX_SHAPES = {  # name: (rows, prompt, suffix) per request, Qwen3-1.7B's heads (0.6B's too)
@@ -947,7 +934,7 @@ def main() -> None:
     parser.add_argument(
         "--prefix-tiles",
         default="64:auto:auto,64:8:3,128:8:3,32:4:3,64:4:4,128:8:2,64:8:4",
-        help=f"{prefix_sweep} (BLOCK_N:warps:stages[:t|q], t: the dots transposed)",
+        help=f"{prefix_sweep} (BLOCK_N:warps:stages)",
     )
     parser.add_argument(
         "--prefix-shapes",

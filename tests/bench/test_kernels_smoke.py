@@ -4,7 +4,6 @@ padded with work items and one with a second split decodes what the torch refere
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -90,28 +89,25 @@ def test_fp8_prefill_cases_match_the_reference(tmp_path: Path) -> None:
 
 
 def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
-    """`--only prefix`: the prefix kernel at each (rows per item x BLOCK_N:warps:stages[:form])
-    given, over the model-dtype cache and over FP8, each within tolerance of the torch
-    reference; the labels name the tile the kernel ran (M = rows x GQA), defaults resolved."""
+    """`--only prefix`: the prefix kernel at each (rows per item x BLOCK_N:warps:stages) given,
+    over the model-dtype cache and over FP8, each within tolerance of the torch reference; the
+    labels name the tile the kernel ran (M = rows x GQA), defaults resolved."""
     report, _ = run_smoke(
         "kernels.py", tmp_path, "--only", "prefix", "--reps", "1", "--warmup", "0",
-        "--prefix-rows", "auto", "--prefix-tiles", "auto,32:4:2:t", timeout=300,
+        "--prefix-rows", "auto", "--prefix-tiles", "auto,32:4:2", timeout=300,
     )  # fmt: skip
     kernels = [row["kernel"] for row in report["rows"]]
     assert [k.split(" (")[0] for k in kernels] == ["prefix float32 KV"] * 2 + ["prefix fp8 KV"] * 2
     # smoke heads (4 q / 2 kv), 40 rows the widest request: auto = 32 rows an item, M = 64
     assert kernels[0].startswith("prefix float32 KV (M 64, N auto 64, warps auto 4, stages auto 3")
-    assert kernels[1].startswith(
-        "prefix float32 KV (M 64, N 32, warps 4, stages 2, transposed, splits"
-    )
-    assert kernels[3].startswith("prefix fp8 KV (M 64, N 32, warps 4, stages 2, transposed,")
+    assert kernels[1].startswith("prefix float32 KV (M 64, N 32, warps 4, stages 2")
+    assert kernels[3].startswith("prefix fp8 KV (M 64, N 32, warps 4, stages 2")
     assert all(row["check"].startswith("ok") for row in report["rows"]), report["rows"]
 
 
-def test_prefix_shapes_and_tiles_parse_or_stop() -> None:
-    """`--prefix-shapes` takes the table's names or REQUESTSxROWSxPROMPT, `--prefix-tiles` an
-    optional form (t: transposed, q: not, else the default); anything else stops the run with a
-    message naming the accepted forms, before any kernel runs."""
+def test_prefix_shapes_by_name_or_requests_rows_prompt() -> None:
+    """`--prefix-shapes` takes the table's names or REQUESTSxROWSxPROMPT; anything else stops
+    the run with a message naming both forms, before any kernel runs."""
     # The bench script's module name is also an installed package's (Hugging Face's `kernels`,
     # which transformers imports): the bench module must not stay in sys.modules after this.
     installed = sys.modules.get("kernels")
@@ -121,15 +117,6 @@ def test_prefix_shapes_and_tiles_parse_or_stop() -> None:
         for bad in ("4x1000", "0x1x2", "ax1x2", "W9", "2x3x-4"):
             with pytest.raises(SystemExit, match="REQUESTSxROWSxPROMPT"):
                 kernels.custom_shape(bad)
-        args = argparse.Namespace(prefix_rows="auto,64", prefix_tiles="32:4:3:t,64,auto:8:2:q")
-        forms = [(t["block_rows"], t["prefix_transposed"]) for t in kernels.prefix_tiles(args)]
-        auto, wide = (
-            [(None, True), (None, None), (None, False)],
-            [(64, True), (64, None), (64, False)],
-        )
-        assert forms == auto + wide
-        with pytest.raises(SystemExit, match=r"'32:4:3:x'\'s form 'x' is not t, q or auto"):
-            kernels.prefix_tiles(argparse.Namespace(prefix_rows="auto", prefix_tiles="32:4:3:x"))
     finally:
         if installed is None:
             sys.modules.pop("kernels", None)

@@ -106,11 +106,7 @@ def test_keys_far_beyond_range_saturate_to_a_finite_output() -> None:
     assert out.isfinite().all()
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["queries-first", "transposed"])
-def test_triton_cascade_reads_fp8_as_the_reference(
-    kernel_device: torch.device, transposed: bool
-) -> None:
-    """Both forms of the prefix kernel's dots (`PrefixTile.transposed`) over an FP8 cache."""
+def test_triton_cascade_reads_fp8_as_the_reference(kernel_device: torch.device) -> None:
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 
     for seed, (q_heads, dtype, splits, page) in enumerate(
@@ -128,9 +124,7 @@ def test_triton_cascade_reads_fp8_as_the_reference(
             case.batch, rows, block_rows=block_rows, num_splits=splits, page_size=page
         )
         out = torch.full_like(case.q, float("nan"))
-        cascade_decode_packed(
-            case.q, k8, v8, packed, 0.17, scales, out=out, prefix_transposed=transposed
-        )
+        cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out)
         expected = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales)
         real = case.real_rows
         torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))

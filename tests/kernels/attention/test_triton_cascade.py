@@ -76,33 +76,6 @@ def test_cascade_matches_reference_at_the_widest_prefix_tile(
     torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))
 
 
-@pytest.mark.parametrize("name", ["gqa3-fp32-split2-page4", "gqa2-bf16-d64-page16"])
-def test_transposed_prefix_dots_match_reference(kernel_device: torch.device, name: str) -> None:
-    """The prefix kernel's transposed form (S^T = K Q^T, O^T = V^T P^T) over the same ragged
-    prompts, splits and pages: the reference's output, and zeros for padding rows."""
-    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
-    from widebeam.kernels.attention.triton_common import gqa_padded
-
-    q_heads, kv_heads, dim, dtype, splits, page_size = CASES[name]
-    case = decode_case(
-        GROUPS, q_heads=q_heads, kv_heads=kv_heads, dim=dim, dtype=dtype,
-        device=kernel_device, seed=21, pad_rows=1, page_size=page_size,
-    )  # fmt: skip
-    rows = case.q.shape[0]
-    packed = pack_decode(
-        case.batch, rows, block_rows=16 // gqa_padded(q_heads, kv_heads), num_splits=splits,
-        page_size=page_size,
-    )  # fmt: skip
-    out = torch.full_like(case.q, float("nan"))
-    cascade_decode_packed(
-        case.q, case.k_cache, case.v_cache, packed, 0.17, out=out, prefix_transposed=True
-    )
-    expected = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 0.17)
-    real = case.real_rows
-    torch.testing.assert_close(out[real].float(), expected[real].float(), **tolerance(dtype))
-    assert (out[~real] == 0).all(), "padding rows must come back as zeros"
-
-
 def test_padded_capacities_and_empty_rows(kernel_device: torch.device) -> None:
     """CUDA-graph style: G, B, S, the table and the launched splits padded past what the batch
     uses; a group with no prompt and a zero-length suffix (no KV at all) yields zeros, not

@@ -203,7 +203,6 @@ def cascade_decode_packed(
     block_n: int | None = None,
     prefix_warps: int | None = None,
     prefix_stages: int | None = None,
-    prefix_transposed: bool | None = None,
     # Suffix kernel tiles and launch options (None: `suffix_tiles`' and Triton's defaults).
     block_s: int | None = None,
     rows_per_program: int | None = None,
@@ -259,9 +258,8 @@ def cascade_decode_packed(
             v_cache.stride(0), v_cache.stride(1), qk_scale,
             BLOCK_R=packed.block_rows, BLOCK_N=block_n or tile.block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
-            KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot),
-            TRANSPOSED=tile.transposed if prefix_transposed is None else prefix_transposed,
-            **common, **launch_options(prefix_warps or tile.warps, prefix_stages or tile.stages),
+            KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot), **common,
+            **launch_options(prefix_warps or tile.warps, prefix_stages or tile.stages),
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
     tree = packed.tree

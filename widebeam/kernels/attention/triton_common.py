@@ -102,8 +102,6 @@ class PrefixTile:
     block_n: int = 64  # prompt tokens a loop iteration reads
     warps: int | None = None  # None: Triton's defaults
     stages: int | None = None
-    # The dots transposed (`triton_prefix._prompt_keys_first`): K and V the first operands.
-    transposed: bool = False
 
 
 PREFIX_TILES: dict[tuple[int, torch.dtype], PrefixTile] = {

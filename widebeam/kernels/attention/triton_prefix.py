@@ -62,7 +62,6 @@ def prefix_kernel(
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
     KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only)
-    TRANSPOSED: tl.constexpr,  # the dots as S^T = K Q^T and O^T = V^T P^T (`_prompt_keys_first`)
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -93,41 +92,9 @@ def prefix_kernel(
     )
     if KV_FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
-    if TRANSPOSED:
-        m_i, l_i, acc = _prompt_keys_first(
-            q, start, end, table, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
-            stride_vh, qk_scale, BLOCK_R * GQA_P, D, BLOCK_N, PAGE, UPCAST, DOT_PRECISION,
-            KV_FP8, KV_DOT,
-        )  # fmt: skip
-    else:
-        m_i, l_i, acc = _prompt_queries_first(
-            q, start, end, table, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs,
-            stride_vh, qk_scale, BLOCK_R * GQA_P, D, BLOCK_N, PAGE, UPCAST, DOT_PRECISION,
-            KV_FP8, KV_DOT,
-        )  # fmt: skip
-    has = l_i > 0.0  # false for an empty chunk: zeros and -inf, never 0/0
-    out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
-    if KV_FP8:
-        out = out * tl.load(v_scale_ptr + kv_head)
-    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    part = (split * num_rows + row.to(tl.int64)) * HQ + head
-    tl.store(o_part_ptr + part[:, None] * D + d[None, :], out, mask=m_ok[:, None])
-    tl.store(lse_part_ptr + part, lse, mask=m_ok)
-
-
-@triton.jit
-def _prompt_queries_first(
-    q, start, end, table, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
-    qk_scale, M: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
-    KV_DOT: tl.constexpr,
-):  # fmt: skip
-    """The queries q [M, D] against prompt positions [start, end): the online softmax's
-    (m_i [M], l_i [M], acc [M, D]) fp32, with S = Q K^T and O = P V."""
-    d = tl.arange(0, D)
-    m_i = tl.full([M], float("-inf"), tl.float32)
-    l_i = tl.zeros([M], tl.float32)
-    acc = tl.zeros([M, D], tl.float32)
+    m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
+    acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_ok = n < end
@@ -162,57 +129,11 @@ def _prompt_queries_first(
         pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
-    return m_i, l_i, acc
-
-
-@triton.jit
-def _prompt_keys_first(
-    q, start, end, table, k_ptr, v_ptr, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
-    qk_scale, M: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
-    KV_DOT: tl.constexpr,
-):  # fmt: skip
-    """`_prompt_queries_first` with every product transposed: S^T = K Q^T [BLOCK_N, M] and
-    O^T += V^T P^T [D, M]. K and V become the dots' first operands, which Hopper's tensor cores
-    take from registers, so a widened FP8 tile goes to the dot without a trip through shared
-    memory (the queries' and the probabilities' do instead: Q^T once, P^T [BLOCK_N, M] per tile).
-    The same sums, each softmax reduction over axis 0."""
-    d = tl.arange(0, D)
-    q_t = tl.trans(q)  # [D, M]
-    m_i = tl.full([M], float("-inf"), tl.float32)
-    l_i = tl.zeros([M], tl.float32)
-    acc_t = tl.zeros([D, M], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = n < end
-        entry = tl.load(table + n // PAGE, mask=n_ok, other=0)
-        slot = entry.to(tl.int64) * PAGE + n % PAGE
-        k = tl.load(  # [BLOCK_N, D]
-            k_ptr + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
-        )
-        v_t = tl.load(  # [D, BLOCK_N]: V^T straight from the gather
-            v_ptr + slot[None, :] * stride_vs + kv_head * stride_vh + d[:, None],
-            mask=n_ok[None, :],
-            other=0.0,
-        )
-        if KV_FP8:
-            k = k.to(KV_DOT)
-            v_t = v_t.to(KV_DOT)
-        if UPCAST:
-            k = k.to(tl.float32)
-        s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION)
-        s_t = tl.where(n_ok[:, None], s_t * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s_t, 0))
-        alpha = tl.exp2(m_i - m_new)
-        p_t = tl.exp2(s_t - m_new[None, :])
-        l_i = l_i * alpha + tl.sum(p_t, 0)
-        p_v = p_t.to(v_t.dtype)  # rounded as `_prompt_queries_first` rounds P
-        if UPCAST:
-            p_v = p_v.to(tl.float32)
-            v_t = v_t.to(tl.float32)
-        pv_t = tl.dot(v_t, p_v, input_precision=DOT_PRECISION)
-        acc_t = acc_t * alpha[None, :] + pv_t
-        m_i = m_new
-    return m_i, l_i, tl.trans(acc_t)
+    has = l_i > 0.0  # false for an empty chunk: zeros and -inf, never 0/0
+    out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
+    if KV_FP8:
+        out = out * tl.load(v_scale_ptr + kv_head)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    part = (split * num_rows + row.to(tl.int64)) * HQ + head
+    tl.store(o_part_ptr + part[:, None] * D + d[None, :], out, mask=m_ok[:, None])
+    tl.store(lse_part_ptr + part, lse, mask=m_ok)
