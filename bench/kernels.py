@@ -127,16 +127,23 @@ def pack(
     tree_rows: int = 0,
     tree_split=None,
     block_rows: int | None = None,
+    kv_dtype: torch.dtype = torch.bfloat16,  # of the cache the packing is for
 ):
-    """The engine's packing: page tables, default block_rows (unless given) / splits, suffix
-    capacity bucketed to a power of two >= 8 (`runner/decode_graphs.py`); `tree_rows` > 0: with
-    the shared-suffix plan (`suffix_tree`)."""
+    """The engine's packing: page tables, its block_rows for the cache's dtype (unless given) /
+    splits, suffix capacity bucketed to a power of two >= 8 (`runner/decode_graphs.py`);
+    `tree_rows` > 0: with the shared-suffix plan (`suffix_tree`)."""
     from widebeam.kernels.attention.packed import pack_decode
-    from widebeam.kernels.attention.triton_common import default_block_rows, default_num_splits
+    from widebeam.kernels.attention.triton_common import (
+        default_num_splits,
+        multiprocessors,
+        prefix_block_rows,
+    )
 
     q_heads, kv_heads, _ = heads
     widest = max(g.num_rows for g in batch.groups)
-    block_rows = block_rows or default_block_rows(q_heads, kv_heads, widest)
+    block_rows = block_rows or prefix_block_rows(
+        q_heads, kv_heads, rows, widest, kv_dtype, multiprocessors(DEVICE)
+    )
     items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
     longest = max(int(g.prompt_slots.shape[0]) for g in batch.groups)
     splits = default_num_splits(items * kv_heads, longest, DEVICE)
@@ -723,8 +730,9 @@ def prefix_cases(
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.attention.triton_common import (
-        default_block_rows,
         gqa_padded,
+        multiprocessors,
+        prefix_block_rows,
         prefix_tile,
     )
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
@@ -745,7 +753,9 @@ def prefix_cases(
         ("fp8", (k8, v8), scales),
     ):
         for tile in prefix_tiles(args):
-            block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
+            block_rows = tile["block_rows"] or prefix_block_rows(
+                q_heads, kv_heads, rows, widest, caches[0].dtype, multiprocessors(q.device)
+            )
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
             m = block_rows * gqa_padded(q_heads, kv_heads)
