@@ -127,23 +127,16 @@ def pack(
     tree_rows: int = 0,
     tree_split=None,
     block_rows: int | None = None,
-    kv_dtype: torch.dtype = torch.bfloat16,  # of the cache the packing is for
 ):
-    """The engine's packing: page tables, its block_rows for the cache's dtype (unless given) /
-    splits, suffix capacity bucketed to a power of two >= 8 (`runner/decode_graphs.py`);
-    `tree_rows` > 0: with the shared-suffix plan (`suffix_tree`)."""
+    """The engine's packing over a cache in the model dtype: page tables, default block_rows
+    (unless given) / splits, suffix capacity bucketed to a power of two >= 8
+    (`runner/decode_graphs.py`); `tree_rows` > 0: with the shared-suffix plan (`suffix_tree`)."""
     from widebeam.kernels.attention.packed import pack_decode
-    from widebeam.kernels.attention.triton_common import (
-        default_num_splits,
-        multiprocessors,
-        prefix_block_rows,
-    )
+    from widebeam.kernels.attention.triton_common import default_block_rows, default_num_splits
 
     q_heads, kv_heads, _ = heads
     widest = max(g.num_rows for g in batch.groups)
-    block_rows = block_rows or prefix_block_rows(
-        q_heads, kv_heads, rows, widest, kv_dtype, multiprocessors(DEVICE)
-    )
+    block_rows = block_rows or default_block_rows(q_heads, kv_heads, widest)
     items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
     longest = max(int(g.prompt_slots.shape[0]) for g in batch.groups)
     splits = default_num_splits(items * kv_heads, longest, DEVICE)
@@ -517,8 +510,10 @@ def layers(args: argparse.Namespace) -> list[Case]:
 
 def fp8_kv_cases(name: str, groups: list[tuple[int, int, int]], heads: tuple[int, int, int]):
     """Cascade decode over one layer's cache in the model dtype, then in FP8 with the prefix
-    kernel's dots in bf16, in fp16 and as `triton_common.fp8_kv_dot` chooses; the FP8 rows are
-    checked against the torch reference over the same FP8 values, the largest error printed."""
+    kernel's dots in bf16, in fp16 and as `triton_common.fp8_kv_dot` chooses, all in the model
+    dtype's packing (items of up to 64 queries; the engine gives wide FP8 batches items of 128,
+    `prefix_block_rows`, which `--only prefix` times); the FP8 rows are checked against the
+    torch reference over the same FP8 values, the largest error printed."""
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
