@@ -128,9 +128,9 @@ def pack(
     tree_split=None,
     block_rows: int | None = None,
 ):
-    """The engine's packing over a cache in the model dtype: page tables, default block_rows
-    (unless given) / splits, suffix capacity bucketed to a power of two >= 8
-    (`runner/decode_graphs.py`); `tree_rows` > 0: with the shared-suffix plan (`suffix_tree`)."""
+    """The engine's packing: page tables, default block_rows (unless given) / splits, suffix
+    capacity bucketed to a power of two >= 8 (`runner/decode_graphs.py`); `tree_rows` > 0: with
+    the shared-suffix plan (`suffix_tree`)."""
     from widebeam.kernels.attention.packed import pack_decode
     from widebeam.kernels.attention.triton_common import default_block_rows, default_num_splits
 
@@ -510,10 +510,8 @@ def layers(args: argparse.Namespace) -> list[Case]:
 
 def fp8_kv_cases(name: str, groups: list[tuple[int, int, int]], heads: tuple[int, int, int]):
     """Cascade decode over one layer's cache in the model dtype, then in FP8 with the prefix
-    kernel's dots in bf16, in fp16 and as `triton_common.fp8_kv_dot` chooses, all in the model
-    dtype's packing (items of up to 64 queries; the engine gives wide FP8 batches items of 128,
-    `prefix_block_rows`, which `--only prefix` times); the FP8 rows are checked against the
-    torch reference over the same FP8 values, the largest error printed."""
+    kernel's dots in bf16, in fp16 and as `triton_common.fp8_kv_dot` chooses; the FP8 rows are
+    checked against the torch reference over the same FP8 values, the largest error printed."""
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
@@ -725,9 +723,8 @@ def prefix_cases(
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.attention.triton_common import (
+        default_block_rows,
         gqa_padded,
-        multiprocessors,
-        prefix_block_rows,
         prefix_tile,
     )
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
@@ -748,9 +745,7 @@ def prefix_cases(
         ("fp8", (k8, v8), scales),
     ):
         for tile in prefix_tiles(args):
-            block_rows = tile["block_rows"] or prefix_block_rows(
-                q_heads, kv_heads, rows, widest, caches[0].dtype, multiprocessors(q.device)
-            )
+            block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
             m = block_rows * gqa_padded(q_heads, kv_heads)

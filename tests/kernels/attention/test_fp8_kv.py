@@ -133,33 +133,6 @@ def test_triton_cascade_reads_fp8_as_the_reference(kernel_device: torch.device) 
             cascade_decode_packed(case.q, k8, v8, packed, 0.17)
 
 
-def test_triton_cascade_reads_fp8_in_the_widest_prefix_items(kernel_device: torch.device) -> None:
-    """Work items of PREFIX_WIDE_M queries (`prefix_block_rows`' choice for wide FP8 batches)
-    with their tile: ragged prompts end mid-tile, a 20-row request fills part of one item, and
-    the output is the reference's."""
-    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
-    from widebeam.kernels.attention.triton_common import PREFIX_WIDE_M, gqa_padded
-
-    case = decode_case(
-        GROUPS, q_heads=4, kv_heads=2, dim=32, dtype=torch.bfloat16, device=kernel_device,
-        seed=31, pad_rows=1, page_size=16,
-    )  # fmt: skip
-    scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
-    k8, v8 = quantized(case, scales)
-    packed = pack_decode(
-        case.batch, case.q.shape[0], block_rows=PREFIX_WIDE_M // gqa_padded(4, 2), num_splits=2,
-        page_size=16,
-    )  # fmt: skip
-    out = torch.full_like(case.q, float("nan"))
-    cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out)
-    expected = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales)
-    real = case.real_rows
-    torch.testing.assert_close(
-        out[real].float(), expected[real].float(), **tolerance(torch.bfloat16)
-    )
-    assert (out[~real] == 0).all()
-
-
 def test_triton_prefill_reads_fp8_as_the_reference(kernel_device: torch.device) -> None:
     from widebeam.kernels.attention.triton_prefill import ragged_causal_prefill
 

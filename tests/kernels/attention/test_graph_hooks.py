@@ -79,44 +79,6 @@ def test_triton_decode_bucket_holds_theuniform_batch() -> None:
     assert backend.decode_bucket(uniform_batch([64], 100, 9), 512, layout).suffix == 16
 
 
-def test_fp8_buckets_take_wide_prefix_items_where_they_fill_the_gpu() -> None:
-    """Over an FP8 cache a bucket whose rows make, in items of PREFIX_WIDE_M queries, a program
-    per SM takes those items (half as many, each prompt tile widened half as often); smaller
-    buckets, bf16 caches and a machine without SMs keep PREFIX_MAX_M. Start-up list and
-    serving agree (one block size per bucket: no graph more)."""
-    from widebeam.kernels.attention.factory import make_attention_backend
-    from widebeam.kernels.attention.triton_backend import TritonAttention
-    from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE
-
-    cpu = torch.device("cpu")
-    bf16 = replace(_layout(16, 8, 128, torch.bfloat16, cpu), cache_slots=400_000)
-    fp8 = replace(bf16, kv_dtype=KV_FP8_DTYPE)
-    backend = make_attention_backend("triton", page_size=16)
-    assert isinstance(backend, TritonAttention)
-    backend.sms = 132  # an H100's
-    # GQA 2: M = 64 is 32 rows an item, M = 128 is 64; 1,024 rows make 16 wide items x 8 KV
-    # heads = 128 programs (< 132 SMs), 1,536 make 192
-    for rows, layout, block_rows in [
-        (1024, fp8, 32), (1536, fp8, 64), (8192, fp8, 64), (1536, bf16, 32), (8192, bf16, 32),
-    ]:  # fmt: skip
-        listed = backend.decode_buckets(rows, layout)
-        assert {b.block_rows for b in listed} == {block_rows}, (rows, layout.kv_dtype)
-        batch = uniform_batch([50] * (rows // 50), prompt=301, suffix=2)
-        assert backend.decode_bucket(batch, rows, layout) in listed
-    assert [b.work for b in backend.decode_buckets(1536, fp8)] == [24, 48, 1536]
-    # the eager packing follows the same rule, over the batch's own rows
-    wide = backend.pack(uniform_batch([1000] * 2, 64, 2), 2000, 16, 8, KV_FP8_DTYPE)
-    assert wide.block_rows == 64
-    assert (
-        backend.pack(uniform_batch([1000] * 2, 64, 2), 2000, 16, 8, torch.bfloat16).block_rows == 32
-    )
-    assert backend.pack(uniform_batch([256] * 4, 64, 2), 1024, 16, 8, KV_FP8_DTYPE).block_rows == 32
-    # narrow requests keep their narrow items whatever the batch's width
-    assert backend.pack(uniform_batch([8] * 300, 64, 2), 2400, 16, 8, KV_FP8_DTYPE).block_rows == 8
-    backend.sms = None  # the cache device's: none on the CPU
-    assert {b.block_rows for b in backend.decode_buckets(8192, fp8)} == {32}
-
-
 def test_work_rungs() -> None:
     from widebeam.kernels.attention.triton_backend import work_rungs
 
@@ -184,7 +146,7 @@ def test_triton_eager_metadata_is_the_decode_packing(kernel_device: torch.device
     layout = _layout(4, 2, 32, torch.float32, kernel_device)
     rows = case.q.shape[0]
     metadata = backend.prepare_decode(case.batch, rows, layout)
-    assert metadata is backend.pack(case.batch, rows, 4, 2, torch.float32)  # type: ignore[attr-defined]
+    assert metadata is backend.pack(case.batch, rows, 4, 2)  # type: ignore[attr-defined]
     got = backend.decode(case.q, case.k_cache, case.v_cache, metadata, 0.2)
     want = backend.decode(case.q, case.k_cache, case.v_cache, case.batch, 0.2)
     assert torch.equal(got, want)

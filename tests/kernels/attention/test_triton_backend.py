@@ -23,13 +23,10 @@ def test_backend_decode_and_prefill(kernel_device: torch.device) -> None:
     expected = ref.decode(case.q, case.k_cache, case.v_cache, case.batch, 0.2)
     out = backend.decode(case.q, case.k_cache, case.v_cache, case.batch, 0.2)
     torch.testing.assert_close(out, expected, **tolerance(torch.float32))
-    packed = backend.pack(case.batch, *case.q.shape[:2], case.k_cache.shape[1], case.k_cache.dtype)  # type: ignore[attr-defined]
+    packed = backend.pack(case.batch, *case.q.shape[:2], case.k_cache.shape[1])  # type: ignore[attr-defined]
     assert isinstance(packed, PackedDecode) and packed.page_size == 4
     # A second layer of the same step reuses the packing; a pre-packed batch is accepted.
-    assert (
-        backend.pack(case.batch, *case.q.shape[:2], case.k_cache.shape[1], case.k_cache.dtype)
-        is packed
-    )  # type: ignore[attr-defined]
+    assert backend.pack(case.batch, *case.q.shape[:2], case.k_cache.shape[1]) is packed  # type: ignore[attr-defined]
     again = backend.decode(case.q, case.k_cache, case.v_cache, packed, 0.2)
     torch.testing.assert_close(again, out, rtol=0, atol=0)
 

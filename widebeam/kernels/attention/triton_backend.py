@@ -40,9 +40,8 @@ from widebeam.kernels.attention.suffix_tree import (
 )
 from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 from widebeam.kernels.attention.triton_common import (
+    default_block_rows,
     default_num_splits,
-    multiprocessors,
-    prefix_block_rows,
 )
 from widebeam.kernels.attention.triton_prefill import (
     prefill_block_q,
@@ -95,48 +94,36 @@ class TritonAttention(AttentionBackend):
         num_splits: int | None = None,
         shared_suffix: bool = True,
         tree_split: SplitRule = DEFAULT_SPLIT,
-        sms: int | None = None,
     ) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
         num_splits None = choose per batch (or bucket) from the grid size and the longest
         prompt; shared_suffix: rows read the generated tokens they share with other beams once
         per ancestor group (`suffix_tree`) once suffixes are long enough, split by
-        `tree_split`; sms: the multiprocessors the prefix items are sized for
-        (`prefix_block_rows`; None: the cache device's)."""
+        `tree_split`."""
         self.page_size = page_size
-        self.sms = sms
         self.num_splits = num_splits
         self.tree_rows = ITEM_ROWS if shared_suffix else 0
         self.tree_split = tree_split
         # One batch object serves every layer of a step: pack once, keyed by identity (the
         # reference keeps the object alive, so its id cannot be reused meanwhile).
-        self._decode_key: tuple[DecodeBatch, int, int, int, torch.dtype] | None = None
+        self._decode_key: tuple[DecodeBatch, int, int, int] | None = None
         self._decode_packed: PackedDecode | None = None
         self._prefill_key: tuple[tuple[int, ...], int, str] | None = None
         self._prefill_work: torch.Tensor | None = None
 
-    def pack(
-        self,
-        batch: DecodeBatch,
-        rows: int,
-        q_heads: int,
-        kv_heads: int,
-        kv_dtype: torch.dtype,  # of the cache
-    ) -> PackedDecode:
-        key = (batch, rows, q_heads, kv_heads, kv_dtype)
+    def pack(self, batch: DecodeBatch, rows: int, q_heads: int, kv_heads: int) -> PackedDecode:
+        key = (batch, rows, q_heads, kv_heads)
         last = self._decode_key
         if last is not None and last[0] is batch and last[1:] == key[1:]:
             assert self._decode_packed is not None
             return self._decode_packed
         max_rows = max((g.num_rows for g in batch.groups), default=1)
-        device = batch.groups[0].prompt_slots.device if batch.groups else torch.device("cpu")
-        block_rows = prefix_block_rows(
-            q_heads, kv_heads, rows, max_rows, kv_dtype, self._sms(device)
-        )
+        block_rows = default_block_rows(q_heads, kv_heads, max_rows)
         splits = self.num_splits
         if splits is None:
             items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
             longest = max((int(g.prompt_slots.shape[0]) for g in batch.groups), default=0)
+            device = batch.groups[0].prompt_slots.device if batch.groups else torch.device("cpu")
             splits = default_num_splits(items * kv_heads, longest, device)
         packed = pack_decode(
             batch, rows, block_rows=block_rows, num_splits=splits, page_size=self.page_size,
@@ -184,7 +171,7 @@ class TritonAttention(AttentionBackend):
         kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
         if isinstance(metadata, DecodeBatch):
-            metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1], k_cache.dtype)
+            metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1])
         if not isinstance(metadata, PackedDecode):
             raise TypeError(
                 f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
@@ -219,7 +206,7 @@ class TritonAttention(AttentionBackend):
         """The batch packed on the cache's device: at its own sizes (as `decode` packs a
         DecodeBatch), or padded to a bucket's capacities."""
         if bucket is None:
-            return self.pack(batch, rows, layout.q_heads, layout.kv_heads, layout.kv_dtype)
+            return self.pack(batch, rows, layout.q_heads, layout.kv_heads)
         if not isinstance(bucket, TritonDecodeBucket):
             raise TypeError(f"not a triton decode bucket: {bucket!r}")
         splits = self.num_splits
@@ -289,12 +276,7 @@ class TritonAttention(AttentionBackend):
     def _bucket_block_rows(self, rows: int, layout: AttentionLayout) -> int:
         # From the bucket's rows, not the widest request: narrower requests in tiles this wide
         # cost a few tensor-core products more, where another block size would cost a graph.
-        return prefix_block_rows(
-            layout.q_heads, layout.kv_heads, rows, rows, layout.kv_dtype, self._sms(layout.device)
-        )
-
-    def _sms(self, device: torch.device) -> int:
-        return multiprocessors(device) if self.sms is None else self.sms
+        return default_block_rows(layout.q_heads, layout.kv_heads, rows)
 
     def _bucket(
         self,

@@ -9,8 +9,6 @@ import torch
 import triton
 import triton.language as tl
 
-from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE
-
 LOG2E = 1.4426950408889634  # kernels work in log2 units: exp2 is the cheap instruction
 
 
@@ -92,15 +90,11 @@ def gqa_padded(q_heads: int, kv_heads: int) -> int:
 
 
 # The prefix kernel's tiles (`bench/kernels.py --only prefix`; docs/benchmarks.md has the
-# sweeps): a work item's M (its rows × the padded GQA group) reaches PREFIX_MAX_M for wide
-# requests, or PREFIX_WIDE_M over an FP8 cache in batches that still give every SM a program
-# (`prefix_block_rows`), and each (M, cache dtype) launches with the tile PREFIX_TILES gives it
-# (else PrefixTile()). Over a bf16 cache 32-token tiles beat 64 at every workload shape swept,
-# and M = 128 lost at most of them. Over FP8, where each work item widens every prompt tile it
-# reads, half as many items of M = 128 ran 1.05-1.35x faster at every shape of 1,600 rows and
-# more, and 0.73-0.82x with 1-2 long requests of 256-512 rows (few items, the prompts split).
+# sweep): a work item's M (its rows × the padded GQA group) reaches PREFIX_MAX_M for wide
+# requests, and each (M, cache dtype) launches with the tile PREFIX_TILES gives it (else
+# PrefixTile()). Over a bf16 cache 32-token tiles beat 64 at every workload shape swept; over
+# FP8 no tile beat the default at every shape (M = 128 won at W4's and lost at W2's).
 PREFIX_MAX_M = 64
-PREFIX_WIDE_M = 128
 
 
 @dataclass(frozen=True)
@@ -127,39 +121,12 @@ def default_block_rows(q_heads: int, kv_heads: int, max_group_rows: int) -> int:
     return max(16 // gqa_p, 1, min(want, max(PREFIX_MAX_M // gqa_p, 1)))
 
 
-def prefix_block_rows(
-    q_heads: int,
-    kv_heads: int,
-    rows: int,  # of the batch (or of a CUDA-graph bucket)
-    widest: int,  # rows of its widest request (a bucket: its rows)
-    kv_dtype: torch.dtype,
-    sms: int,  # the GPU's multiprocessors (0: none, never the wide items)
-) -> int:
-    """Rows per prefix work item: `default_block_rows`, or PREFIX_WIDE_M's rows over an FP8
-    cache where items of PREFIX_MAX_M were chosen and `rows` rows in items of PREFIX_WIDE_M still
-    make a program (an item x a KV head) per SM. A bucket's smaller batches make nearly as many: a
-    row bucket beyond 1,024 rows holds more than its rows minus 512 (on 132 SMs and 8 KV heads,
-    at least 136 programs in every bucket that takes the wide items)."""
-    base = default_block_rows(q_heads, kv_heads, widest)
-    gqa_p = gqa_padded(q_heads, kv_heads)
-    wide = PREFIX_WIDE_M // gqa_p
-    fills = sms > 0 and rows // wide * kv_heads >= sms
-    return wide if kv_dtype == KV_FP8_DTYPE and base * gqa_p >= PREFIX_MAX_M and fills else base
-
-
-def multiprocessors(device: torch.device) -> int:
-    """The device's SMs; 0 off CUDA."""
-    if device.type != "cuda":
-        return 0
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def default_num_splits(programs: int, max_prompt_len: int, device: torch.device) -> int:
     """Split long prompts until the prefix grid fills the GPU (~2 waves), keeping >= 256
     tokens per split so the extra partials stay cheap."""
-    sms = multiprocessors(device)
-    if sms == 0 or programs <= 0:
+    if device.type != "cuda" or programs <= 0:
         return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(math.ceil(2 * sms / programs), max_prompt_len // 256))
 
 
