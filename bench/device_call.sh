@@ -19,6 +19,12 @@
 #                          the sweep's clients send their own deadline (timeout_ms)
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
+#   ab-tree [420]          an in-process bench, ${WIDEBEAM_AB_SCRIPT:-genrec_throughput.py} with
+#                          ${WIDEBEAM_AB_BENCH_ARGS:---quick}, on the tree in
+#                          ${WIDEBEAM_BEFORE:-.before} (with_tree.py: B) and on this one (A), for
+#                          ${WIDEBEAM_AB_ROUNDS:-2} rounds, B first in odd rounds and A first in even
+#                          ones; tags _B1, _A1, ... (carry the tree: git archive BASE widebeam
+#                          services | tar -x -C .before)
 #   ab-stack [420]         ab_stack.py: this tree's decoder (A) beside B (and C), their
 #                          gRPC and REST phases rotated for ${WIDEBEAM_AB_ROUNDS:-8} rounds; B gets
 #                          the decoder flags ${WIDEBEAM_AB_B_ARGS:-"--answers-at-step-start
@@ -150,6 +156,11 @@ step_command() {
         stack-profile | stack-api-profile) echo "cd bench && python3 stack.py --quick \
             --api-processes $([ "$1" = stack-profile ] && echo 0 || echo 1) --profile \$OUT/spy \
             $STACK_ARGS && for f in \$OUT/spy/*.spy; do echo \"=== \$f\"; python3 spy_summary.py \$f; done" ;;
+        ab-tree) echo "cd bench && for r in \$(seq ${WIDEBEAM_AB_ROUNDS:-2}); do \
+            order='B A'; [ \$((r % 2)) = 0 ] && order='A B'; for side in \$order; do \
+            run=python3; [ \$side = B ] && run='python3 with_tree.py ../${WIDEBEAM_BEFORE:-.before}'; \
+            \$run ${WIDEBEAM_AB_SCRIPT:-genrec_throughput.py} ${WIDEBEAM_AB_BENCH_ARGS:---quick} \
+            --tag _\$side\$r || exit 1; done; done" ;;
         ab-stack) echo "cd bench && python3 ab_stack.py --rounds ${WIDEBEAM_AB_ROUNDS:-8} \
             --phase-seconds 2 $AB_VARIANTS ${WIDEBEAM_AB_ARGS:-}" ;;
         decoder-startup) echo "cd bench && python3 decoder_startup.py \
@@ -252,7 +263,7 @@ step_command() {
 
 default_limit() {
     case "$1" in
-        gpu-tests | stack-timeline | decoder-startup) echo 300 ;; stack*) echo 260 ;; ab-stack) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
+        gpu-tests | stack-timeline | decoder-startup) echo 300 ;; stack*) echo 260 ;; ab-stack | ab-tree) echo 420 ;; w1-shared | w1-split) echo 300 ;; w1-*) echo 180 ;; attention-gpu-tests) echo 240 ;; kernels-tree) echo 240 ;;
         fp8-quality) echo 240 ;; fp8-gemm) echo 300 ;;
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
