@@ -3,7 +3,7 @@ of a reply built on the thread the engine shares the GIL with. CPU only, no mode
 
     python bench/decoder_responses.py [--beams 1000] [--repeat 2000]
     # the code of another checkout (a `git worktree` of the baseline), for a before/after:
-    python bench/decoder_responses.py --root /tmp/before
+    cd bench && python with_tree.py /tmp/before decoder_responses.py
 """
 
 from __future__ import annotations
@@ -11,19 +11,13 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from step_host import import_package_from
-
-if TYPE_CHECKING:
-    from widebeam.services.decoder.requests.results import RequestOutput
+from widebeam.services.decoder.requests.results import BeamResult, RequestOutput
+from widebeam.services.decoder.server.convert import generate_response
 
 
 def wide_output(beams: int, seed: int = 0) -> RequestOutput:
     """A constrained answer's shape: 4 tokens (3 SID codes and EOS) and one item per beam."""
-    from widebeam.services.decoder.requests.results import BeamResult, RequestOutput
-
     rng = random.Random(seed)
     results = []
     for i in range(beams):
@@ -37,12 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--beams", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=2000)
-    parser.add_argument("--root", type=Path, help="import widebeam from this checkout")
     args = parser.parse_args()
-    if args.root is not None:  # before anything imports widebeam
-        import_package_from(args.root.resolve())
-    from widebeam.services.decoder.server.convert import generate_response
-
     out = wide_output(args.beams)
     started = time.perf_counter()
     for _ in range(args.repeat):
