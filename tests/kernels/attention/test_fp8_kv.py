@@ -189,42 +189,6 @@ def test_fp8_dots_are_fp16_where_tiles_are_widened_often() -> None:
         fp8_kv_dot(torch.bfloat16, 1, torch.int8)
 
 
-def test_each_prefix_item_chooses_its_fp8_dots_from_its_group(
-    kernel_device: torch.device,
-) -> None:
-    """A group of at least FP16_DOTS_FROM_WIDENINGS work items runs its prefix dots in fp16,
-    a smaller one in the queries' bf16, within one launch; and a batch packed at a CUDA graph
-    bucket's capacities (groups and work items padded) chooses the same as packed alone."""
-    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
-    from widebeam.kernels.attention.triton_common import FP16_DOTS_FROM_WIDENINGS
-
-    block_rows = 8
-    wide_rows, narrow_rows = FP16_DOTS_FROM_WIDENINGS * block_rows, 2 * block_rows - 1
-    case = decode_case(
-        [(wide_rows, 40, 2), (narrow_rows, 33, 2)], q_heads=4, kv_heads=2, dim=32,
-        dtype=torch.bfloat16, device=kernel_device, seed=5, page_size=4,
-    )  # fmt: skip
-    scales = fp8_scales(case.k_cache, case.v_cache, headroom=1.5)
-    k8, v8 = quantized(case, scales)
-    rows = case.q.shape[0]
-    alone = pack_decode(case.batch, rows, block_rows=block_rows, num_splits=2, page_size=4)
-    bucket = pack_decode(
-        case.batch, rows, block_rows=block_rows, num_splits=2, page_size=4,
-        num_groups=rows, num_work=rows,
-    )  # fmt: skip
-
-    def run(packed: object, dot: torch.dtype | None) -> torch.Tensor:
-        return cascade_decode_packed(case.q, k8, v8, packed, 0.2, scales, fp8_dot=dot)
-
-    chosen, fp16, bf16 = run(alone, None), run(alone, torch.float16), run(alone, torch.bfloat16)
-    wide, narrow = slice(0, wide_rows), slice(wide_rows, wide_rows + narrow_rows)
-    for part in (wide, narrow):  # the two dtypes give different outputs for either group
-        assert not torch.equal(fp16[part], bf16[part])
-    assert torch.equal(chosen[wide], fp16[wide])
-    assert torch.equal(chosen[narrow], bf16[narrow])
-    assert torch.equal(run(bucket, None), chosen)
-
-
 def test_triton_cascade_fp8_queries_beyond_fp16_range_are_clamped(
     kernel_device: torch.device,
 ) -> None:

@@ -27,7 +27,6 @@ import triton.language as tl
 
 from widebeam.kernels.attention.packed import PackedDecode
 from widebeam.kernels.attention.triton_common import (
-    FP16_DOTS_FROM_WIDENINGS,
     LOG2E,
     dot_precision,
     fp8_kv_dot,
@@ -247,11 +246,7 @@ def cascade_decode_packed(
     common = dict(HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim)
     own_dot = fp8_kv_dot(q.dtype, widenings=1)  # suffix tiles: one row reads each
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
-    items = packed.work_group.shape[0]
-    # The prefix kernel's FP8 dots: `narrow` for the items of small groups, `wide` from
-    # FP16_DOTS_FROM_WIDENINGS items a group (one dtype where they agree or one is forced).
-    narrow = fp8_kv_dot(q.dtype, 1, fp8_dot)
-    wide = fp8_kv_dot(q.dtype, FP16_DOTS_FROM_WIDENINGS, fp8_dot)
+    items, groups = packed.work_group.shape[0], max(packed.group_num_rows.shape[0], 1)
     if items:
         tile = prefix_tile(packed.block_rows * gqa_p, k_cache.dtype)
         prefix_kernel[(items, kv_heads, splits)](
@@ -263,8 +258,7 @@ def cascade_decode_packed(
             v_cache.stride(0), v_cache.stride(1), qk_scale,
             BLOCK_R=packed.block_rows, BLOCK_N=block_n or tile.block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
-            KV_DOT=narrow, KV_DOT_WIDE=wide,
-            WIDE_FROM=FP16_DOTS_FROM_WIDENINGS if fp8 and wide != narrow else 0, **common,
+            KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot), **common,
             **launch_options(prefix_warps or tile.warps, prefix_stages or tile.stages),
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]

@@ -28,12 +28,11 @@ FP16_MAX = tl.constexpr(65504.0)
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
 
-# A prompt tile of an FP8 cache is widened once per prefix work item that reads it. The items of
-# a group of at least this many items run the prefix kernel's dots in fp16, the others in the
-# queries' dtype, where fp16 measured slower (`bench/kernels.py --only fp8kv`; the table in
-# docs/benchmarks.md). The kernel counts each item's group itself, so graph replays choose as
-# eager steps do. The merge and shared-suffix kernels read each tile for one row or one item:
-# they keep the queries' dtype.
+# A prompt tile of an FP8 cache is widened once per prefix work item that reads it. From this many
+# items per group (shapes of the launch: bucket capacities under CUDA graphs) the prefix
+# kernel's dots run in fp16, below it in the queries' dtype, where fp16 measured slower
+# (`bench/kernels.py --only fp8kv`; the table in docs/benchmarks.md). The merge and
+# shared-suffix kernels read each tile for one row or one item: they keep the queries' dtype.
 FP16_DOTS_FROM_WIDENINGS = 4
 
 

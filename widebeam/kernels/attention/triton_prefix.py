@@ -11,12 +11,11 @@ A CUDA graph fixes the grid, so it is launched at a bucket's capacities (work it
 the programs of padding items and of splits beyond the batch's `live_splits` return before they
 load anything, which keeps the padding nearly free.
 
-An FP8 cache (KV_FP8) is read as stored and widened to the dots' dtype (exact: every e4m3 value
-is a bf16, fp16 and fp32 value), the queries cast to it once; the head's K scale multiplies the
-scores and its V scale the output, the same as dequantizing every key and value, in fewer
-multiplies. Each item chooses that dtype from its group's work-item count, read from the
-metadata (`triton_common.fp8_kv_dot`: fp16 where a group's rows span several items, each
-widening every prompt tile again), so a CUDA graph replays the choice of each batch it meets.
+An FP8 cache (KV_FP8) is read as stored and widened to KV_DOT (`triton_common.fp8_kv_dot`: fp16
+where a group's rows span several work items, each widening every prompt tile again; exact,
+every e4m3 value is a bf16, fp16 and fp32 value), the queries cast to it once; the head's K
+scale multiplies the scores and its V scale the output, the same as dequantizing every key and
+value, in fewer multiplies.
 """
 
 from __future__ import annotations
@@ -25,62 +24,6 @@ import triton
 import triton.language as tl
 
 from widebeam.kernels.attention.triton_common import load_queries
-
-
-@triton.jit
-def _prompt_partial(
-    q_ptr, k_ptr, v_ptr, table, row, head, d, m_ok, start, end, kv_head,
-    stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, qk_scale,
-    M: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, KV_FP8: tl.constexpr,
-    KV_DOT: tl.constexpr,
-):  # fmt: skip
-    """The item's M queries against prompt tokens [start, end): the normalised output [M, D]
-    fp32 (before an FP8 cache's V scale) and its log2-unit log-sum-exp [M] fp32."""
-    q = load_queries(
-        q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST
-    )
-    m_i = tl.full([M], float("-inf"), tl.float32)
-    l_i = tl.zeros([M], tl.float32)
-    acc = tl.zeros([M, D], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = n < end
-        entry = tl.load(table + n // PAGE, mask=n_ok, other=0)
-        slot = entry.to(tl.int64) * PAGE + n % PAGE
-        k_t = tl.load(  # [D, BLOCK_N]: K^T straight from the gather
-            k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
-            mask=n_ok[None, :],
-            other=0.0,
-        )
-        v = tl.load(
-            v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
-        )
-        if KV_FP8:
-            k_t = k_t.to(KV_DOT)
-            v = v.to(KV_DOT)
-        if UPCAST:
-            k_t = k_t.to(tl.float32)
-        s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
-        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # P is rounded to V's dtype as on tensor cores; UPCAST keeps that rounding.
-        p_v = p.to(v.dtype)
-        if UPCAST:
-            p_v = p_v.to(tl.float32)
-            v = v.to(tl.float32)
-        pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
-    has = l_i > 0.0  # false for an empty chunk: zeros and -inf, never 0/0
-    out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
-    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    return out, lse
 
 
 @triton.jit
@@ -119,8 +62,6 @@ def prefix_kernel(
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
     KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only)
-    KV_DOT_WIDE: tl.constexpr,  # ... for the items of groups of at least WIDE_FROM items
-    WIDE_FROM: tl.constexpr,  # 0: every item's dots in KV_DOT
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -146,32 +87,53 @@ def prefix_kernel(
     head = kv_head * GQA + head_in_group
     m_ok = (m_idx // GQA_P < rows_here) & (head_in_group < GQA)
     d = tl.arange(0, D)
+    q = load_queries(
+        q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST
+    )
     if KV_FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
-    if WIDE_FROM > 0:
-        # Each of a group's work items widens every prompt tile again: from WIDE_FROM items
-        # the wide dots' cheaper widening pays (`triton_common.fp8_kv_dot`).
-        items_in_group = tl.cdiv(tl.load(group_num_rows_ptr + g), BLOCK_R)
-        if items_in_group >= WIDE_FROM:
-            out, lse = _prompt_partial(
-                q_ptr, k_ptr, v_ptr, table, row, head, d, m_ok, start, end, kv_head,
-                stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, qk_scale,
-                BLOCK_R * GQA_P, D, BLOCK_N, PAGE, UPCAST, DOT_PRECISION, KV_FP8, KV_DOT_WIDE,
-            )  # fmt: skip
-        else:
-            out, lse = _prompt_partial(
-                q_ptr, k_ptr, v_ptr, table, row, head, d, m_ok, start, end, kv_head,
-                stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, qk_scale,
-                BLOCK_R * GQA_P, D, BLOCK_N, PAGE, UPCAST, DOT_PRECISION, KV_FP8, KV_DOT,
-            )  # fmt: skip
-    else:
-        out, lse = _prompt_partial(
-            q_ptr, k_ptr, v_ptr, table, row, head, d, m_ok, start, end, kv_head,
-            stride_qr, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, qk_scale,
-            BLOCK_R * GQA_P, D, BLOCK_N, PAGE, UPCAST, DOT_PRECISION, KV_FP8, KV_DOT,
-        )  # fmt: skip
+    m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
+    acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < end
+        entry = tl.load(table + n // PAGE, mask=n_ok, other=0)
+        slot = entry.to(tl.int64) * PAGE + n % PAGE
+        k_t = tl.load(  # [D, BLOCK_N]: K^T straight from the gather
+            k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
+            mask=n_ok[None, :],
+            other=0.0,
+        )
+        v = tl.load(
+            v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
+            mask=n_ok[:, None],
+            other=0.0,
+        )
+        if KV_FP8:
+            k_t = k_t.to(KV_DOT)
+            v = v.to(KV_DOT)
+        if UPCAST:
+            k_t = k_t.to(tl.float32)
+        s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # P is rounded to V's dtype as on tensor cores; UPCAST keeps that rounding.
+        p_v = p.to(v.dtype)
+        if UPCAST:
+            p_v = p_v.to(tl.float32)
+            v = v.to(tl.float32)
+        pv = tl.dot(p_v, v, input_precision=DOT_PRECISION)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    has = l_i > 0.0  # false for an empty chunk: zeros and -inf, never 0/0
+    out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     if KV_FP8:
         out = out * tl.load(v_scale_ptr + kv_head)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     part = (split * num_rows + row.to(tl.int64)) * HQ + head
     tl.store(o_part_ptr + part[:, None] * D + d[None, :], out, mask=m_ok[:, None])
     tl.store(lse_part_ptr + part, lse, mask=m_ok)
