@@ -29,9 +29,11 @@ _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.floa
 
 
 # A prompt tile of an FP8 cache is widened once per prefix work item that reads it. From this many
-# items per group (shapes of the launch: bucket capacities under CUDA graphs) the prefix
-# kernel's dots run in fp16, below it in the queries' dtype, where fp16 measured slower
-# (`bench/kernels.py --only fp8kv`; the table in docs/benchmarks.md). The merge and
+# items per group (shapes of the launch) the prefix kernel's dots run in fp16, below it in the
+# queries' dtype, where fp16 measured slower (`bench/kernels.py --only fp8kv`; the table in
+# docs/benchmarks.md). A CUDA graph's launch counts its bucket's capacities, one group per row,
+# so captured decodes always take the queries' dtype: fp16 there, or chosen per item in the
+# kernel, lost end to end (docs/benchmarks.md, thirty-seventh session). The merge and
 # shared-suffix kernels read each tile for one row or one item: they keep the queries' dtype.
 FP16_DOTS_FROM_WIDENINGS = 4
 
