@@ -133,7 +133,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         "requests), so the results' rates are never the profiler's",
     )
     parser.add_argument(
-        "--trace", action="store_true", help="timeline of the single-request phases (tracing.py)"
+        "--trace",
+        action="store_true",
+        help="timeline of the timed phases (tracing.py): W1's and W2's single requests, every "
+        "W3 and W4 throughput phase",
     )
 
 

@@ -16,6 +16,7 @@ same requests, so their beams must agree (checked, and reported).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import random
@@ -43,6 +44,7 @@ from harness import (
     second_pass_profile,
     write_json,
 )
+from tracing import traced
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.kv.prefix_cache import PrefixCacheStats
@@ -133,9 +135,11 @@ def main() -> None:
                 profile_timed(args, width, min(shape.widths)),
                 profile_after(args, width, min(shape.widths)),
             )
+            trace = f"w4_{variant}_n{width}" if args.trace else None
             row, beams = _measure(
-                engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label
-            )
+                engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label,
+                trace,
+            )  # fmt: skip
             answers.setdefault(variant, {}).update(beams)
             print(row, flush=True)
             results.append(row)
@@ -216,7 +220,9 @@ def _hit_ratio(before: PrefixCacheStats, after: PrefixCacheStats) -> float:
     return (after.hit_tokens - before.hit_tokens) / looked_up if looked_up else 0.0
 
 
-def _measure(engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label):
+def _measure(
+    engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label, trace
+):  # fmt: skip
     layout = engine.sid_layout
     bases = [lv.base for lv in layout.levels]
     end = layout.end_token_id
@@ -243,7 +249,10 @@ def _measure(engine, prompts, variant, width, num, conc, shape, valid, peak, pro
     kv = engine.scheduler.kv
     before = kv.stats()
     timed_profile, second_profile = profiles  # where --profile / --profile-apart put one
-    with maybe_profile(timed_profile, label):
+    with (
+        maybe_profile(timed_profile, label),
+        traced(engine, trace) if trace else contextlib.nullcontext(),
+    ):
         stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
     after = kv.stats()
     profiled_hit = None

@@ -48,3 +48,14 @@ def test_recif_profiles_apart_from_the_timed_pass(tmp_path: Path) -> None:
     rows = {row["width"]: row for row in report["rows"]}
     assert rows[4]["prefix_hit_ratio"] < 0.1 and rows[4]["profiled_pass_prefix_hit_ratio"] < 0.1
     assert rows[8]["profiled_pass_prefix_hit_ratio"] is None  # not profiled
+
+
+def test_recif_traces_each_timed_phase(tmp_path: Path) -> None:
+    """`--trace`: a timeline of every timed phase, printed and written for chrome://tracing."""
+    _, stdout = run_smoke(
+        "recif_throughput.py", tmp_path, "--cache", str(tmp_path), "--variants", "distinct",
+        "--trace",
+    )  # fmt: skip
+    for width in (4, 8):
+        assert f"--- trace w4_distinct_n{width}\n" in stdout
+        assert (tmp_path / "out" / f"trace_w4_distinct_n{width}.json.gz").stat().st_size > 0
