@@ -19,6 +19,7 @@ from catalogs import dict_trie, prefix_fn, random_catalog
 from floor import linear_step_ms, request_flops
 from harness import (
     add_engine_args,
+    add_run_args,
     drive,
     engine_options,
     environment,
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hf", action="store_true", help="transformers at n = 50")
     add_engine_args(parser)
+    add_run_args(parser, profile=True)
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
     catalog = random_catalog(430_000, LEVELS)

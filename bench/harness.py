@@ -115,7 +115,21 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         choices=[n.value for n in Normalization],
         help="constrained requests' log-prob normalisation (sid: the SID tokens only)",
     )
+
+
+def add_run_args(parser: argparse.ArgumentParser, *, profile: bool) -> None:
+    """What a script with timed phases is asked to record: the result's tag, a timeline of
+    each timed phase, and with `profile` a torch profile of the phases listed (the scripts
+    whose phases have names to list: widths or contexts)."""
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="timeline of the timed phases (tracing.py): W1's and W2's single requests, every "
+        "W3 and W4 throughput phase",
+    )
+    if not profile:
+        return
     parser.add_argument(
         "--profile",
         type=profile_value,
@@ -131,12 +145,6 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="profile --profile's phases in a second pass after the timed one (half its "
         "requests), so the results' rates are never the profiler's",
-    )
-    parser.add_argument(
-        "--trace",
-        action="store_true",
-        help="timeline of the timed phases (tracing.py): W1's and W2's single requests, every "
-        "W3 and W4 throughput phase",
     )
 
 

@@ -30,6 +30,7 @@ from floor import linear_step_ms, request_flops
 from harness import (
     QWEN_VOCAB,
     add_engine_args,
+    add_run_args,
     drive,
     engine_options,
     environment,
@@ -93,6 +94,7 @@ def main() -> None:
     add_cache_argument(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     add_engine_args(parser)
+    add_run_args(parser, profile=True)
     args = parser.parse_args()
     variants = args.variants.split(",")
     if unknown := set(variants) - set(VARIANTS):

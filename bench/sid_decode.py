@@ -17,6 +17,7 @@ from floor import linear_step_ms, request_flops
 from harness import (
     VERSUS_HEADERS,
     add_engine_args,
+    add_run_args,
     drive,
     engine_options,
     environment,
@@ -66,6 +67,7 @@ def main() -> None:
         help="with --host-clock: list the operations that waited for the device",
     )
     add_engine_args(parser)
+    add_run_args(parser, profile=True)
     args = parser.parse_args()
     if unknown := set(args.contexts) - set(PUBLIC):
         parser.error(f"--contexts: {sorted(unknown)} not among {sorted(PUBLIC)}")

@@ -19,6 +19,7 @@ from floor import linear_step_ms, request_flops
 from harness import (
     VERSUS_HEADERS,
     add_engine_args,
+    add_run_args,
     drive,
     engine_options,
     environment,
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--e2e", action="store_true", help="also time through the decoder service")
     parser.add_argument("--e2e-only", action="store_true", help="only the decoder-service timing")
     add_engine_args(parser)
+    add_run_args(parser, profile=False)
     args = parser.parse_args()
     wanted = {int(t) for t in args.tokens.split(",")}
     hf_tokens = {int(t) for t in args.hf_tokens.split(",") if t}
