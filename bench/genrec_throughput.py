@@ -19,6 +19,7 @@ from catalogs import dict_trie, prefix_fn, random_catalog
 from floor import linear_step_ms, request_flops
 from harness import (
     add_engine_args,
+    add_normalization_arg,
     add_run_args,
     drive,
     engine_options,
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hf", action="store_true", help="transformers at n = 50")
     add_engine_args(parser)
+    add_normalization_arg(parser)
     add_run_args(parser, profile=True)
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
@@ -115,7 +117,7 @@ def main() -> None:
         label = f"n={width}, c={conc}"
         with (
             maybe_profile(profile_timed(args, width, min(WIDTHS)), label),
-            traced(engine, f"w3_n{width}") if args.trace else contextlib.nullcontext(),
+            traced(engine, f"w3_n{width}{args.tag}") if args.trace else contextlib.nullcontext(),
         ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
         if profile_after(args, width, min(WIDTHS)):

@@ -109,6 +109,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         "--tree-split",
         help="PRIVATE_MIN:ALIGN, the Triton backend's shared-suffix split rule (default 8:8)",
     )
+
+
+def add_normalization_arg(parser: argparse.ArgumentParser) -> None:
+    """For the scripts whose requests take a normalisation (W2's and W3's)."""
     parser.add_argument(
         "--normalization",
         default=Normalization.VOCAB,
@@ -117,17 +121,32 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_run_args(parser: argparse.ArgumentParser, *, profile: bool) -> None:
-    """What a script with timed phases is asked to record: the result's tag, a timeline of
-    each timed phase, and with `profile` a torch profile of the phases listed (the scripts
-    whose phases have names to list: widths or contexts)."""
-    parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
+def add_run_args(
+    parser: argparse.ArgumentParser, *, profile: bool, host_clock: bool = False
+) -> None:
+    """What a script with timed phases is asked to record: the result's tag (which also names
+    its traces), a timeline of each timed phase; with `profile` a torch profile of the phases
+    listed (the scripts whose phases have names to list: widths or contexts), with
+    `host_clock` the host's time per engine phase without a profiler."""
+    parser.add_argument("--tag", default="", help="suffix of the result JSON's and traces' names")
     parser.add_argument(
         "--trace",
         action="store_true",
         help="timeline of the timed phases (tracing.py): W1's and W2's single requests, every "
         "W3 and W4 throughput phase",
     )
+    if host_clock:
+        parser.add_argument(
+            "--host-clock",
+            action="store_true",
+            help="each timed phase's host time per engine phase (calls, longest) and the "
+            "allocator's trips to the driver, no profiler (tracing.host_clock)",
+        )
+        parser.add_argument(
+            "--sync-debug",
+            action="store_true",
+            help="with --host-clock: list the operations that waited for the device",
+        )
     if not profile:
         return
     parser.add_argument(

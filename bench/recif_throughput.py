@@ -45,7 +45,7 @@ from harness import (
     second_pass_profile,
     write_json,
 )
-from tracing import traced
+from tracing import host_clock, traced
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.kv.prefix_cache import PrefixCacheStats
@@ -94,7 +94,7 @@ def main() -> None:
     add_cache_argument(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     add_engine_args(parser)
-    add_run_args(parser, profile=True)
+    add_run_args(parser, profile=True, host_clock=True)
     args = parser.parse_args()
     variants = args.variants.split(",")
     if unknown := set(variants) - set(VARIANTS):
@@ -137,10 +137,16 @@ def main() -> None:
                 profile_timed(args, width, min(shape.widths)),
                 profile_after(args, width, min(shape.widths)),
             )
-            trace = f"w4_{variant}_n{width}" if args.trace else None
+            name = f"w4_{variant}_n{width}{args.tag}"
+            recorders = (
+                traced(engine, name) if args.trace else contextlib.nullcontext(),
+                host_clock(engine, name, num, args.sync_debug)
+                if args.host_clock
+                else contextlib.nullcontext(),
+            )
             row, beams = _measure(
                 engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label,
-                trace,
+                recorders,
             )  # fmt: skip
             answers.setdefault(variant, {}).update(beams)
             print(row, flush=True)
@@ -223,7 +229,7 @@ def _hit_ratio(before: PrefixCacheStats, after: PrefixCacheStats) -> float:
 
 
 def _measure(
-    engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label, trace
+    engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label, recorders
 ):  # fmt: skip
     layout = engine.sid_layout
     bases = [lv.base for lv in layout.levels]
@@ -251,10 +257,7 @@ def _measure(
     kv = engine.scheduler.kv
     before = kv.stats()
     timed_profile, second_profile = profiles  # where --profile / --profile-apart put one
-    with (
-        maybe_profile(timed_profile, label),
-        traced(engine, trace) if trace else contextlib.nullcontext(),
-    ):
+    with maybe_profile(timed_profile, label), recorders[0], recorders[1]:
         stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
     after = kv.stats()
     profiled_hit = None

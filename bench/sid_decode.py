@@ -17,6 +17,7 @@ from floor import linear_step_ms, request_flops
 from harness import (
     VERSUS_HEADERS,
     add_engine_args,
+    add_normalization_arg,
     add_run_args,
     drive,
     engine_options,
@@ -56,18 +57,9 @@ def main() -> None:
         help="comma-separated prompt lengths (of 1000, 5000)",
     )
     parser.add_argument("--reps", type=int, help="single requests a context (default 3 quick, 10)")
-    parser.add_argument(
-        "--host-clock",
-        action="store_true",
-        help="the single phase's host time per engine phase and allocator trips, no profiler",
-    )
-    parser.add_argument(
-        "--sync-debug",
-        action="store_true",
-        help="with --host-clock: list the operations that waited for the device",
-    )
     add_engine_args(parser)
-    add_run_args(parser, profile=True)
+    add_normalization_arg(parser)
+    add_run_args(parser, profile=True, host_clock=True)
     args = parser.parse_args()
     if unknown := set(args.contexts) - set(PUBLIC):
         parser.error(f"--contexts: {sorted(unknown)} not among {sorted(PUBLIC)}")
@@ -123,7 +115,7 @@ def main() -> None:
         for wave in range(3):  # c4's graphs captured, its kernels compiled
             drive(engine, [req(ctx, -10 - 8 * wave - i) for i in range(8)], None, 4)
         with (
-            traced(engine, f"w2_ctx{ctx}") if args.trace else contextlib.nullcontext(),
+            traced(engine, f"w2_ctx{ctx}{args.tag}") if args.trace else contextlib.nullcontext(),
             host_clock(engine, f"context {ctx}, single", reps, args.sync_debug)
             if args.host_clock
             else contextlib.nullcontext(),

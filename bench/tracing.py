@@ -55,13 +55,17 @@ def _phase_labels(engine: Engine, wrap: Wrapper = _labelled) -> Iterator[None]:
     patched = []
     for label, (owner_name, method) in PHASES.items():
         owner = getattr(engine, owner_name) if owner_name else engine
+        own = vars(owner).get(method)  # another recorder's wrapper, when they nest
         setattr(owner, method, wrap(label, getattr(owner, method)))
-        patched.append((owner, method))
+        patched.append((owner, method, own))
     try:
         yield
     finally:
-        for owner, method in patched:
-            delattr(owner, method)  # the instance attribute goes; the class's method shows
+        for owner, method, own in reversed(patched):
+            if own is None:
+                delattr(owner, method)  # the instance attribute goes; the class's method shows
+            else:
+                setattr(owner, method, own)
 
 
 def _union_ms(spans: list[tuple[float, float]]) -> float:

@@ -169,7 +169,8 @@ def main() -> None:
         )
         drive(engine, [make(-1)], None, 1)  # warm-up, then the timed pattern's batch shapes
         drive(engine, [make(-10 - i) for i in range(min(conc, 4))], None, conc)
-        with traced(engine, f"w1_{tokens}tok") if args.trace else contextlib.nullcontext():
+        trace = f"w1_{tokens}tok{args.tag}"
+        with traced(engine, trace) if args.trace else contextlib.nullcontext():
             alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         stats = drive(engine, [make(i) for i in range(num)], qps, conc).summary()
         del engine

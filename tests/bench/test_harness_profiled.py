@@ -61,6 +61,8 @@ def test_profile_apart_moves_the_profile_after_the_timed_pass() -> None:
         ("wide_beam.py", "--profile-apart"),
         ("profile_step.py", "--trace"),
         ("suffix_sharing.py", "--profile-apart"),
+        ("recif_throughput.py", "--normalization"),
+        ("wide_beam.py", "--normalization"),
     ],
 )
 def test_a_script_refuses_the_options_it_would_ignore(script: str, option: str) -> None:

@@ -50,12 +50,18 @@ def test_recif_profiles_apart_from_the_timed_pass(tmp_path: Path) -> None:
     assert rows[8]["profiled_pass_prefix_hit_ratio"] is None  # not profiled
 
 
-def test_recif_traces_each_timed_phase(tmp_path: Path) -> None:
-    """`--trace`: a timeline of every timed phase, printed and written for chrome://tracing."""
+def test_recif_traces_and_clocks_each_timed_phase(tmp_path: Path) -> None:
+    """`--trace`: a timeline of every timed phase, printed and written for chrome://tracing;
+    `--host-clock`: its host time per engine phase; both named with `--tag`, so the runs of an
+    A/B keep apart."""
     _, stdout = run_smoke(
         "recif_throughput.py", tmp_path, "--cache", str(tmp_path), "--variants", "distinct",
-        "--trace",
+        "--trace", "--host-clock", tag="_A1",
     )  # fmt: skip
     for width in (4, 8):
-        assert f"--- trace w4_distinct_n{width}\n" in stdout
-        assert (tmp_path / "out" / f"trace_w4_distinct_n{width}.json.gz").stat().st_size > 0
+        assert f"--- trace w4_distinct_n{width}_A1\n" in stdout
+        assert (tmp_path / "out" / f"trace_w4_distinct_n{width}_A1.json.gz").stat().st_size > 0
+        clock = stdout.split(f"--- host clock w4_distinct_n{width}_A1: ", 1)[1]
+        first, rest = clock.split("\n", 1)
+        assert first.endswith(" ms a request over 4")
+        assert "  prefill " in rest.split("--- ", 1)[0]  # the phases the clock wrapped
