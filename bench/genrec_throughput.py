@@ -9,7 +9,6 @@ latency, and the illegal-SID rate.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import random
@@ -36,7 +35,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
-from tracing import traced
+from tracing import recorded
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
@@ -54,7 +53,7 @@ def main() -> None:
     parser.add_argument("--hf", action="store_true", help="transformers at n = 50")
     add_engine_args(parser)
     add_normalization_arg(parser)
-    add_run_args(parser, profile=True)
+    add_run_args(parser, profile=True, host_clock=True)
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
     catalog = random_catalog(430_000, LEVELS)
@@ -117,7 +116,7 @@ def main() -> None:
         label = f"n={width}, c={conc}"
         with (
             maybe_profile(profile_timed(args, width, min(WIDTHS)), label),
-            traced(engine, f"w3_n{width}{args.tag}") if args.trace else contextlib.nullcontext(),
+            recorded(engine, f"w3_n{width}{args.tag}", num, args),
         ):
             stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
         if profile_after(args, width, min(WIDTHS)):

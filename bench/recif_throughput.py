@@ -16,7 +16,7 @@ same requests, so their beams must agree (checked, and reported).
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import gc
 import json
 import random
@@ -45,7 +45,7 @@ from harness import (
     second_pass_profile,
     write_json,
 )
-from tracing import host_clock, traced
+from tracing import recorded
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.kv.prefix_cache import PrefixCacheStats
@@ -137,16 +137,12 @@ def main() -> None:
                 profile_timed(args, width, min(shape.widths)),
                 profile_after(args, width, min(shape.widths)),
             )
-            name = f"w4_{variant}_n{width}{args.tag}"
-            recorders = (
-                traced(engine, name) if args.trace else contextlib.nullcontext(),
-                host_clock(engine, name, num, args.sync_debug)
-                if args.host_clock
-                else contextlib.nullcontext(),
+            record = functools.partial(
+                recorded, engine, f"w4_{variant}_n{width}{args.tag}", num, args
             )
             row, beams = _measure(
                 engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label,
-                recorders,
+                record,
             )  # fmt: skip
             answers.setdefault(variant, {}).update(beams)
             print(row, flush=True)
@@ -229,7 +225,7 @@ def _hit_ratio(before: PrefixCacheStats, after: PrefixCacheStats) -> float:
 
 
 def _measure(
-    engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label, recorders
+    engine, prompts, variant, width, num, conc, shape, valid, peak, profiles, label, record
 ):  # fmt: skip
     layout = engine.sid_layout
     bases = [lv.base for lv in layout.levels]
@@ -257,7 +253,7 @@ def _measure(
     kv = engine.scheduler.kv
     before = kv.stats()
     timed_profile, second_profile = profiles  # where --profile / --profile-apart put one
-    with maybe_profile(timed_profile, label), recorders[0], recorders[1]:
+    with maybe_profile(timed_profile, label), record():
         stats = drive(engine, [make(i) for i in range(num)], None, conc, check).summary()
     after = kv.stats()
     profiled_hit = None

@@ -8,7 +8,6 @@ concurrency 4.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 
 import torch
@@ -35,7 +34,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
-from tracing import host_clock, traced
+from tracing import recorded
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
@@ -115,10 +114,7 @@ def main() -> None:
         for wave in range(3):  # c4's graphs captured, its kernels compiled
             drive(engine, [req(ctx, -10 - 8 * wave - i) for i in range(8)], None, 4)
         with (
-            traced(engine, f"w2_ctx{ctx}{args.tag}") if args.trace else contextlib.nullcontext(),
-            host_clock(engine, f"context {ctx}, single", reps, args.sync_debug)
-            if args.host_clock
-            else contextlib.nullcontext(),
+            recorded(engine, f"w2_ctx{ctx}{args.tag}", reps, args),
             maybe_profile(profile_timed(args, ctx, 1000), f"context {ctx}, single"),
         ):
             single = drive(engine, [req(ctx, i) for i in range(reps)], None, 1).summary()

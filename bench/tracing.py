@@ -11,6 +11,7 @@ host without a profiler.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gzip
 import json
@@ -193,3 +194,15 @@ def traced(engine: Engine, name: str) -> Iterator[None]:
         with raw.open("rb") as src, gzip.open(out / f"trace_{name}.json.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
     print(f"--- trace {name}\n{summarize(events)}", flush=True)
+
+
+@contextlib.contextmanager
+def recorded(engine: Engine, name: str, requests: int, args: argparse.Namespace) -> Iterator[None]:
+    """What `harness.add_run_args`' options ask of a timed phase of `requests` requests: its
+    timeline (`--trace`), its host clock (`--host-clock`, where the script offers it)."""
+    with contextlib.ExitStack() as stack:
+        if args.trace:
+            stack.enter_context(traced(engine, name))
+        if getattr(args, "host_clock", False):
+            stack.enter_context(host_clock(engine, name, requests, args.sync_debug))
+        yield

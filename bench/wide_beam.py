@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import random
 from pathlib import Path
@@ -32,7 +31,7 @@ from harness import (
     write_json,
 )
 from hf_baseline import hf_beam_ms, load_hf
-from tracing import traced
+from tracing import recorded
 
 from widebeam.services.decoder.kv.kv_capacity import kv_slot_bytes, slots_in_budget
 from widebeam.services.decoder.model.transformer import CausalLM
@@ -169,8 +168,7 @@ def main() -> None:
         )
         drive(engine, [make(-1)], None, 1)  # warm-up, then the timed pattern's batch shapes
         drive(engine, [make(-10 - i) for i in range(min(conc, 4))], None, conc)
-        trace = f"w1_{tokens}tok{args.tag}"
-        with traced(engine, trace) if args.trace else contextlib.nullcontext():
+        with recorded(engine, f"w1_{tokens}tok{args.tag}", 1, args):
             alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         stats = drive(engine, [make(i) for i in range(num)], qps, conc).summary()
         del engine
