@@ -31,6 +31,7 @@ from harness import (
     model_dir,
     profile_after,
     profile_timed,
+    rehearse,
     second_pass_profile,
     write_json,
 )
@@ -109,9 +110,7 @@ def main() -> None:
             normalization=args.normalization,
         )
         drive(engine, [make(-1)], None, 1)
-        # two waves at full concurrency first: the CUDA graphs of its batch shapes get captured
-        for wave in range(2):
-            drive(engine, [make(-100 - wave * conc - i) for i in range(conc)], None, conc)
+        rehearse(engine, make, num, conc)
         alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
         label = f"n={width}, c={conc}"
         with (

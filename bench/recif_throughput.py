@@ -42,6 +42,7 @@ from harness import (
     model_dir,
     profile_after,
     profile_timed,
+    rehearse,
     second_pass_profile,
     write_json,
 )
@@ -247,8 +248,7 @@ def _measure(
         )  # fmt: skip
 
     drive(engine, [make(-1)], None, 1)
-    for wave in range(2):  # two full waves first: the graphs of its batch shapes get captured
-        drive(engine, [make(-100 - wave * conc - i) for i in range(conc)], None, conc)
+    rehearse(engine, make, num, conc)
     alone = drive(engine, [make(-2)], None, 1).summary()["mean_ms"]
     kv = engine.scheduler.kv
     before = kv.stats()
