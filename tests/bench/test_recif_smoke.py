@@ -17,6 +17,7 @@ def test_recif_smoke_run(tmp_path: Path) -> None:
         assert row["n"] == row["requests"] == 4 and row["throughput_rps"] > 0
         assert row["illegal_sids"] == 0 and row["beams_checked"] > 0
         assert row["floor_rps"] is None  # GPU only
+        assert row["phase_captures"] == 0 and row["phase_capture_s"] == 0  # no graphs on a CPU
     for width in (4, 8):
         # 32 shared tokens = 2 pages of 16 in a 61-token prompt
         assert rows["shared", width]["prefix_hit_ratio"] > 0.4
