@@ -39,6 +39,9 @@ SMOKE = use_interpreter_for_smoke()  # before any kernel module is imported
 from harness import environment, markdown_table, write_json  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# The cases' model dtype: the interpreter's smoke runs take fp32 (its bf16 dot is wrong);
+# kernel_resources.py sets bf16 to compile the device's kernels on the CPU.
+DTYPE = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
 HBM_GBS = 4800.0  # H200 HBM3e peak
 QWEN3 = {"0.6b": (16, 8, 128), "1.7b": (16, 8, 128)}  # q heads, kv heads, head_dim
 VOCAB = 151936
@@ -110,7 +113,7 @@ def decode_inputs(groups: list[tuple[int, int, int]], heads: tuple[int, int, int
         sfx = rest[next_slot : next_slot + rows * suffix].reshape(rows, suffix)
         made.append(DecodeGroup(row, rows, slots[:prompt].to(DEVICE), sfx.to(DEVICE)))
         next_page, next_slot, row = next_page + n, next_slot + rows * suffix, row + rows
-    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    dtype = DTYPE
     on_device = torch.Generator(DEVICE).manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
@@ -243,7 +246,7 @@ def beam_tree_inputs(rows: int, prompt: int, steps: int, heads: tuple[int, int, 
     shuffle = torch.randperm(rows * steps, generator=gen) + base  # suffix slots scattered
     suffix = shuffle[table]
     group = DecodeGroup(0, rows, prompt_slots.to(DEVICE), suffix.to(DEVICE))
-    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    dtype = DTYPE
     on_device = torch.Generator(DEVICE).manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
@@ -410,7 +413,7 @@ def prefill(args: argparse.Namespace) -> list[Case]:
     cases = []
     for tokens in (40,) if args.smoke else (1000, 5000):
         gen = torch.Generator().manual_seed(tokens)
-        dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+        dtype = DTYPE
         q, k, v = (
             torch.randn(tokens, h, dim, generator=gen).to(DEVICE, dtype)
             for h in (q_heads, kv_heads, kv_heads)
@@ -582,7 +585,7 @@ def fp8_prefill_cases(name: str, lengths: list[int], heads: tuple[int, int, int]
     q_heads, kv_heads, dim = heads
     tokens = sum(lengths)
     cu = tuple(itertools.accumulate(lengths, initial=0))
-    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    dtype = DTYPE
     gen = torch.Generator().manual_seed(tokens)
     qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * dim, generator=gen).to(DEVICE, dtype)
     q = qkv[:, : q_heads * dim].view(tokens, q_heads, dim)
@@ -695,7 +698,8 @@ def kv(args: argparse.Namespace) -> list[Case]:
 
 
 def prefix_tiles(args: argparse.Namespace) -> list[dict[str, int | None]]:
-    """The prefix kernel's sweep: rows per work item x (BLOCK_N:warps:stages), 'auto' = default."""
+    """The prefix kernel's sweep: rows per work item x (BLOCK_N:warps:stages[:registers]),
+    'auto' = default."""
 
     def auto(text: str) -> int | None:
         return None if text == "auto" else int(text)
@@ -703,16 +707,29 @@ def prefix_tiles(args: argparse.Namespace) -> list[dict[str, int | None]]:
     tiles = []
     for rows in args.prefix_rows.split(","):
         for tile in args.prefix_tiles.split(","):
-            block_n, warps, stages = [*tile.split(":"), "auto", "auto"][:3]
+            block_n, warps, stages, registers = [*tile.split(":"), "auto", "auto", "auto"][:4]
             tiles.append(
                 {
                     "block_rows": auto(rows),
                     "block_n": auto(block_n),
                     "prefix_warps": auto(warps),
                     "prefix_stages": auto(stages),
+                    "prefix_max_registers": auto(registers),
                 }
             )
     return tiles
+
+
+PREFIX_DOTS = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def prefix_dots(args: argparse.Namespace) -> list[str]:
+    """The FP8 cache's dot dtypes to sweep (`--prefix-dots`; a model-dtype cache has none)."""
+    dots = args.prefix_dots.split(",")
+    unknown = set(dots) - set(PREFIX_DOTS)
+    if unknown:
+        raise SystemExit(f"--prefix-dots: {sorted(unknown)} not in {list(PREFIX_DOTS)}")
+    return dots
 
 
 def prefix_cases(
@@ -740,21 +757,26 @@ def prefix_cases(
     widest = max(r for r, _, _ in groups)
     shape = f"{name}: R {rows}, G {len(groups)}, P {groups[0][1]}, s {groups[0][2]}"
     cases = []
-    for kv_name, caches, kv_scales in (
-        (str(q.dtype).removeprefix("torch."), (k_cache, v_cache), None),
-        ("fp8", (k8, v8), scales),
-    ):
+    model_dtype = str(q.dtype).removeprefix("torch.")
+    arms = [(model_dtype, (k_cache, v_cache), None, "auto")]
+    arms += [("fp8", (k8, v8), scales, dots) for dots in prefix_dots(args)]
+    for kv_name, caches, kv_scales, dots in arms:
         for tile in prefix_tiles(args):
             block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
+            if PREFIX_DOTS[dots] is not None:
+                opts["fp8_dot"] = PREFIX_DOTS[dots]
             m = block_rows * gqa_padded(q_heads, kv_heads)
             chosen = prefix_tile(m, caches[0].dtype)
+            registers = tile["prefix_max_registers"] or chosen.max_registers
             label = (
                 f"M {m}, N {tile['block_n'] or f'auto {chosen.block_n}'}, "
                 f"warps {tile['prefix_warps'] or f'auto {chosen.warps or 4}'}, "
                 f"stages {tile['prefix_stages'] or f'auto {chosen.stages or 3}'}, "
                 f"splits {packed.num_splits}"
+                + (f", registers {registers}" if registers else "")
+                + (f", dots {dots}" if kv_scales is not None else "")
             )
 
             def run(packed=packed, opts=opts, caches=caches, kv_scales=kv_scales) -> torch.Tensor:
@@ -903,15 +925,11 @@ class Timer:
         return found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_case_args(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the cases (kernel_resources.py builds the same cases)."""
     parser.add_argument(
         "--only", default=",".join(GROUPS), help="comma list of " + ", ".join(GROUPS)
     )
-    parser.add_argument("--reps", type=int, default=50, help="timed calls per case (median)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--no-flush", action="store_true", help="keep L2 warm between calls")
-    parser.add_argument("--no-torch", action="store_true", help="skip the torch references")
     sweep = "suffix-merge kernel sweep: comma list, 'auto' = default"
     parser.add_argument("--rows-per-program", default="1,auto", help=f"{sweep} (BLOCK_R)")
     parser.add_argument("--suffix-warps", default="auto", help=f"{sweep} (num_warps)")
@@ -934,7 +952,13 @@ def main() -> None:
     parser.add_argument(
         "--prefix-tiles",
         default="64:auto:auto,64:8:3,128:8:3,32:4:3,64:4:4,128:8:2,64:8:4",
-        help=f"{prefix_sweep} (BLOCK_N:warps:stages)",
+        help=f"{prefix_sweep} (BLOCK_N:warps:stages[:registers per thread])",
+    )
+    parser.add_argument(
+        "--prefix-dots",
+        default="auto",
+        help=f"{prefix_sweep} over the FP8 cache: the dots' dtype, of auto (the kernels' rule), "
+        "bf16, fp16",
     )
     parser.add_argument(
         "--prefix-shapes",
@@ -942,6 +966,15 @@ def main() -> None:
         help="the prefix group's shapes, comma list: PREFIX_SHAPES' names or "
         "REQUESTSxROWSxPROMPT (e.g. 4x1000x2451)",
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_case_args(parser)
+    parser.add_argument("--reps", type=int, default=50, help="timed calls per case (median)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--no-flush", action="store_true", help="keep L2 warm between calls")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch references")
     parser.add_argument("--tag", default="", help="suffix of the result JSON's name")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: interpreter)")
     args = parser.parse_args()

@@ -203,6 +203,7 @@ def cascade_decode_packed(
     block_n: int | None = None,
     prefix_warps: int | None = None,
     prefix_stages: int | None = None,
+    prefix_max_registers: int | None = None,  # per thread (Triton's maxnreg)
     # Suffix kernel tiles and launch options (None: `suffix_tiles`' and Triton's defaults).
     block_s: int | None = None,
     rows_per_program: int | None = None,
@@ -244,7 +245,9 @@ def cascade_decode_packed(
     qk_scale = scale * LOG2E
     fp8 = kv_scales is not None
     common = dict(HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim)
-    own_dot = fp8_kv_dot(q.dtype, widenings=1)  # suffix tiles: one row reads each
+    # Suffix tiles (one row reads each), and every kernel over a cache in q's dtype, where the
+    # constexpr is unread: one compiled variant, not one per choice the FP8 rule would make
+    own_dot = fp8_kv_dot(q.dtype, widenings=1)
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k_cache, v_cache)  # unread if not
     items, groups = packed.work_group.shape[0], max(packed.group_num_rows.shape[0], 1)
     if items:
@@ -258,8 +261,13 @@ def cascade_decode_packed(
             v_cache.stride(0), v_cache.stride(1), qk_scale,
             BLOCK_R=packed.block_rows, BLOCK_N=block_n or tile.block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
-            KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot), **common,
-            **launch_options(prefix_warps or tile.warps, prefix_stages or tile.stages),
+            KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot) if fp8 else own_dot,
+            **common,
+            **launch_options(
+                prefix_warps or tile.warps,
+                prefix_stages or tile.stages,
+                prefix_max_registers or tile.max_registers,
+            ),
         )  # fmt: skip
     suffix_cap = packed.row_suffix_slots.shape[1]
     tree = packed.tree
@@ -317,7 +325,10 @@ def shared_suffix_programs(
     return max(1, min(rows, -(-(per_sm or SHARED_PROGRAMS_PER_SM) * sms // kv_heads)))
 
 
-def launch_options(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
-    """A kernel launch's warps and stages, those given (None: Triton's default)."""
-    given = {"num_warps": num_warps, "num_stages": num_stages}
+def launch_options(
+    num_warps: int | None, num_stages: int | None, max_registers: int | None = None
+) -> dict[str, int]:
+    """A kernel launch's warps, stages and registers per thread, those given (None: Triton's
+    default)."""
+    given = {"num_warps": num_warps, "num_stages": num_stages, "maxnreg": max_registers}
     return {key: value for key, value in given.items() if value is not None}

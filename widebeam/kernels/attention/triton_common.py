@@ -104,6 +104,9 @@ class PrefixTile:
     block_n: int = 64  # prompt tokens a loop iteration reads
     warps: int | None = None  # None: Triton's defaults
     stages: int | None = None
+    # Registers a thread may hold (Triton's maxnreg; None: the compiler's choice). 128 at 4 warps
+    # lets an SM hold 4 blocks (bench/kernel_resources.py shows what each tile compiles to).
+    max_registers: int | None = None
 
 
 PREFIX_TILES: dict[tuple[int, torch.dtype], PrefixTile] = {
