@@ -1,0 +1,154 @@
+"""`bench/kernel_resources.py` and `bench/offline_target.py`: the project's kernels compiled for
+a GPU on this CPU-only machine, through their own launch wrappers, and read back from the SASS.
+What is asserted are properties of the compiled code that follow from the source and the
+target (Hopper's warpgroup products, the FP8 tile's widening instructions), never a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.smoke import BENCH, load_bench_module
+
+triton = pytest.importorskip("triton")
+
+
+def run_resources(tmp_path: Path, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "kernel_resources.py", *args],
+        cwd=BENCH, env=os.environ | {"OUT": str(out)}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    report = {}
+    if done.returncode == 0:
+        report = json.loads((out / "kernel_resources.json").read_text())
+    return report, done
+
+
+def prefix_rows(report: dict, fp8: bool) -> dict[str, dict]:
+    """The prefix kernel's compiled variants by their dot dtype (KV_FP8 as given)."""
+    return {
+        row["variant"].split("KV_DOT ")[1].split(",")[0]: row
+        for row in report["rows"]
+        if row["kernel"] == "prefix_kernel" and f"KV_FP8 {fp8}" in row["variant"]
+    }
+
+
+def test_the_fp8_prefix_kernels_compile_for_hopper(tmp_path: Path) -> None:
+    report, done = run_resources(tmp_path, "--small", "--only", "fp8kv")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert report["env"]["capability"] == 90
+    fp8 = prefix_rows(report, fp8=True)
+    assert set(fp8) == {"bf16", "fp16"}, report["rows"]
+    for row in fp8.values():
+        assert row["HGMMA"] > 0 and row["HMMA"] == 0  # sm_90: warpgroup products
+        assert row["LDGSTS"] > 0  # the prompt tiles stream through asynchronous copies
+        assert 0 < row["registers"] <= 255 and row["shared_bytes"] > 0
+        assert row["blocks_per_sm_registers"] >= 1 and row["blocks_per_sm_shared"] >= 1
+    # e4m3 widens to fp16 in one conversion; to bf16 it takes a second (F2F) per value
+    assert fp8["fp16"]["F2F"] == 0 < fp8["bf16"]["F2F"]
+    # a bf16 cache needs no widening at all
+    plain = next(iter(prefix_rows(report, fp8=False).values()))
+    assert plain["F2F"] == 0 and plain["F2FP"] < fp8["fp16"]["F2FP"]
+    assert "| prefix_kernel | BLOCK_R" in done.stdout
+
+
+def test_an_ampere_target_compiles_per_warp_products_and_refuses_fp8(tmp_path: Path) -> None:
+    """sm_80 has no warpgroup products and no e4m3: the bf16 cache's kernels compile with HMMA,
+    the FP8 cases are reported as not compiling, and the run goes on."""
+    report, done = run_resources(tmp_path, "--small", "--only", "fp8kv", "--capability", "80")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    plain = prefix_rows(report, fp8=False)
+    assert plain and all(row["HMMA"] > 0 and row["HGMMA"] == 0 for row in plain.values())
+    assert not prefix_rows(report, fp8=True)
+    assert len(report["errors"]) == 3  # FP8 with bf16, fp16 and the default dots
+    assert all("fp8e4nv" in error["error"] for error in report["errors"])
+    assert "does not compile for sm_80" in done.stdout
+
+
+def test_smoke_is_refused(tmp_path: Path) -> None:
+    """`--smoke` would switch kernels.py to the interpreter, where nothing compiles."""
+    _, done = run_resources(tmp_path, "--smoke")
+    assert done.returncode != 0 and "--small" in done.stderr
+
+
+def test_the_driver_is_restored_and_each_launch_recorded() -> None:
+    import torch
+    import triton.language as tl
+    from triton.runtime.driver import driver
+
+    offline = load_bench_module("offline_target")
+
+    @triton.jit
+    def double(x_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+    before = driver._active
+    x = torch.ones(100)
+    with offline.offline_target(90) as log:
+        double[(2,)](x, 100, BLOCK=64)
+        double[(4,)](x, 100, BLOCK=32)
+    assert driver._active is before
+    assert torch.equal(x, torch.ones(100))  # compiled, never run
+    assert [(a.kernel, a.constexprs["BLOCK"], a.grid) for a in log.launches] == [
+        ("double", 64, (2, 1, 1)),
+        ("double", 32, (4, 1, 1)),
+    ]
+    assert all(a.resources.registers > 0 and a.resources.instructions > 0 for a in log.launches)
+    assert len(log.distinct()) == 2
+
+
+def test_a_model_dtype_cache_compiles_one_prefix_variant_whatever_the_width() -> None:
+    """The FP8 dot rule (fp16 from 4 items a group) reads nothing over a cache in q's dtype, so
+    narrow and wide groups launch the same compiled prefix kernel there."""
+    import torch
+
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+
+    offline = load_bench_module("offline_target")
+    # The bench script's name is also an installed package's (Hugging Face's `kernels`): it
+    # must not stay in sys.modules after this test.
+    installed = sys.modules.get("kernels")
+    try:
+        kernels = load_bench_module("kernels")
+        heads = kernels.QWEN3["1.7b"]
+        kernels.DTYPE = torch.bfloat16
+        with offline.offline_target(90) as log:
+            for groups in ([(32, 40, 2)] * 4, [(256, 40, 2)]):  # 1 and 8 work items a group
+                q, k, v, batch = kernels.decode_inputs(groups, heads, seed=1)
+                packed = kernels.pack(batch, q.shape[0], heads, block_rows=32)
+                cascade_decode_packed(q, k, v, packed, heads[2] ** -0.5)
+    finally:
+        if installed is None:
+            sys.modules.pop("kernels", None)
+        else:
+            sys.modules["kernels"] = installed
+    prefix = [a for a in log.launches if a.kernel == "prefix_kernel"]
+    assert len(prefix) == 2
+    assert prefix[0].constexprs["KV_FP8"] is False
+    assert prefix[0].constexprs == prefix[1].constexprs
+
+
+def test_a_register_cap_reaches_the_compiler(tmp_path: Path) -> None:
+    """`--prefix-tiles 32:4:3:128` at Qwen3-1.7B's heads: the FP8 prefix kernel with fp16 dots,
+    which the compiler gives more than 128 registers a thread, is held to 128 (4 blocks of 4
+    warps an SM)."""
+    report, done = run_resources(
+        tmp_path, "--only", "prefix", "--prefix-shapes", "1x64x128", "--prefix-rows", "auto",
+        "--prefix-tiles", "32:4:3,32:4:3:128", "--prefix-dots", "fp16",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    fp8 = {
+        "registers 128" in row["variant"]: row
+        for row in report["rows"]
+        if row["kernel"] == "prefix_kernel" and "KV_FP8 True" in row["variant"]
+    }
+    assert fp8[False]["registers"] > 128 >= fp8[True]["registers"], fp8
+    assert fp8[True]["blocks_per_sm_registers"] == 4 > fp8[False]["blocks_per_sm_registers"]
