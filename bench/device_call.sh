@@ -54,10 +54,11 @@
 #                          time
 #   kernels-padding [120]  kernels.py --only padding
 #   kernels-prefix [300]   kernels.py --only prefix: the prefix kernel's rows per item
-#                          (${WIDEBEAM_PREFIX_ROWS:-auto,64}) x BLOCK_N:warps:stages tiles
-#                          (\$WIDEBEAM_PREFIX_TILES, else the bench's list) at W3 / W4 / W2 / W1
-#                          shapes (or \$WIDEBEAM_PREFIX_SHAPES: names or REQUESTSxROWSxPROMPT),
-#                          bf16 and FP8 KV
+#                          (${WIDEBEAM_PREFIX_ROWS:-auto,64}) x BLOCK_N:warps:stages[:registers]
+#                          tiles (\$WIDEBEAM_PREFIX_TILES, else the bench's list) at W3 / W4 / W2 /
+#                          W1 shapes (or \$WIDEBEAM_PREFIX_SHAPES: names or REQUESTSxROWSxPROMPT),
+#                          bf16 and FP8 KV, the FP8 dots by the kernels' rule or each of
+#                          \$WIDEBEAM_PREFIX_DOTS (auto,bf16,fp16)
 #   kernels-fp8kv [120]    kernels.py --only fp8kv: cascade decode at W2 / W4 / W3 shapes over a
 #                          bf16 cache, then FP8 with the prefix kernel's dots in bf16, fp16, default
 #   kernels-fp8prefill [90]  kernels.py --only fp8prefill: one layer's KV write + prefill at W2
@@ -191,7 +192,8 @@ step_command() {
         kernels-prefix) echo "cd bench && python3 kernels.py --only prefix --reps 20 \
             --prefix-rows ${WIDEBEAM_PREFIX_ROWS:-auto,64} \
             ${WIDEBEAM_PREFIX_TILES:+--prefix-tiles $WIDEBEAM_PREFIX_TILES} \
-            ${WIDEBEAM_PREFIX_SHAPES:+--prefix-shapes '$WIDEBEAM_PREFIX_SHAPES'} --tag _prefix" ;;
+            ${WIDEBEAM_PREFIX_SHAPES:+--prefix-shapes '$WIDEBEAM_PREFIX_SHAPES'} \
+            ${WIDEBEAM_PREFIX_DOTS:+--prefix-dots $WIDEBEAM_PREFIX_DOTS} --tag _prefix" ;;
         kernels-fp8kv) echo "cd bench && python3 kernels.py --only fp8kv --tag _fp8kv" ;;
         kernels-fp8prefill) echo "cd bench && python3 kernels.py --only fp8prefill \
             --tag _fp8prefill" ;;
