@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import random
 
 import torch
 from catalogs import dict_trie, prefix_fn, random_catalog
@@ -37,13 +35,13 @@ from harness import (
 )
 from hf_baseline import hf_beam_ms, load_hf
 from tracing import recorded
+from w3_prompts import HistoryPrompts, catalog_sids
 
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
 from widebeam.services.decoder.requests.spec import GenerationRequest, Normalization
 
 LEVELS = (512, 512, 512)
-HISTORY_ITEMS = 60  # x 5 tokens ([begin] a b c [end]) + the final begin = 301 tokens
 WIDTHS = {50: (200, 64), 512: (48, 12), 1000: (24, 8)}  # width: (requests, concurrency)
 PUBLIC_RPS = {50: 219.5, 512: 47.0, 1000: 24.6}
 
@@ -58,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     path = model_dir("qwen3-1.7b", sid_levels=LEVELS)
     catalog = random_catalog(430_000, LEVELS)
-    sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
+    sids = catalog_sids(catalog)
     valid = set(sids)
     model = CausalLM.from_pretrained(
         path, dtype=torch.bfloat16, device="cuda", **load_options(args)
@@ -77,14 +75,8 @@ def main() -> None:
     columns = engine.constraint.sid_columns(()) if args.normalization == Normalization.SID else None
     head_columns = None if columns is None else columns.numel()
     bases = [lv.base for lv in layout.levels]
-    begin, end = layout.begin_token_id, layout.end_token_id
-    rng = random.Random(0)
-
-    def prompt() -> tuple[int, ...]:
-        ids: list[int] = []
-        for sid in rng.sample(sids, HISTORY_ITEMS):
-            ids += [begin, *(b + c for b, c in zip(bases, sid, strict=True)), end]
-        return (*ids, begin)
+    end = layout.end_token_id
+    prompt = HistoryPrompts(layout, sids)
 
     illegal = [0, 0]
 

@@ -12,13 +12,13 @@ import argparse
 import cProfile
 import gc
 import io
-import json
 import pstats
 import random
 
 import torch
 from catalogs import random_catalog
-from harness import GcTimer, drive, make_engine, model_dir
+from harness import GcTimer, drive, make_engine, model_dir, rehearse
+from w3_prompts import HistoryPrompts, catalog_sids
 
 from widebeam.services.decoder.engine import Engine
 from widebeam.services.decoder.requests.spec import GenerationRequest
@@ -83,30 +83,21 @@ def profile_w2(concurrency: int, contexts: list[int], freeze: bool) -> None:
 
 def profile_w3(width: int, concurrency: int, requests: int) -> None:
     catalog = random_catalog(430_000, W3_LEVELS)
-    sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
     path = model_dir("qwen3-1.7b", sid_levels=W3_LEVELS)
     engine: Engine = make_engine(
         path, max_rows=16384, max_kv_slots=120_000, catalog_path=str(catalog)
     )
-    layout = engine.sid_layout
-    assert layout is not None
-    bases = [level.base for level in layout.levels]
-    begin, end = layout.begin_token_id, layout.end_token_id
-    rng = random.Random(0)
+    assert engine.sid_layout is not None
+    prompt = HistoryPrompts(engine.sid_layout, catalog_sids(catalog))
 
     def make(i: int) -> GenerationRequest:
-        ids: list[int] = []
-        for sid in rng.sample(sids, 60):
-            ids += [begin, *(b + c for b, c in zip(bases, sid, strict=True)), end]
         return GenerationRequest(
-            f"w3-{i}", (*ids, begin), beam_width=width, n=width, max_new_tokens=4,
-            eos_token_id=(), constrained=True,
+            f"w3-{i}", prompt(), beam_width=width, n=width, max_new_tokens=4, eos_token_id=(),
+            constrained=True,
         )  # fmt: skip
 
     drive(engine, [make(-1)], None, 1)
-    for wave in range(2):  # warm-up waves at full concurrency: their batch shapes get captured
-        drive(engine, [make(-10 - wave * concurrency - i) for i in range(concurrency)], None,
-              concurrency)  # fmt: skip
+    rehearse(engine, make, requests, concurrency)
     sync()
     plain = drive(engine, [make(1000 + i) for i in range(requests)], None, concurrency).summary()
     profiler = cProfile.Profile()

@@ -16,8 +16,6 @@ alternation and medians compare two settings fairly.
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from catalogs import random_catalog
 from harness import drive, environment, make_engine, markdown_table, model_dir
 from harness import write_json as write_result
 from host_probe import probe_ms
+from w3_prompts import HistoryPrompts, catalog_sids
 
 from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.engine import Engine
@@ -38,7 +37,6 @@ from widebeam.services.decoder.testing.tiny_model import write_tiny_model
 
 W3_LEVELS = (512, 512, 512)
 SMOKE_LEVELS = (16, 16, 16)
-HISTORY_ITEMS = 60
 SPLIT = "+split"
 
 
@@ -127,23 +125,17 @@ class RequestMaker:
     every request a new history."""
 
     def __init__(self, catalog: Path, layout: SidLayout, width: int) -> None:
-        self.sids = [tuple(json.loads(line)["sid"]) for line in catalog.open()]
-        self.layout, self.width = layout, width
-        self.bases = [level.base for level in layout.levels]
-        self.rng = random.Random(0)
+        self.prompt = HistoryPrompts(layout, catalog_sids(catalog))
+        self.width = width
         self.made = 0
         self.steps = layout.path_length(include_begin=False)
 
     def batch(self, tag: str, count: int) -> list[GenerationRequest]:
-        begin, end = self.layout.begin_token_id, self.layout.end_token_id
         out = []
         for _ in range(count):
-            ids: list[int] = []
-            for sid in self.rng.sample(self.sids, HISTORY_ITEMS):
-                ids += [begin, *(b + c for b, c in zip(self.bases, sid, strict=True)), end]
             self.made += 1
             out.append(GenerationRequest(
-                f"{tag}-{self.made}", (*ids, begin), beam_width=self.width, n=self.width,
+                f"{tag}-{self.made}", self.prompt(), beam_width=self.width, n=self.width,
                 max_new_tokens=self.steps, eos_token_id=(), constrained=True,
             ))  # fmt: skip
         return out
