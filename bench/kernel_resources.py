@@ -62,13 +62,14 @@ def row(case: kernels.Case, launch: CompiledLaunch, capability: int) -> dict[str
         "blocks_per_sm_registers": by_regs,
         "blocks_per_sm_shared": by_shared,
         "instructions": res.instructions,
+        "loop_spills": res.loop_spills,
         **{op: res.opcodes.get(op, 0) for op in OPCODES},
     }
 
 
 TABLE = ("kernel", "variant", "registers", "stack_bytes", "shared_bytes",
          "blocks_per_sm_registers", "blocks_per_sm_shared", "instructions", "HGMMA", "LDGSTS",
-         "F2F", "F2FP", "STL", "LDL")  # fmt: skip
+         "F2F", "F2FP", "STL", "LDL", "loop_spills")  # fmt: skip
 
 
 def main() -> None:

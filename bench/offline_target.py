@@ -41,7 +41,10 @@ REGISTERS_PER_SM = 65536
 OPCODES = ("HGMMA", "HMMA", "LDGSTS", "UTMALDG", "LDG", "STS", "LDS", "LDSM", "F2F", "F2FP",
            "STL", "LDL", "MUFU")  # fmt: skip
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
-_OPCODE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)", re.M)
+_INSTRUCTION = re.compile(
+    r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)([^;]*);", re.M
+)
+_BRANCH_TARGET = re.compile(r"^\s*(0x[0-9a-f]+)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class KernelResources:
     dynamic_shared: int  # bytes Triton's launch asks for (its tiles' buffers)
     instructions: int  # SASS instructions in the binary
     opcodes: dict[str, int]  # OPCODES -> count (static, not executed: loops count once)
+    loop_spills: int  # STL / LDL inside a loop's body (where each iteration pays them)
 
     @property
     def spills(self) -> int:  # local-memory stores and loads in the SASS
@@ -115,14 +119,30 @@ def read_resources(cubin: bytes, dynamic_shared: int) -> KernelResources:
     if found is None:
         raise ValueError(f"cuobjdump gave no resource line:\n{usage}")
     registers, stack, shared, _local = map(int, found.groups())
-    counts = collections.Counter(_OPCODE.findall(sass))
+    instructions = [(int(at, 16), op, rest) for at, op, rest in _INSTRUCTION.findall(sass)]
+    counts = collections.Counter(op for _, op, _ in instructions)
     return KernelResources(
         registers=registers,
         stack_bytes=stack,
         static_shared=shared,
         dynamic_shared=dynamic_shared,
-        instructions=sum(counts.values()),
+        instructions=len(instructions),
         opcodes={op: counts[op] for op in OPCODES if counts[op]},
+        loop_spills=loop_spills(instructions),
+    )
+
+
+def loop_spills(instructions: list[tuple[int, str, str]]) -> int:
+    """Local-memory stores and loads that lie inside a loop: between a backward branch's
+    target and the branch itself ((address, opcode, operands) in address order)."""
+    loops = []
+    for at, op, rest in instructions:
+        target = _BRANCH_TARGET.match(rest.strip()) if op == "BRA" else None
+        if target is not None and int(target.group(1), 16) < at:
+            loops.append((int(target.group(1), 16), at))
+    return sum(
+        op in ("STL", "LDL") and any(start <= at <= end for start, end in loops)
+        for at, op, _ in instructions
     )
 
 

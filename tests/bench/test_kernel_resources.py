@@ -152,3 +152,25 @@ def test_a_register_cap_reaches_the_compiler(tmp_path: Path) -> None:
     }
     assert fp8[False]["registers"] > 128 >= fp8[True]["registers"], fp8
     assert fp8[True]["blocks_per_sm_registers"] == 4 > fp8[False]["blocks_per_sm_registers"]
+    # the cap's price: a few spills, paid in the prompt loop
+    assert (
+        fp8[False]["loop_spills"]
+        == 0
+        < fp8[True]["loop_spills"]
+        <= fp8[True]["STL"] + fp8[True]["LDL"]
+    )
+
+
+def test_spills_count_as_in_a_loop_between_a_backward_branch_and_its_target() -> None:
+    offline = load_bench_module("offline_target")
+    sass = [
+        (0x10, "STL", " [R1], R2 "),  # before the loop
+        (0x20, "LDS", " R4, [R5] "),  # the loop's first instruction (the branch's target)
+        (0x30, "STL", " [R1+0x8], R6 "),
+        (0x40, "BRA", " 0x60 "),  # forward: not a loop
+        (0x50, "LDL", " R6, [R1+0x8] "),
+        (0x60, "BRA", " 0x20 "),  # backward: the loop 0x20 .. 0x60
+        (0x70, "LDL", " R2, [R1] "),  # after it
+        (0x80, "BRA", " 0x80 "),  # the end's trap: branches to itself
+    ]
+    assert offline.loop_spills(sass) == 2
