@@ -19,16 +19,19 @@ that decide go through kernels.py on the device.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-
-import torch
-from offline_target import OPCODES, CompiledLaunch, offline_target
 
 if "--smoke" in sys.argv:  # kernels.py would switch the interpreter on: nothing would compile
     sys.exit("kernel_resources.py compiles for the GPU: use --small for tiny shapes")
+# Kernels decorated under Triton's interpreter run on the CPU instead of compiling; this must
+# hold before any kernel module is imported (a test run sets it for its own kernels).
+os.environ.pop("TRITON_INTERPRET", None)
 
 import kernels
+import torch
 from harness import environment, markdown_table, write_json
+from offline_target import OPCODES, CompiledLaunch, LaunchLog, offline_target
 from triton.compiler.errors import CompilationError
 
 # Constexprs that tell the variants of one kernel apart in the table
@@ -103,13 +106,12 @@ def main() -> None:
                     print(f"[{group}] {case.kernel} | {case.shape}: does not compile for "
                           f"sm_{args.capability}: {reason}", flush=True)  # fmt: skip
                     continue
-                seen: set[str] = set()
-                for launch in log.launches[first:]:
-                    key = f"{launch.kernel} {variant_label(launch)}"
-                    if key not in seen:
-                        seen.add(key)
-                        rows.append(row(case, launch, args.capability) | {"group": group})
-                print(f"[{group}] {case.kernel} | {case.shape}: {len(seen)} kernels", flush=True)
+                compiled = LaunchLog(log.launches[first:]).distinct()
+                for launch in compiled:
+                    rows.append(row(case, launch, args.capability) | {"group": group})
+                print(
+                    f"[{group}] {case.kernel} | {case.shape}: {len(compiled)} kernels", flush=True
+                )
     for shape in dict.fromkeys(r["shape"] for r in rows):
         print(f"\n### {shape}\n")
         cases = [r for r in rows if r["shape"] == shape]

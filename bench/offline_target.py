@@ -92,7 +92,8 @@ class LaunchLog:
     launches: list[CompiledLaunch] = field(default_factory=list)
 
     def distinct(self) -> list[CompiledLaunch]:
-        """One launch per compiled variant (kernel and constexprs), first seen first."""
+        """One launch per compiled variant (kernel, constexprs and launch options), first seen
+        first."""
         seen: dict[tuple[str, str], CompiledLaunch] = {}
         for launch in self.launches:
             options = (launch.warps, launch.stages, launch.max_registers)
