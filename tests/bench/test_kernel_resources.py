@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.bench.smoke import BENCH, load_bench_module
 
-triton = pytest.importorskip("triton")
+# No module-level import of triton here: collection imports this file before
+# tests/kernels/conftest.py turns Triton's interpreter on, and triton.language's own jit
+# functions (tl.cdiv, ...) decorated before that break every interpreted kernel test after it.
 
 
 def compiling_env(**extra: str) -> dict[str, str]:
