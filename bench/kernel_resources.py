@@ -35,7 +35,7 @@ from offline_target import OPCODES, CompiledLaunch, LaunchLog, offline_target
 from triton.compiler.errors import CompilationError
 
 # Constexprs that tell the variants of one kernel apart in the table
-SHOWN = ("BLOCK_R", "BLOCK_N", "BLOCK_S", "BLOCK_Q", "KV_FP8", "KV_DOT", "TREE", "TMA")
+SHOWN = ("BLOCK_R", "BLOCK_N", "BLOCK_S", "BLOCK_Q", "KV_FP8", "KV_DOT", "QK_FP8", "TREE", "TMA")
 
 
 def variant_label(launch: CompiledLaunch) -> str:
@@ -66,13 +66,14 @@ def row(case: kernels.Case, launch: CompiledLaunch, capability: int) -> dict[str
         "blocks_per_sm_shared": by_shared,
         "instructions": res.instructions,
         "loop_spills": res.loop_spills,
+        "fp8_products": res.fp8_products,
         **{op: res.opcodes.get(op, 0) for op in OPCODES},
     }
 
 
 TABLE = ("kernel", "variant", "registers", "stack_bytes", "shared_bytes",
-         "blocks_per_sm_registers", "blocks_per_sm_shared", "instructions", "HGMMA", "LDGSTS",
-         "F2F", "F2FP", "STL", "LDL", "loop_spills")  # fmt: skip
+         "blocks_per_sm_registers", "blocks_per_sm_shared", "instructions", "HGMMA",
+         "fp8_products", "LDGSTS", "F2F", "F2FP", "STL", "LDL", "loop_spills")  # fmt: skip
 
 
 def main() -> None:

@@ -720,7 +720,14 @@ def prefix_tiles(args: argparse.Namespace) -> list[dict[str, int | None]]:
     return tiles
 
 
-PREFIX_DOTS = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# `--prefix-dots` over an FP8 cache: cascade_decode_packed's options for each name ("fp8": Q K^T
+# on FP8 tensor cores over quantized queries, P V in the dtype the kernels' rule picks)
+PREFIX_DOTS: dict[str, dict[str, object]] = {
+    "auto": {},
+    "bf16": {"fp8_dot": torch.bfloat16},
+    "fp16": {"fp8_dot": torch.float16},
+    "fp8": {"fp8_queries": True},
+}
 
 
 def prefix_dots(args: argparse.Namespace) -> list[str]:
@@ -765,8 +772,8 @@ def prefix_cases(
             block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
-            if PREFIX_DOTS[dots] is not None:
-                opts["fp8_dot"] = PREFIX_DOTS[dots]
+            opts |= PREFIX_DOTS[dots]
+            rounded = bool(opts.get("fp8_queries"))  # the reference rounds the queries too
             m = block_rows * gqa_padded(q_heads, kv_heads)
             chosen = prefix_tile(m, caches[0].dtype)
             registers = tile["prefix_max_registers"] or chosen.max_registers
@@ -787,13 +794,13 @@ def prefix_cases(
                     kernel=f"prefix {kv_name} KV ({label})",
                     shape=shape,
                     triton=run,
-                    torch=lambda caches=caches, kv_scales=kv_scales: cascade_decode(
-                        q, *caches, batch, scale, kv_scales
+                    torch=lambda caches=caches, kv_scales=kv_scales, rounded=rounded: (
+                        cascade_decode(q, *caches, batch, scale, kv_scales, fp8_queries=rounded)
                     ),
                     flops=flops,
                     check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
                     breakdown=("prefix_kernel",),
-                    torch_key=f"{shape} {kv_name}",
+                    torch_key=f"{shape} {kv_name}{' fp8 queries' if rounded else ''}",
                 )
             )
     return cases
@@ -958,7 +965,7 @@ def add_case_args(parser: argparse.ArgumentParser) -> None:
         "--prefix-dots",
         default="auto",
         help=f"{prefix_sweep} over the FP8 cache: the dots' dtype, of auto (the kernels' rule), "
-        "bf16, fp16",
+        "bf16, fp16, fp8 (Q K^T over quantized queries, P V by the rule)",
     )
     parser.add_argument(
         "--prefix-shapes",

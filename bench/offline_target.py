@@ -35,11 +35,12 @@ SHARED_PER_SM = {80: 167936, 86: 102400, 89: 102400, 90: 233472, 100: 233472, 12
 RESERVED_SHARED_PER_BLOCK = 1024
 REGISTERS_PER_SM = 65536
 # SASS opcodes worth counting in an attention kernel: tensor-core products (HGMMA: Hopper's
-# warpgroup MMA, HMMA: the older per-warp one), asynchronous copies global -> shared (LDGSTS)
+# warpgroup MMA over 16-bit operands, QGMMA: over FP8 ones, HMMA: the older per-warp one),
+# asynchronous copies global -> shared (LDGSTS)
 # and bulk tensor copies (UTMALDG), plain loads, shared-memory traffic, conversions (F2F, F2FP:
 # where FP8 values are widened), spills (STL / LDL: local memory), special functions (MUFU: exp2)
-OPCODES = ("HGMMA", "HMMA", "LDGSTS", "UTMALDG", "LDG", "STS", "LDS", "LDSM", "F2F", "F2FP",
-           "STL", "LDL", "MUFU")  # fmt: skip
+OPCODES = ("HGMMA", "QGMMA", "HMMA", "LDGSTS", "UTMALDG", "LDG", "STS", "LDS", "LDSM", "F2F",
+           "F2FP", "STL", "LDL", "MUFU")  # fmt: skip
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 _INSTRUCTION = re.compile(
     r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)([^;]*);", re.M
@@ -58,6 +59,7 @@ class KernelResources:
     instructions: int  # SASS instructions in the binary
     opcodes: dict[str, int]  # OPCODES -> count (static, not executed: loops count once)
     loop_spills: int  # STL / LDL inside a loop's body (where each iteration pays them)
+    fp8_products: int  # tensor-core products over e4m3 operands (QGMMA, or any MMA ... E4M3)
 
     @property
     def spills(self) -> int:  # local-memory stores and loads in the SASS
@@ -130,6 +132,7 @@ def read_resources(cubin: bytes, dynamic_shared: int) -> KernelResources:
         instructions=len(instructions),
         opcodes={op: counts[op] for op in OPCODES if counts[op]},
         loop_spills=loop_spills(instructions),
+        fp8_products=sum(op.endswith("MMA") and "E4M3" in rest for _, op, rest in instructions),
     )
 
 

@@ -180,3 +180,21 @@ def test_spills_count_as_in_a_loop_between_a_backward_branch_and_its_target() ->
         (0x80, "BRA", " 0x80 "),  # the end's trap: branches to itself
     ]
     assert offline.loop_spills(sass) == 2
+
+
+def test_fp8_queries_multiply_on_fp8_tensor_cores_and_widen_no_key(tmp_path: Path) -> None:
+    """`--prefix-dots fp8` (cascade_decode_packed's fp8_queries): Q K^T compiles to Hopper's FP8
+    warpgroup products (QGMMA) over K as stored, so only V is widened."""
+    report, done = run_resources(
+        tmp_path, "--only", "prefix", "--prefix-shapes", "1x64x128", "--prefix-rows", "auto",
+        "--prefix-tiles", "32:4:3", "--prefix-dots", "fp16,fp8",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    fp8 = {
+        "QK_FP8 True" in row["variant"]: row
+        for row in report["rows"]
+        if row["kernel"] == "prefix_kernel" and "KV_FP8 True" in row["variant"]
+    }
+    assert fp8[True]["fp8_products"] > 0 == fp8[False]["fp8_products"], fp8
+    assert fp8[True]["QGMMA"] > 0 and fp8[True]["HGMMA"] > 0  # P V stays 16-bit
+    assert fp8[True]["F2FP"] < fp8[False]["F2FP"]  # K's tiles are not widened

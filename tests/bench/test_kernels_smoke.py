@@ -95,10 +95,10 @@ def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
     report, _ = run_smoke(
         "kernels.py", tmp_path, "--only", "prefix", "--reps", "1", "--warmup", "0",
         "--prefix-rows", "auto", "--prefix-tiles", "auto,32:4:2:128", "--prefix-dots",
-        "auto,fp16", timeout=300,
+        "auto,fp16,fp8", timeout=300,
     )  # fmt: skip
     kernels = [row["kernel"] for row in report["rows"]]
-    assert [k.split(" (")[0] for k in kernels] == ["prefix float32 KV"] * 2 + ["prefix fp8 KV"] * 4
+    assert [k.split(" (")[0] for k in kernels] == ["prefix float32 KV"] * 2 + ["prefix fp8 KV"] * 6
     # smoke heads (4 q / 2 kv), 40 rows the widest request: auto = 32 rows an item, M = 64
     assert kernels[0].startswith("prefix float32 KV (M 64, N auto 64, warps auto 4, stages auto 3")
     assert kernels[1].startswith("prefix float32 KV (M 64, N 32, warps 4, stages 2")
@@ -106,6 +106,7 @@ def test_prefix_tile_cases_match_the_reference(tmp_path: Path) -> None:
     assert kernels[3].startswith("prefix fp8 KV (M 64, N 32, warps 4, stages 2")
     assert kernels[3].endswith(", registers 128, dots auto)")
     assert kernels[5].endswith(", registers 128, dots fp16)")
+    assert kernels[7].endswith(", registers 128, dots fp8)")  # checked against rounded queries
     assert all(row["check"].startswith("ok") for row in report["rows"]), report["rows"]
 
 

@@ -213,3 +213,37 @@ def test_triton_cascade_fp8_queries_beyond_fp16_range_are_clamped(
     torch.testing.assert_close(
         out[real].float(), expected[real].float(), **tolerance(torch.bfloat16)
     )
+
+
+def test_triton_cascade_fp8_queries_match_the_reference_of_rounded_queries(
+    kernel_device: torch.device,
+) -> None:
+    """`fp8_queries`: the prefix kernel's Q K^T over FP8 queries (each row and head rounded by
+    `quantize_rows`' rule) and K as stored. fp32 queries keep every other step exact, so the
+    kernel lands on the reference of the rounded queries, and measurably off the exact one."""
+    from widebeam.kernels.attention.torch_ref import fp8_rounded_queries
+    from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
+    from widebeam.kernels.fp8.quantize import quantize_rows
+
+    case = decode_case(
+        GROUPS, q_heads=4, kv_heads=2, dim=32, dtype=torch.float32, device=kernel_device,
+        seed=31, pad_rows=1, page_size=4,
+    )  # fmt: skip
+    scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
+    k8, v8 = quantized(case, scales)
+    packed = pack_decode(case.batch, case.q.shape[0], block_rows=8, num_splits=2, page_size=4)
+    out = torch.full_like(case.q, float("nan"))
+    cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out, fp8_queries=True)
+    rounded = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales, fp8_queries=True)
+    exact = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales)
+    real = case.real_rows
+    to_rounded, to_exact = (_rel_error(out[real], x[real]) for x in (rounded, exact))
+    assert to_rounded < 1e-5 and to_exact > 100 * to_rounded, (to_rounded, to_exact)
+    assert (out[~real] == 0).all()
+    # the reference's rounded queries are quantize_rows' values, row by row and head by head
+    q = case.q[:3]
+    by_rows = quantize_rows(q.reshape(-1, q.shape[-1]), cols=q.shape[-1])
+    expected = (by_rows.data.float() * by_rows.scale).reshape(q.shape)
+    assert torch.equal(fp8_rounded_queries(q), expected)
+    with pytest.raises(ValueError, match="fp8_queries needs an FP8 cache"):
+        cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.17, fp8_queries=True)

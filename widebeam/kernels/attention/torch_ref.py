@@ -20,6 +20,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from widebeam.kernels.attention.base import AttentionBackend
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup, PrefillBatch
+from widebeam.kernels.fp8.quantize import dequantize_rows, quantize_rows
 from widebeam.kernels.kv.fp8_kv import KvScales, take_rows
 
 # Requests batched together differ in length by at most max(shortest, this) tokens.
@@ -155,10 +156,14 @@ def cascade_decode(
     batch: DecodeBatch,
     scale: float,
     kv_scales: KvScales | None = None,  # an FP8 cache's scales
+    fp8_queries: bool = False,  # the prompt's scores from queries quantized per row and head
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     """Groups with the same row count and suffix length (and similar prompt lengths) run as one
-    batch; each group's prompt KV is read once for all its rows."""
+    batch; each group's prompt KV is read once for all its rows. `fp8_queries`: the prompt part
+    takes each (row, head)'s query as `quantize_rows` rounds it to FP8, as the prefix kernel's
+    QK_FP8 does (the suffix part, the exact query)."""
     out = torch.empty_like(q)
+    q_prompt = fp8_rounded_queries(q) if fp8_queries else q
     k_scale, v_scale = _scales(kv_scales)
     groups = batch.groups
     keys = [(g.num_rows, g.suffix_slots.shape[1]) for g in groups]
@@ -168,7 +173,7 @@ def cascade_decode(
         qb = q[rows].float()  # [B, n, Hq, D]
         prompt, real = padded_index([g.prompt_slots for g in chosen])  # [B, P] each
         out_p, lse_p = attention_with_lse(
-            qb,
+            q_prompt[rows].float(),
             _gather(k_cache, prompt, real, k_scale),  # [B, P, Hkv, D], shared by the rows
             _gather(v_cache, prompt, real, v_scale),
             scale,
@@ -184,6 +189,13 @@ def cascade_decode(
         merged, _ = merge_attention_states(out_p, lse_p, out_s, lse_s)
         out[rows.reshape(-1)] = merged.flatten(0, 1).to(q.dtype)
     return out
+
+
+def fp8_rounded_queries(q: torch.Tensor) -> torch.Tensor:  # [R, Hq, D] -> the same, fp32
+    """Each (row, head)'s query rounded to FP8 with its own scale (`quantize_rows`), as values."""
+    rows, heads, dim = q.shape
+    quantized = quantize_rows(q.reshape(rows * heads, dim), cols=dim)
+    return dequantize_rows(quantized).reshape(rows, heads, dim)
 
 
 def _group_rows(groups: Sequence[DecodeGroup], device: torch.device) -> torch.Tensor:

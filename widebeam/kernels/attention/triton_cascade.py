@@ -39,6 +39,7 @@ from widebeam.kernels.attention.triton_common import (
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
 from widebeam.kernels.attention.triton_shared_suffix import shared_suffix_kernel
+from widebeam.kernels.fp8.triton_quantize import quantize_rows_triton
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
@@ -214,6 +215,11 @@ def cascade_decode_packed(
     shared_programs_per_sm: int | None = None,
     shared_warps: int | None = None,
     fp8_dot: torch.dtype | None = None,  # the prefix kernel's FP8 dots (None: `fp8_kv_dot`)
+    # The prefix kernel's Q K^T on FP8 tensor cores, the queries quantized per row and head
+    # (`triton_prefix`'s QK_FP8; an FP8 cache only); fp8_dot is then P V's dtype. Not used by
+    # the engine yet: bench/kernels.py's `--prefix-dots fp8` times it, and serving would need
+    # the quality gate (bench/fp8_quality.py) of the queries' rounding first
+    fp8_queries: bool = False,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -224,6 +230,8 @@ def cascade_decode_packed(
     gqa_p = gqa_padded(q_heads, kv_heads)
     if packed.block_rows * gqa_p < 16 or packed.block_rows & (packed.block_rows - 1):
         raise ValueError("block_rows must be a power of two with block_rows * gqa >= 16")
+    if fp8_queries and kv_scales is None:
+        raise ValueError("fp8_queries needs an FP8 cache (kv_scales)")
     kv_dtype = q.dtype if kv_scales is None else KV_FP8_DTYPE
     if k_cache.dtype != kv_dtype or v_cache.dtype != kv_dtype:
         raise ValueError(
@@ -252,17 +260,21 @@ def cascade_decode_packed(
     items, groups = packed.work_group.shape[0], max(packed.group_num_rows.shape[0], 1)
     if items:
         tile = prefix_tile(packed.block_rows * gqa_p, k_cache.dtype)
+        prompt_q, prompt_q_scale = q, q  # the scales are read with fp8_queries only
+        if fp8_queries:  # [R * Hq, D] e4m3 and [R * Hq, 1] fp32, one (row, head) a row
+            quantized = quantize_rows_triton(q.reshape(rows * q_heads, dim), cols=dim)
+            prompt_q, prompt_q_scale = quantized.data.view(rows, q_heads, dim), quantized.scale
         prefix_kernel[(items, kv_heads, splits)](
-            q, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
+            prompt_q, prompt_q_scale, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
             packed.work_group, packed.work_row_start, packed.group_row_start,
             packed.group_num_rows, packed.group_prompt_len, packed.group_table_start,
             packed.group_prompt_table, packed.live_splits,
-            rows, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+            rows, prompt_q.stride(0), prompt_q.stride(1), k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1), qk_scale,
             BLOCK_R=packed.block_rows, BLOCK_N=block_n or tile.block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
             KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot) if fp8 else own_dot,
-            **common,
+            QK_FP8=fp8_queries, **common,
             **launch_options(
                 prefix_warps or tile.warps,
                 prefix_stages or tile.stages,

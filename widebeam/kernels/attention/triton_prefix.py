@@ -15,7 +15,10 @@ An FP8 cache (KV_FP8) is read as stored and widened to KV_DOT (`triton_common.fp
 where a group's rows span several work items, each widening every prompt tile again; exact,
 every e4m3 value is a bf16, fp16 and fp32 value), the queries cast to it once; the head's K
 scale multiplies the scores and its V scale the output, the same as dequantizing every key and
-value, in fewer multiplies.
+value, in fewer multiplies. With QK_FP8 the queries come quantized to e4m3 (per row and head,
+`quantize.quantize_rows`' rule, by the caller: quantized in this kernel, its prologue held more
+registers than the loop) and Q K^T runs on FP8 tensor cores over K as stored: no K tile is
+widened, at the price of the queries' rounding to 3 mantissa bits.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from widebeam.kernels.attention.triton_common import load_queries
 
 @triton.jit
 def prefix_kernel(
-    q_ptr,  # [R, HQ, D] fp16/bf16/fp32, last dim contiguous
+    q_ptr,  # [R, HQ, D] fp16/bf16/fp32 (QK_FP8: float8_e4m3fn), last dim contiguous
+    q_scale_ptr,  # [R, HQ] fp32 contiguous, the FP8 queries' scales (QK_FP8 only)
     k_ptr,  # [slots, HKV, D] q's dtype or float8_e4m3fn (KV_FP8), last dim contiguous
     v_ptr,  # [slots, HKV, D]
     k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
@@ -61,7 +65,10 @@ def prefix_kernel(
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V stored in FP8 with per-head scales
-    KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only)
+    KV_DOT: tl.constexpr,  # the dots' dtype over FP8 K and V (KV_FP8 only; QK_FP8: P V's)
+    # Q K^T on FP8 tensor cores (KV_FP8 only): q holds the queries quantized per row and head
+    # (`quantize_rows`), K is read as stored, the product scaled by both
+    QK_FP8: tl.constexpr,
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -87,11 +94,18 @@ def prefix_kernel(
     head = kv_head * GQA + head_in_group
     m_ok = (m_idx // GQA_P < rows_here) & (head_in_group < GQA)
     d = tl.arange(0, D)
-    q = load_queries(
-        q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST
-    )
     if KV_FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+    if QK_FP8:
+        q = load_queries(
+            q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, False, KV_DOT, UPCAST
+        )
+        q_scale = tl.load(q_scale_ptr + row.to(tl.int64) * HQ + head, mask=m_ok, other=1.0)
+        row_scale = q_scale * qk_scale  # [M] fp32: a row's scores are its dots times this
+    else:
+        q = load_queries(
+            q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST
+        )
     m_i = tl.full([BLOCK_R * GQA_P], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_R * GQA_P], tl.float32)
     acc = tl.zeros([BLOCK_R * GQA_P, D], tl.float32)
@@ -111,12 +125,16 @@ def prefix_kernel(
             other=0.0,
         )
         if KV_FP8:
-            k_t = k_t.to(KV_DOT)
+            if not QK_FP8:
+                k_t = k_t.to(KV_DOT)
             v = v.to(KV_DOT)
         if UPCAST:
             k_t = k_t.to(tl.float32)
         s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
-        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+        if QK_FP8:
+            s = tl.where(n_ok[None, :], s * row_scale[:, None], float("-inf"))
+        else:
+            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
