@@ -92,7 +92,7 @@ def train_on_device(
 def serve(
     model_dir: Path, catalog: Path, prompts: list[list[int]], steps: int, width: int,
     quantization: str, kv_dtype: str, fp8_accumulation: str = "fast",
-    head_quantization: str = "none",
+    head_quantization: str = "none", kv_fp8_queries: bool = False,
 ) -> tuple[list[RequestOutput], float]:  # fmt: skip
     """Every user's constrained beam request (n = width) through one engine; wall seconds."""
     dtype = "bfloat16" if DEVICE == "cuda" else "float32"
@@ -105,6 +105,7 @@ def serve(
         fp8_accumulation=fp8_accumulation,
         head_quantization=head_quantization,
         kv_dtype=kv_dtype,
+        kv_fp8_queries=kv_fp8_queries,
         max_rows=max(1024, 16 * width),
     )
     engine = Engine(config)
@@ -158,9 +159,16 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--head-quantization", default="none", choices=["none", "fp8"],
-        help="fp8: a third arm, the FP8 arm with its LM head in FP8 (needs --quantization fp8)",
+        help="fp8: a further arm, the FP8 arm with its LM head in FP8 (needs --quantization fp8)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kv-fp8-queries", action="store_true",
+        help="a further arm, the FP8 arm with decode's scores over the prompt from queries "
+        "rounded to FP8 (needs --kv-dtype fp8)",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.kv_fp8_queries and args.kv_dtype != "fp8":
+        parser.error("--kv-fp8-queries needs --kv-dtype fp8")
     if args.smoke:
         cfg = tiny_config()
         width = 16
@@ -208,20 +216,23 @@ def main() -> None:
     ]
     targets = [item_id(int(i)) for i in data.held_out()[users]]
     steps = layout.path_length(include_begin=False)
-    arms = [("none", "auto", "none"), (args.quantization, args.kv_dtype, "none")]
+    # (linears, KV cache, LM head, FP8 queries): bf16, the FP8 arm, then its further arms
+    arms = [("none", "auto", "none", False), (args.quantization, args.kv_dtype, "none", False)]
     if args.head_quantization != "none":
-        arms.append((args.quantization, args.kv_dtype, args.head_quantization))
+        arms.append((args.quantization, args.kv_dtype, args.head_quantization, False))
+    if args.kv_fp8_queries:
+        arms.append((args.quantization, args.kv_dtype, "none", True))
     answers, rows = [], []
-    for quantization, kv_dtype, head in arms:
+    for quantization, kv_dtype, head, fp8_queries in arms:
         outputs, seconds = serve(
             model_dir, catalog, prompts, steps, width, quantization, kv_dtype,
-            args.fp8_accumulation, head,
+            args.fp8_accumulation, head, fp8_queries,
         )  # fmt: skip
         recall, ndcg = rank_metrics([ranked_items(o) for o in outputs], targets, 10)
         illegal = sum(not b.item_ids for o in outputs for b in o.beams)
         row = {"quantization": quantization, "kv_dtype": kv_dtype, "head_quantization": head,
-               "recall@10": recall, "ndcg@10": ndcg, "illegal_sids": illegal,
-               "serve_s": seconds}  # fmt: skip
+               "kv_fp8_queries": fp8_queries, "recall@10": recall, "ndcg@10": ndcg,
+               "illegal_sids": illegal, "serve_s": seconds}  # fmt: skip
         if answers:  # against the bf16 arm
             base = rows[0]["recall@10"]
             row["recall_relative_change"] = (recall - base) / max(base, 1e-9)
@@ -245,9 +256,10 @@ def main() -> None:
     shape = f"hidden {cfg.model.hidden_size} x {cfg.model.num_layers} layers"
     print(f"\nFP8 quality ({shape}, {len(users)} users, width {width}, trained {train_s:.0f} s)")
     print(env)
-    headers = ["linears", "KV cache", "LM head", "recall@10", "NDCG@10", "illegal SIDs", "serve s"]
-    keys = ["quantization", "kv_dtype", "head_quantization", "recall@10", "ndcg@10",
-            "illegal_sids", "serve_s"]  # fmt: skip
+    headers = ["linears", "KV cache", "LM head", "FP8 queries", "recall@10", "NDCG@10",
+               "illegal SIDs", "serve s"]  # fmt: skip
+    keys = ["quantization", "kv_dtype", "head_quantization", "kv_fp8_queries", "recall@10",
+            "ndcg@10", "illegal_sids", "serve_s"]  # fmt: skip
     # metrics as 4-decimal strings: the table's own float format keeps one decimal
     cell = lambda k, v: f"{v:.4f}" if k in ("recall@10", "ndcg@10") else v  # noqa: E731
     print(markdown_table(headers, [[cell(k, r[k]) for k in keys] for r in rows]))
@@ -256,8 +268,8 @@ def main() -> None:
     for row in rows[2:]:
         shared = [f"top-{n} overlap {row[f'top{n}_overlap']:.2f}/{min(n, width)}" for n in TOP_N]
         change = 100 * row["recall_relative_change"]
-        print(f"with the LM head in FP8: recall@10 relative change {change:+.2f}%; "
-              + "; ".join(shared))  # fmt: skip
+        arm = "decode's queries in FP8" if row["kv_fp8_queries"] else "the LM head in FP8"
+        print(f"with {arm}: recall@10 relative change {change:+.2f}%; " + "; ".join(shared))
 
 
 if __name__ == "__main__":

@@ -255,6 +255,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         "attention_backend": args.attention,
         **load_options(args),
         "kv_dtype": args.kv_dtype,
+        "kv_fp8_queries": args.kv_fp8_queries,
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,

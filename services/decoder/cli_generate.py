@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         fp8_accumulation=args.fp8_accumulation,
         head_quantization=args.head_quantization,
         kv_dtype=args.kv_dtype,
+        kv_fp8_queries=args.kv_fp8_queries,
         catalog_path=args.catalog,
         sid_layout=args.sid_layout,
         max_rows=args.max_rows,

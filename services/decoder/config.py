@@ -124,6 +124,16 @@ class EngineConfig:
             "attention_backend flashinfer)"
         ),
     )
+    kv_fp8_queries: bool = field(
+        default=False,
+        metadata=_help(
+            "kv_dtype fp8: a decode step's scores over the prompt multiply queries rounded to "
+            "FP8 (per row and head, as the FP8 GEMMs' activations) with the keys as stored, on "
+            "FP8 tensor cores (Triton; the torch reference rounds them the same way), so no key "
+            "tile is widened. Off by default: bench/fp8_quality.py --kv-fp8-queries measures its "
+            "recall cost first"
+        ),
+    )
     max_rows: int = field(
         default=1024, metadata=_help("rows (beams) decoding at once, summed over requests")
     )
@@ -344,6 +354,11 @@ class EngineConfig:
             raise ValueError(
                 "kv_dtype fp8 needs attention_backend auto, triton or torch: FlashInfer's kernels "
                 "take one K and one V scale per layer, the FP8 cache has one per KV head"
+            )
+        if self.kv_fp8_queries and self.kv_dtype != KVDType.FP8:
+            raise ValueError(
+                f"kv_fp8_queries needs kv_dtype fp8 (it multiplies FP8 queries with the FP8 "
+                f"cache's keys), got kv_dtype {self.kv_dtype.value!r}"
             )
         widths = self.capture_beam_widths
         if isinstance(widths, str):

@@ -159,6 +159,7 @@ class Engine:
                 backend_name,
                 page_size=config.page_size,
                 shared_suffix=config.shared_suffix_attention,
+                fp8_queries=config.kv_fp8_queries,
             ),
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,

@@ -9,7 +9,8 @@ from widebeam.services.decoder.config import Fp8Accumulation, KVDType, Quantizat
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: str) -> None:
-    """--quantization, --fp8-accumulation, --head-quantization and --kv-dtype;
+    """--quantization, --fp8-accumulation, --head-quantization, --kv-dtype and
+    --kv-fp8-queries;
     `model_dtype_flag` names the option (or setting) that gives the model's dtype, which
     `--kv-dtype auto` follows."""
     parser.add_argument(
@@ -39,4 +40,10 @@ def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: s
         choices=[k.value for k in KVDType],
         help=f"fp8: the KV cache in float8_e4m3fn with per-head scales (auto: in "
         f"{model_dtype_flag})",
+    )
+    parser.add_argument(
+        "--kv-fp8-queries",
+        action="store_true",
+        help="with --kv-dtype fp8: decode's scores over the prompt from queries rounded to FP8, "
+        "on FP8 tensor cores (the engine's kv_fp8_queries)",
     )

@@ -23,11 +23,12 @@ def run_smoke(
     timeout: float = 600,
     own_tmpdir: bool = False,
     tag: str = "",
+    report: str | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """The script's JSON report (`$OUT/<script stem><tag>.json`) and its stdout; fails the
-    test with the end of its output when it exits non-zero. `own_tmpdir`: TMPDIR is tmp_path
-    too (for scripts that write their work files to the temporary directory); `tag`: the
-    script's --tag."""
+    """The script's JSON report (`$OUT/<script stem><tag>.json`, or `$OUT/<report>.json` for a
+    script that names it by its options) and its stdout; fails the test with the end of its
+    output when it exits non-zero. `own_tmpdir`: TMPDIR is tmp_path too (for scripts that write
+    their work files to the temporary directory); `tag`: the script's --tag."""
     out = tmp_path / "out"
     env = os.environ | {"OUT": str(out), "WIDEBEAM_BENCH_CACHE": str(tmp_path)}
     if own_tmpdir:
@@ -35,7 +36,8 @@ def run_smoke(
     cmd = [sys.executable, script, "--smoke", *args, *(["--tag", tag] if tag else [])]
     done = subprocess.run(cmd, cwd=BENCH, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads((out / f"{Path(script).stem}{tag}.json").read_text()), done.stdout
+    name = report or f"{Path(script).stem}{tag}"
+    return json.loads((out / f"{name}.json").read_text()), done.stdout
 
 
 def load_bench_module(name: str) -> ModuleType:

@@ -1,6 +1,7 @@
 """`bench/fp8_quality.py --smoke`: the FP8 quality gate's script end to end on the CPU (the
-demo's tiny world, trained, served in the model dtype, with FP8 linears, and with the LM head in
-FP8 too): every row reported, no illegal SID, overlaps within their bounds."""
+demo's tiny world, trained, served in the model dtype, with FP8 linears and KV cache, with the LM
+head in FP8 too, and with decode's queries in FP8): every row reported, no illegal SID, overlaps
+within their bounds."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ from tests.bench.smoke import run_smoke
 
 def test_fp8_quality_smoke_run(tmp_path: Path) -> None:
     report, stdout = run_smoke(
-        "fp8_quality.py", tmp_path, "--head-quantization", "fp8", own_tmpdir=True
-    )
-    arms = [(r["quantization"], r["head_quantization"]) for r in report["rows"]]
-    assert arms == [("none", "none"), ("fp8", "none"), ("fp8", "fp8")]
+        "fp8_quality.py", tmp_path, "--head-quantization", "fp8", "--kv-dtype", "fp8",
+        "--kv-fp8-queries", own_tmpdir=True, report="fp8_quality_fp8_kv_fp8",
+    )  # fmt: skip
+    arms = [
+        (r["quantization"], r["kv_dtype"], r["head_quantization"], r["kv_fp8_queries"])
+        for r in report["rows"]
+    ]
+    assert arms == [
+        ("none", "auto", "none", False),
+        ("fp8", "fp8", "none", False),
+        ("fp8", "fp8", "fp8", False),
+        ("fp8", "fp8", "none", True),
+    ]
     for row in report["rows"]:
         assert row["illegal_sids"] == 0 and 0 <= row["recall@10"] <= 1, row
     width = report["env"]["width"]
@@ -24,3 +34,4 @@ def test_fp8_quality_smoke_run(tmp_path: Path) -> None:
         assert row["recall_relative_change"] >= -1, row
     assert "recall@10 relative change" in stdout
     assert "with the LM head in FP8: recall@10 relative change" in stdout
+    assert "with decode's queries in FP8: recall@10 relative change" in stdout

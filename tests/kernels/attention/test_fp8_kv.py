@@ -247,3 +247,12 @@ def test_triton_cascade_fp8_queries_match_the_reference_of_rounded_queries(
     assert torch.equal(fp8_rounded_queries(q), expected)
     with pytest.raises(ValueError, match="fp8_queries needs an FP8 cache"):
         cascade_decode_packed(case.q, case.k_cache, case.v_cache, packed, 0.17, fp8_queries=True)
+
+
+def test_fp8_queries_reach_the_backends_that_have_them() -> None:
+    from widebeam.kernels.attention.factory import make_attention_backend
+
+    assert make_attention_backend("torch", fp8_queries=True).fp8_queries is True  # type: ignore[attr-defined]
+    assert make_attention_backend("torch").fp8_queries is False  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="fp8_queries needs the torch or triton attention backend"):
+        make_attention_backend("flashinfer", fp8_queries=True)

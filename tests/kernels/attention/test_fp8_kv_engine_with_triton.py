@@ -14,9 +14,12 @@ from widebeam.services.decoder.requests.spec import GenerationRequest
 pytestmark = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 
 
+@pytest.mark.parametrize("fp8_queries", [False, True], ids=["queries", "fp8-queries"])
 def test_fp8_engine_results_equal_across_backends(
-    sid_model: SidModel, kernel_device: object
+    sid_model: SidModel, kernel_device: object, fp8_queries: bool
 ) -> None:
+    """`kv_fp8_queries` too: the Triton prefix kernel's FP8 queries and the reference's rounded
+    ones give the same beams."""
     requests = [
         GenerationRequest("greedy", tuple(range(7, 30)), max_new_tokens=3),
         GenerationRequest("sid", (9, 251), beam_width=4, n=4, max_new_tokens=5, constrained=True),
@@ -24,9 +27,12 @@ def test_fp8_engine_results_equal_across_backends(
     outputs = {}
     for backend in ("torch", "triton"):
         config = sid_model.engine_config(
-            device=str(kernel_device), attention_backend=backend, kv_dtype="fp8"
-        )
-        outputs[backend] = Engine(config).generate(requests)
+            device=str(kernel_device), attention_backend=backend, kv_dtype="fp8",
+            kv_fp8_queries=fp8_queries,
+        )  # fmt: skip
+        engine = Engine(config)
+        assert engine.runner.backend.fp8_queries is fp8_queries  # type: ignore[attr-defined]
+        outputs[backend] = engine.generate(requests)
     for ref, got in zip(outputs["torch"], outputs["triton"], strict=True):
         assert ref.error is None and got.error is None
         assert [b.output_ids for b in ref.beams] == [b.output_ids for b in got.beams]

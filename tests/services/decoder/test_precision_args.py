@@ -22,13 +22,15 @@ def test_defaults_are_the_engine_configs() -> None:
     assert args.fp8_accumulation == Fp8Accumulation.FAST
     assert args.head_quantization == Quantization.NONE
     assert args.kv_dtype == KVDType.AUTO
+    assert args.kv_fp8_queries is False
 
 
 def test_fp8_everywhere() -> None:
     args = _parser().parse_args(
         ["--quantization", "fp8", "--kv-dtype", "fp8", "--fp8-accumulation", "precise",
-         "--head-quantization", "fp8"]
+         "--head-quantization", "fp8", "--kv-fp8-queries"]
     )  # fmt: skip
+    assert args.kv_fp8_queries is True
     assert Quantization(args.quantization) == Quantization.FP8
     assert KVDType(args.kv_dtype) == KVDType.FP8
     assert Fp8Accumulation(args.fp8_accumulation) == Fp8Accumulation.PRECISE

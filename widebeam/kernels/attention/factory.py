@@ -27,15 +27,23 @@ def resolve_backend_name(name: str, device_type: str) -> str:
 
 
 def make_attention_backend(
-    name: str = "torch", *, page_size: int = 1, shared_suffix: bool = True, **options: object
+    name: str = "torch",
+    *,
+    page_size: int = 1,
+    shared_suffix: bool = True,
+    fp8_queries: bool = False,
+    **options: object,
 ) -> AttentionBackend:
     """`page_size`: the KV cache's slots per page; the triton backend addresses prompts by page
     with it (torch reads slot lists, flashinfer views the cache as one-slot pages).
     `shared_suffix`: triton reads beams' shared generated tokens once per ancestor group (the
-    others read every row's suffix on its own). `options` go to the backend's constructor
-    (triton: num_splits; flashinfer: workspace_bytes)."""
+    others read every row's suffix on its own). `fp8_queries`: over an FP8 cache, decode's
+    scores over the prompt take queries rounded to FP8 (torch and triton). `options` go to the
+    backend's constructor (triton: num_splits; flashinfer: workspace_bytes)."""
+    if fp8_queries and name not in ("torch", "triton"):
+        raise ValueError(f"fp8_queries needs the torch or triton attention backend, not {name!r}")
     if name == "torch":
-        return TorchAttention()
+        return TorchAttention(fp8_queries=fp8_queries)
     if name == "triton":
         # Imported here: triton is optional, and importing it decorates the kernels, which must
         # happen after TRITON_INTERPRET is set when tests run them on the CPU.
@@ -44,6 +52,7 @@ def make_attention_backend(
         return TritonAttention(
             page_size=page_size,
             shared_suffix=shared_suffix,
+            fp8_queries=fp8_queries,
             **options,  # type: ignore[arg-type]
         )
     if name == "flashinfer":  # optional package; its absence is a clear ValueError

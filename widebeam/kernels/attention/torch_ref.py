@@ -210,6 +210,11 @@ class TorchAttention(AttentionBackend):
 
     name = "torch"
 
+    def __init__(self, fp8_queries: bool = False) -> None:
+        """fp8_queries: over an FP8 cache, decode's scores over the prompt take queries rounded
+        to FP8 (`cascade_decode`'s, as the Triton backend's prefix kernel)."""
+        self.fp8_queries = fp8_queries
+
     def prefill(
         self,
         q: torch.Tensor,  # [N, Hq, D]
@@ -234,4 +239,5 @@ class TorchAttention(AttentionBackend):
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
         if not isinstance(metadata, DecodeBatch):
             raise TypeError(f"the torch backend takes a DecodeBatch, got {type(metadata)}")
-        return cascade_decode(q, k_cache, v_cache, metadata, scale, kv_scales)
+        fp8_queries = self.fp8_queries and kv_scales is not None
+        return cascade_decode(q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries)

@@ -94,12 +94,15 @@ class TritonAttention(AttentionBackend):
         num_splits: int | None = None,
         shared_suffix: bool = True,
         tree_split: SplitRule = DEFAULT_SPLIT,
+        fp8_queries: bool = False,
     ) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
         num_splits None = choose per batch (or bucket) from the grid size and the longest
         prompt; shared_suffix: rows read the generated tokens they share with other beams once
         per ancestor group (`suffix_tree`) once suffixes are long enough, split by
-        `tree_split`."""
+        `tree_split`; fp8_queries: over an FP8 cache, the prefix kernel's Q K^T on FP8 tensor
+        cores over queries rounded to FP8 (`cascade_decode_packed`)."""
+        self.fp8_queries = fp8_queries
         self.page_size = page_size
         self.num_splits = num_splits
         self.tree_rows = ITEM_ROWS if shared_suffix else 0
@@ -176,7 +179,10 @@ class TritonAttention(AttentionBackend):
             raise TypeError(
                 f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
             )
-        return cascade_decode_packed(q, k_cache, v_cache, metadata, scale, kv_scales)
+        fp8_queries = self.fp8_queries and kv_scales is not None
+        return cascade_decode_packed(
+            q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries=fp8_queries
+        )
 
     # ----- metadata ---------------------------------------------------------------------------
     def prepare_prefill(
