@@ -109,6 +109,11 @@
 #   fp8-head-quality [360] fp8_quality.py --users 3000 --kv-dtype fp8 --head-quantization fp8:
 #                          bf16, the FP8 serving defaults, and those with the LM head in FP8,
 #                          on one trained model
+#   w4-fp8-queries [300]   recif_throughput.py --quick --variants distinct, FP8 linears + KV +
+#                          head, without then with --kv-fp8-queries then with, then without
+#                          (tags _fq, _fq1: the second of each overwrites the first's JSON; the
+#                          log keeps all four)
+#   fp8-queries-quality [420]  fp8-head-quality's arms and one with --kv-fp8-queries
 # w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile
 # PHASES` to each of their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths,
 # bf16 and FP8); with WIDEBEAM_PROFILE_APART=1 as well, they profile a second pass of those
@@ -259,6 +264,11 @@ step_command() {
             --tag _fp8head $SEPARATE_PROFILE_ARGS" ;;
         fp8-head-quality) echo "cd bench && python3 fp8_quality.py --users 3000 --kv-dtype fp8 \
             --head-quantization fp8" ;;
+        w4-fp8-queries) echo "cd bench && for q in '' --kv-fp8-queries --kv-fp8-queries ''; do \
+            python3 recif_throughput.py --quick --variants distinct --quantization fp8 \
+            --kv-dtype fp8 --head-quantization fp8 \$q --tag _fq\${q:+1}; done" ;;
+        fp8-queries-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
+            --kv-dtype fp8 --head-quantization fp8 --kv-fp8-queries" ;;
         *) return 1 ;;
     esac
 }
@@ -270,6 +280,7 @@ default_limit() {
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3-fp8-head | fp8-head-quality) echo 360 ;; w4-fp8-head) echo 420 ;;
+        w4-fp8-queries) echo 300 ;; fp8-queries-quality) echo 420 ;;
         w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; kernels-prefix) echo 300 ;; *) echo 120 ;;
     esac
 }
