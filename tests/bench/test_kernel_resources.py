@@ -142,20 +142,25 @@ def test_a_model_dtype_cache_compiles_one_prefix_variant_whatever_the_width(
     assert "KV_DOT bf16" in fp8["4x32x40"] and "KV_DOT fp16" in fp8["1x256x40"], fp8
 
 
-def test_a_register_cap_reaches_the_compiler(tmp_path: Path) -> None:
-    """`--prefix-tiles 32:4:3:128` at Qwen3-1.7B's heads: the FP8 prefix kernel with fp16 dots,
-    which the compiler gives more than 128 registers a thread, is held to 128 (4 blocks of 4
-    warps an SM)."""
+def fp8_prefix_variants(tmp_path: Path, tiles: str, dots: str, marker: str) -> dict[bool, dict]:
+    """The FP8 prefix kernel's compiled variants at Qwen3-1.7B's heads (one 64-row request over
+    a 128-token prompt), keyed by whether their variant's label names `marker`."""
     report, done = run_resources(
         tmp_path, "--only", "prefix", "--prefix-shapes", "1x64x128", "--prefix-rows", "auto",
-        "--prefix-tiles", "32:4:3,32:4:3:128", "--prefix-dots", "fp16",
+        "--prefix-tiles", tiles, "--prefix-dots", dots,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    fp8 = {
-        "registers 128" in row["variant"]: row
+    return {
+        marker in row["variant"]: row
         for row in report["rows"]
         if row["kernel"] == "prefix_kernel" and "KV_FP8 True" in row["variant"]
     }
+
+
+def test_a_register_cap_reaches_the_compiler(tmp_path: Path) -> None:
+    """`--prefix-tiles 32:4:3:128`: the FP8 prefix kernel with fp16 dots, which the compiler
+    gives more than 128 registers a thread, is held to 128 (4 blocks of 4 warps an SM)."""
+    fp8 = fp8_prefix_variants(tmp_path, "32:4:3,32:4:3:128", "fp16", "registers 128")
     assert fp8[False]["registers"] > 128 >= fp8[True]["registers"], fp8
     assert fp8[True]["blocks_per_sm_registers"] == 4 > fp8[False]["blocks_per_sm_registers"]
     # the cap's price: a few spills, paid in the prompt loop
@@ -185,16 +190,7 @@ def test_spills_count_as_in_a_loop_between_a_backward_branch_and_its_target() ->
 def test_fp8_queries_multiply_on_fp8_tensor_cores_and_widen_no_key(tmp_path: Path) -> None:
     """`--prefix-dots fp8` (cascade_decode_packed's fp8_queries): Q K^T compiles to Hopper's FP8
     warpgroup products (QGMMA) over K as stored, so only V is widened."""
-    report, done = run_resources(
-        tmp_path, "--only", "prefix", "--prefix-shapes", "1x64x128", "--prefix-rows", "auto",
-        "--prefix-tiles", "32:4:3", "--prefix-dots", "fp16,fp8",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    fp8 = {
-        "QK_FP8 True" in row["variant"]: row
-        for row in report["rows"]
-        if row["kernel"] == "prefix_kernel" and "KV_FP8 True" in row["variant"]
-    }
+    fp8 = fp8_prefix_variants(tmp_path, "32:4:3", "fp16,fp8", "QK_FP8 True")
     assert fp8[True]["fp8_products"] > 0 == fp8[False]["fp8_products"], fp8
     assert fp8[True]["QGMMA"] > 0 and fp8[True]["HGMMA"] > 0  # P V stays 16-bit
     assert fp8[True]["F2FP"] < fp8[False]["F2FP"]  # K's tiles are not widened
