@@ -49,9 +49,10 @@
 #                          and the start-up warm-up (nothing captured while serving)
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
 #                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
-#                          programs per SM 8/16/32 × warps 4/8 × split rules 8:8 (the
-#                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,SPLIT,ROWS} lists), the plan's
-#                          time
+#                          programs per SM 8/16/32 × warps 4/8 × registers per thread (the
+#                          compiler's) × split rules 8:8 (the
+#                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,REGISTERS,SPLIT,ROWS} lists),
+#                          the plan's time
 #   kernels-padding [120]  kernels.py --only padding
 #   kernels-prefix [300]   kernels.py --only prefix: the prefix kernel's rows per item
 #                          (${WIDEBEAM_PREFIX_ROWS:-auto,64}) x BLOCK_N:warps:stages[:registers]
@@ -191,6 +192,7 @@ step_command() {
             --shared-block-n ${WIDEBEAM_TREE_BLOCK_N:-32,64} \
             --shared-programs ${WIDEBEAM_TREE_PROGRAMS:-8,16,32} \
             --shared-warps ${WIDEBEAM_TREE_WARPS:-4,8} \
+            --shared-registers ${WIDEBEAM_TREE_REGISTERS:-auto} \
             --tree-split ${WIDEBEAM_TREE_SPLIT:-8:8} --tree-rows ${WIDEBEAM_TREE_ROWS:-auto} \
             --tag _tree" ;;
         kernels-padding) echo "cd bench && python3 kernels.py --only padding" ;;

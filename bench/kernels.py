@@ -260,7 +260,7 @@ def beam_tree_inputs(rows: int, prompt: int, steps: int, heads: tuple[int, int, 
 def tree(args: argparse.Namespace) -> list[Case]:
     """W1's decode attention with beams that share generated tokens: every row alone against
     the shared-suffix plan, its kernel's options swept (--shared-block-n, --shared-programs,
-    --shared-warps), and the plan's own device time."""
+    --shared-warps, --shared-registers), and the plan's own device time."""
     from widebeam.kernels.attention.suffix_tree import ITEM_ROWS, SplitRule, plan_suffix_tree
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
@@ -272,7 +272,10 @@ def tree(args: argparse.Namespace) -> list[Case]:
     shapes = [(40, 20, 20)] if args.smoke else [(5000, 64, s) for s in (32, 64, 128)]
     sweep = list(
         itertools.product(
-            ints(args.shared_block_n), ints(args.shared_programs), ints(args.shared_warps)
+            ints(args.shared_block_n),
+            ints(args.shared_programs),
+            ints(args.shared_warps),
+            ints(args.shared_registers),
         )
     )
     rules = [SplitRule(*map(int, pair.split(":"))) for pair in args.tree_split.split(",")]
@@ -289,14 +292,15 @@ def tree(args: argparse.Namespace) -> list[Case]:
             shared = pack(batch, rows, heads, tree_rows=item_rows, tree_split=rule)
             assert shared.tree is not None
             items = int(shared.tree.num_items)
-            for bn, pps, warps in sweep:
+            for bn, pps, warps, registers in sweep:
                 named = {
-                    "shared_block_n": bn, "shared_programs_per_sm": pps, "shared_warps": warps
+                    "shared_block_n": bn, "shared_programs_per_sm": pps, "shared_warps": warps,
+                    "shared_max_registers": registers,
                 }  # fmt: skip
                 label = (
                     f"shared: split {rule.private_min}:{rule.align}, {items} items of "
                     f"{item_rows} rows, N tile {bn or 'auto'}, programs/SM {pps or 'auto'}, "
-                    f"warps {warps or 'auto'}"
+                    f"warps {warps or 'auto'}" + (f", registers {registers}" if registers else "")
                 )
                 opts = {k: v for k, v in named.items() if v is not None}
                 layouts.append((label, shared, opts))
@@ -946,6 +950,9 @@ def add_case_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-block-n", default="auto", help=f"{shared} (BLOCK_N)")
     parser.add_argument("--shared-programs", default="auto", help=f"{shared} (programs per SM)")
     parser.add_argument("--shared-warps", default="auto", help=f"{shared} (num_warps)")
+    parser.add_argument(
+        "--shared-registers", default="auto", help=f"{shared} (registers per thread, maxnreg)"
+    )
     parser.add_argument(
         "--tree-split", default="8:8", help="split rules private_min:align (group tree), comma list"
     )

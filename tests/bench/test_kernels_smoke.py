@@ -33,23 +33,26 @@ def test_padding_cases_match_the_reference(tmp_path: Path) -> None:
 
 def test_tree_cases_match_the_reference(tmp_path: Path) -> None:
     """`--only tree`: a beam-tree batch decoded with every row alone and with the shared-suffix
-    plan (items of 16 and of 8 rows) matches the torch reference; the plan has fewer items than
-    rows (the beams share), more with narrower items, and its own time is a row."""
+    plan (items of 16 and of 8 rows, the shared kernel's registers free and capped) matches the
+    torch reference; the plan has fewer items than rows (the beams share), more with narrower
+    items, and its own time is a row."""
     report, _ = run_smoke(
         "kernels.py", tmp_path, "--only", "tree", "--reps", "1", "--warmup", "0",
-        "--tree-rows", "auto,8", timeout=300,
+        "--tree-rows", "auto,8", "--shared-registers", "auto,128", timeout=300,
     )  # fmt: skip
     rows = report["rows"]
     kernels = [row["kernel"] for row in rows]
     assert kernels[0] == "cascade decode (rows alone)"
-    assert kernels[3].startswith("suffix_tree plan")
+    assert kernels[5].startswith("suffix_tree plan")
     items = []
-    for label, width in ((kernels[1], 16), (kernels[2], 8)):
+    for label, width in ((kernels[1], 16), (kernels[3], 8)):
         found = re.search(rf"split 8:8, (\d+) items of {width} rows", label)
         assert found is not None, label
         items.append(int(found.group(1)))
     assert 0 < items[0] < items[1] < 40
-    assert all(row["check"] == "ok" for row in rows[:3]), rows
+    # each plan also with the shared kernel's registers capped
+    assert "registers" not in kernels[1] and kernels[2].endswith("warps auto, registers 128)")
+    assert all(row["check"] == "ok" for row in rows[:5]), rows
 
 
 def test_fp8_kv_cases_match_the_reference(tmp_path: Path) -> None:

@@ -210,10 +210,12 @@ def cascade_decode_packed(
     rows_per_program: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    # Shared-suffix kernel options (None: SHARED_TILE, SHARED_PROGRAMS_PER_SM, 4 warps).
+    # Shared-suffix kernel options (None: SHARED_TILE, SHARED_PROGRAMS_PER_SM, 4 warps, the
+    # compiler's registers).
     shared_block_n: int | None = None,
     shared_programs_per_sm: int | None = None,
     shared_warps: int | None = None,
+    shared_max_registers: int | None = None,  # per thread (Triton's maxnreg)
     fp8_dot: torch.dtype | None = None,  # the prefix kernel's FP8 dots (None: `fp8_kv_dot`)
     # The prefix kernel's Q K^T on FP8 tensor cores, the queries quantized per row and head
     # (`triton_prefix`'s QK_FP8; an FP8 cache only); fp8_dot is then P V's dtype. Not used by
@@ -300,7 +302,7 @@ def cascade_decode_packed(
             PRIVATE_MIN=tree.rule.private_min, ALIGN=tree.rule.align,
             UPCAST=interpreting(shared_suffix_kernel),
             DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, KV_DOT=own_dot,
-            num_warps=shared_warps or 4, **common,
+            **common, **launch_options(shared_warps or 4, None, shared_max_registers),
         )  # fmt: skip
     # With a plan a row reads at most the rule's longest private tail itself.
     private_cap = suffix_cap if tree is None else min(suffix_cap, tree.rule.longest_private)
