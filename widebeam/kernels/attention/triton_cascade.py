@@ -218,9 +218,9 @@ def cascade_decode_packed(
     shared_max_registers: int | None = None,  # per thread (Triton's maxnreg)
     fp8_dot: torch.dtype | None = None,  # the prefix kernel's FP8 dots (None: `fp8_kv_dot`)
     # The prefix kernel's Q K^T on FP8 tensor cores, the queries quantized per row and head
-    # (`triton_prefix`'s QK_FP8; an FP8 cache only); fp8_dot is then P V's dtype. Not used by
-    # the engine yet: bench/kernels.py's `--prefix-dots fp8` times it, and serving would need
-    # the quality gate (bench/fp8_quality.py) of the queries' rounding first
+    # (`triton_prefix`'s QK_FP8; an FP8 cache only); fp8_dot is then P V's dtype. The engine's
+    # `kv_fp8_queries`, off by default until bench/fp8_quality.py has measured what the
+    # queries' rounding costs
     fp8_queries: bool = False,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape

@@ -16,8 +16,8 @@ where a group's rows span several work items, each widening every prompt tile ag
 every e4m3 value is a bf16, fp16 and fp32 value), the queries cast to it once; the head's K
 scale multiplies the scores and its V scale the output, the same as dequantizing every key and
 value, in fewer multiplies. With QK_FP8 the queries come quantized to e4m3 (per row and head,
-`quantize.quantize_rows`' rule, by the caller: quantized in this kernel, its prologue held more
-registers than the loop) and Q K^T runs on FP8 tensor cores over K as stored: no K tile is
+`quantize.quantize_rows`' rule) by the caller, so that this kernel's prologue never holds more
+registers than its loop, and Q K^T runs on FP8 tensor cores over K as stored: no K tile is
 widened, at the price of the queries' rounding to 3 mantissa bits.
 """
 
