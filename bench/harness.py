@@ -361,8 +361,7 @@ def rehearse(
     """A timed phase's pattern once, untimed, before it is timed: `num` requests
     (`make(REHEARSAL_IDS - i)`) in a closed loop of `concurrency`. Its staggered arrivals and
     its drain meet the batch shapes the timed loop will, so their CUDA graphs are captured
-    before the clock starts; full waves alone meet only the first wave's shapes (W3's
-    200-request phase then captured 5 graphs inside its timed loop, 0.16-0.33 s of about 0.7)."""
+    before the clock starts; full waves alone meet only the first wave's shapes."""
     drive(engine, [make(REHEARSAL_IDS - i) for i in range(num)], None, concurrency)
 
 

@@ -62,10 +62,6 @@ class KernelResources:
     fp8_products: int  # tensor-core products over e4m3 operands (QGMMA, or any MMA ... E4M3)
 
     @property
-    def spills(self) -> int:  # local-memory stores and loads in the SASS
-        return self.opcodes.get("STL", 0) + self.opcodes.get("LDL", 0)
-
-    @property
     def shared_bytes(self) -> int:
         return self.static_shared + self.dynamic_shared
 
