@@ -20,6 +20,7 @@ import functools
 import gc
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ from harness import (
 )
 from tracing import recorded
 
-from widebeam.services.decoder.engine import Engine
+from widebeam.services.catalog.sid_layout import SidLayout
 from widebeam.services.decoder.kv.prefix_cache import PrefixCacheStats
 from widebeam.services.decoder.model.transformer import CausalLM
 from widebeam.services.decoder.requests.results import RequestOutput
@@ -130,7 +131,7 @@ def main() -> None:
             prefix_cache=cache and variant != "shared-nocache",
         )  # fmt: skip
         model = engine.model  # shared by the next variants' engines
-        prompts = _prompts(engine, shape, sids, text_vocab, shared=variant != "distinct")
+        prompts = w4_prompts(engine.sid_layout, shape, sids, text_vocab, variant != "distinct")
         for width, (num, conc) in shape.widths.items():
             num = max(2 * conc, num // 4) if args.quick else num
             label = f"{variant}, n={width}, c={conc}"
@@ -198,17 +199,21 @@ def _cells(row: dict) -> list[object]:
     ]  # fmt: skip
 
 
-def _prompts(engine: Engine, shape: Shape, sids: list, text_vocab: int, shared: bool):
-    """A prompt maker: `shape.text_tokens` random text tokens (the first `shared_tokens` the same
-    for every prompt when `shared`), then the SID items, then the begin token."""
-    layout = engine.sid_layout
+def w4_prompts(
+    layout: SidLayout, shape: Shape, sids: list, text_vocab: int, shared: bool
+) -> Callable[[int], tuple[int, ...]]:
+    """A prompt maker, one prompt per integer key (negative ones too): `shape.text_tokens`
+    random text tokens (the first `shared_tokens` the same for every prompt when `shared`), then
+    the SID items, then the begin token."""
     bases = [lv.base for lv in layout.levels]
     begin, end = layout.begin_token_id, layout.end_token_id
     rng = random.Random(0)
     instruction = [rng.randrange(text_vocab) for _ in range(shape.shared_tokens)]
 
     def prompt(seed: int) -> tuple[int, ...]:
-        own = random.Random(seed)
+        # random.Random seeds with |seed|: the rehearsal's negative keys would replay the timed
+        # phase's prompts (and hit the prefix cache), so they get keys of their own.
+        own = random.Random(seed if seed >= 0 else (1 << 62) - seed)
         head = instruction if shared else [own.randrange(text_vocab) for _ in instruction]
         ids = head + [own.randrange(text_vocab) for _ in range(shape.text_tokens - len(head))]
         for sid in own.sample(sids, shape.history_items):
