@@ -215,18 +215,20 @@ def test_triton_cascade_fp8_queries_beyond_fp16_range_are_clamped(
     )
 
 
+@pytest.mark.parametrize("dim", [16, 32])
 def test_triton_cascade_fp8_queries_match_the_reference_of_rounded_queries(
-    kernel_device: torch.device,
+    kernel_device: torch.device, dim: int
 ) -> None:
     """`fp8_queries`: the prefix kernel's Q K^T over FP8 queries (each row and head rounded by
     `quantize_rows`' rule) and K as stored. fp32 queries keep every other step exact, so the
-    kernel lands on the reference of the rounded queries, and measurably off the exact one."""
+    kernel lands on the reference of the rounded queries, and measurably off the exact one.
+    Heads narrower than FP8 tensor cores take (16 < 32) widen both operands."""
     from widebeam.kernels.attention.torch_ref import fp8_rounded_queries
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.fp8.quantize import quantize_rows
 
     case = decode_case(
-        GROUPS, q_heads=4, kv_heads=2, dim=32, dtype=torch.float32, device=kernel_device,
+        GROUPS, q_heads=4, kv_heads=2, dim=dim, dtype=torch.float32, device=kernel_device,
         seed=31, pad_rows=1, page_size=4,
     )  # fmt: skip
     scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)

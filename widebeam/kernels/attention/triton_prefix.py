@@ -102,6 +102,10 @@ def prefix_kernel(
         )
         q_scale = tl.load(q_scale_ptr + row.to(tl.int64) * HQ + head, mask=m_ok, other=1.0)
         row_scale = q_scale * qk_scale  # [M] fp32: a row's scores are its dots times this
+        if D < 32 and not UPCAST:
+            # FP8 tensor cores need K >= 32: a narrower head widens both operands (exactly:
+            # e4m3 fits KV_DOT), so the scores stay the same
+            q = q.to(KV_DOT)
     else:
         q = load_queries(
             q_ptr, row.to(tl.int64), head, d, m_ok, stride_qr, stride_qh, KV_FP8, KV_DOT, UPCAST
@@ -128,6 +132,8 @@ def prefix_kernel(
             if not QK_FP8:
                 k_t = k_t.to(KV_DOT)
             v = v.to(KV_DOT)
+        if QK_FP8 and D < 32:
+            k_t = k_t.to(KV_DOT)
         if UPCAST:
             k_t = k_t.to(tl.float32)
         s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
