@@ -50,7 +50,7 @@
 #   kernels-tree [240]     kernels.py --only tree: W1's decode attention on a beam tree, every
 #                          row alone vs the shared-suffix plan, its kernel's N tile 32/64 ×
 #                          programs per SM 8/16/32 × warps 4/8 × registers per thread (the
-#                          compiler's) × split rules 8:8 (the
+#                          default cap; 0: the compiler's) × split rules 8:8 (the
 #                          WIDEBEAM_TREE_{BLOCK_N,PROGRAMS,WARPS,REGISTERS,SPLIT,ROWS} lists),
 #                          the plan's time
 #   kernels-padding [120]  kernels.py --only padding

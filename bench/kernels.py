@@ -300,7 +300,8 @@ def tree(args: argparse.Namespace) -> list[Case]:
                 label = (
                     f"shared: split {rule.private_min}:{rule.align}, {items} items of "
                     f"{item_rows} rows, N tile {bn or 'auto'}, programs/SM {pps or 'auto'}, "
-                    f"warps {warps or 'auto'}" + (f", registers {registers}" if registers else "")
+                    f"warps {warps or 'auto'}, registers "
+                    + ("the compiler's" if registers == 0 else str(registers or "auto"))
                 )
                 opts = {k: v for k, v in named.items() if v is not None}
                 layouts.append((label, shared, opts))
@@ -951,7 +952,9 @@ def add_case_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-programs", default="auto", help=f"{shared} (programs per SM)")
     parser.add_argument("--shared-warps", default="auto", help=f"{shared} (num_warps)")
     parser.add_argument(
-        "--shared-registers", default="auto", help=f"{shared} (registers per thread, maxnreg)"
+        "--shared-registers",
+        default="auto",
+        help=f"{shared} (registers per thread, maxnreg; 0 = the compiler's)",
     )
     parser.add_argument(
         "--tree-split", default="8:8", help="split rules private_min:align (group tree), comma list"

@@ -194,3 +194,22 @@ def test_fp8_queries_multiply_on_fp8_tensor_cores_and_widen_no_key(tmp_path: Pat
     assert fp8[True]["fp8_products"] > 0 == fp8[False]["fp8_products"], fp8
     assert fp8[True]["QGMMA"] > 0 and fp8[True]["HGMMA"] > 0  # P V stays 16-bit
     assert fp8[True]["F2FP"] < fp8[False]["F2FP"]  # K's tiles are not widened
+
+
+def test_the_shared_suffix_kernel_is_held_to_its_register_cap_by_default(tmp_path: Path) -> None:
+    """W1's shared-suffix kernel at Qwen3-0.6B's heads: by default at most SHARED_MAX_REGISTERS a
+    thread (5 blocks of 4 warps an SM); `--shared-registers 0` is the compiler's own count, more
+    registers and fewer resident blocks."""
+    from widebeam.kernels.attention.triton_cascade import SHARED_MAX_REGISTERS
+
+    report, done = run_resources(tmp_path, "--only", "tree", "--shared-registers", "auto,0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    shared = {
+        "registers" in row["variant"]: row
+        for row in report["rows"]
+        if row["kernel"] == "shared_suffix_kernel"
+    }
+    capped, free = shared[True], shared[False]
+    assert f"registers {SHARED_MAX_REGISTERS}" in capped["variant"]
+    assert capped["registers"] <= SHARED_MAX_REGISTERS < free["registers"], shared
+    assert capped["blocks_per_sm_registers"] > free["blocks_per_sm_registers"]

@@ -162,6 +162,10 @@ SHARED_TILE = 32  # shared-suffix slots per tile (shared lengths are multiples o
 # An item is a chain of dependent loads (plan, rows, slots, K/V): many resident programs hide
 # the latency (the sweep: `bench/kernels.py --only tree`).
 SHARED_PROGRAMS_PER_SM = 16
+# The compiler gives the shared-suffix kernel 168 registers a thread, so only 3 of those programs
+# are resident on an SM; 96 fits 5, and the latency they hide outweighs the few spills the cap
+# costs (`bench/kernels.py --only tree --shared-registers`; 0 there is the compiler's own count).
+SHARED_MAX_REGISTERS = 96
 SUFFIX_MIN_PROGRAMS = 1024  # fewer rows per program while the grid is smaller (~8 per SM)
 
 
@@ -210,8 +214,8 @@ def cascade_decode_packed(
     rows_per_program: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    # Shared-suffix kernel options (None: SHARED_TILE, SHARED_PROGRAMS_PER_SM, 4 warps, the
-    # compiler's registers).
+    # Shared-suffix kernel options (None: SHARED_TILE, SHARED_PROGRAMS_PER_SM, 4 warps,
+    # SHARED_MAX_REGISTERS; 0 registers: the compiler's).
     shared_block_n: int | None = None,
     shared_programs_per_sm: int | None = None,
     shared_warps: int | None = None,
@@ -292,6 +296,8 @@ def cascade_decode_packed(
         tree_o = torch.empty((rows, q_heads, dim), dtype=torch.float32, device=q.device)
         tree_lse = torch.empty((rows, q_heads), dtype=torch.float32, device=q.device)
         programs = shared_suffix_programs(rows, kv_heads, q.device, shared_programs_per_sm)
+        registers = SHARED_MAX_REGISTERS if shared_max_registers is None else shared_max_registers
+        shared_registers = registers or None  # 0: the compiler's own count
         shared_suffix_kernel[(programs, kv_heads)](
             q, k_cache, v_cache, k_scale, v_scale, tree_o, tree_lse,
             tree.order, tree.key, tree.items, tree.num_items,
@@ -302,7 +308,7 @@ def cascade_decode_packed(
             PRIVATE_MIN=tree.rule.private_min, ALIGN=tree.rule.align,
             UPCAST=interpreting(shared_suffix_kernel),
             DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, KV_DOT=own_dot,
-            **common, **launch_options(shared_warps or 4, None, shared_max_registers),
+            **common, **launch_options(shared_warps or 4, None, shared_registers),
         )  # fmt: skip
     # With a plan a row reads at most the rule's longest private tail itself.
     private_cap = suffix_cap if tree is None else min(suffix_cap, tree.rule.longest_private)
