@@ -804,7 +804,9 @@ def prefix_cases(
                     ),
                     flops=flops,
                     check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
-                    breakdown=("prefix_kernel",),
+                    breakdown=("prefix_kernel", "_quantize_heads_kernel")
+                    if rounded
+                    else ("prefix_kernel",),
                     torch_key=f"{shape} {kv_name}{' fp8 queries' if rounded else ''}",
                 )
             )

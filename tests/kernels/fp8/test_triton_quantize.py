@@ -18,7 +18,11 @@ import pytest
 import torch
 
 from widebeam.kernels.fp8.quantize import FP8_MAX, INV_FP8_MAX, MIN_SCALE, Fp8Rows, quantize_rows
-from widebeam.kernels.fp8.triton_quantize import chunking, quantize_rows_triton
+from widebeam.kernels.fp8.triton_quantize import (
+    chunking,
+    quantize_heads_triton,
+    quantize_rows_triton,
+)
 
 
 def _mixed_rows(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
@@ -136,3 +140,23 @@ def test_padding_columns_are_zero_and_strided_rows_are_read(kernel_device: torch
     assert got.data.shape == (6, 64) and (got.data[:, 40:].view(torch.uint8) == 0).all()
     _assert_same(got, quantize_rows(x, 64))
     _assert_same(quantize_rows_triton(x, 64, max_chunk=16), got)
+
+
+@pytest.mark.parametrize(("rows", "heads", "dim"), [(7, 16, 128), (5, 6, 32), (3, 1, 16)])
+def test_heads_quantize_each_as_a_row(
+    kernel_device: torch.device, rows: int, heads: int, dim: int
+) -> None:
+    """`quantize_heads_triton` (the cascade's FP8 queries): every (row, head) gets the bytes and
+    the scale `quantize_rows` gives it as a row of its own, heads that are not a power of two
+    and heads read through a row stride (a view of a wider tensor) included."""
+    mixed = _mixed_rows((rows * heads, dim), torch.bfloat16).view(rows, heads, dim)
+    mixed[1, -1] = torch.tensor([124.33, -0.0, 1e-9] * dim)[:dim]  # rounding edges, zero signs
+    wider = torch.zeros(rows, heads + 3, dim, dtype=torch.bfloat16)
+    wider[:, 1 : heads + 1] = mixed
+    x = wider.to(kernel_device)[:, 1 : heads + 1]  # row stride (heads + 3) * dim
+    data, scale = quantize_heads_triton(x)
+    want = quantize_rows(mixed.reshape(rows * heads, dim), cols=dim)
+    assert data.shape == (rows, heads, dim) and scale.shape == (rows, heads)
+    _assert_same(Fp8Rows(data.reshape(rows * heads, dim), scale.reshape(-1, 1)), want)
+    with pytest.raises(ValueError, match="power of two"):
+        quantize_heads_triton(torch.zeros(2, 2, 48, device=kernel_device))

@@ -39,7 +39,7 @@ from widebeam.kernels.attention.triton_common import (
 )
 from widebeam.kernels.attention.triton_prefix import prefix_kernel
 from widebeam.kernels.attention.triton_shared_suffix import shared_suffix_kernel
-from widebeam.kernels.fp8.triton_quantize import quantize_rows_triton
+from widebeam.kernels.fp8.triton_quantize import quantize_heads_triton
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
@@ -267,9 +267,8 @@ def cascade_decode_packed(
     if items:
         tile = prefix_tile(packed.block_rows * gqa_p, k_cache.dtype)
         prompt_q, prompt_q_scale = q, q  # the scales are read with fp8_queries only
-        if fp8_queries:  # [R * Hq, D] e4m3 and [R * Hq, 1] fp32, one (row, head) a row
-            quantized = quantize_rows_triton(q.reshape(rows * q_heads, dim), cols=dim)
-            prompt_q, prompt_q_scale = quantized.data.view(rows, q_heads, dim), quantized.scale
+        if fp8_queries:  # [R, Hq, D] e4m3 and [R, Hq] fp32, each (row, head) a row's scale
+            prompt_q, prompt_q_scale = quantize_heads_triton(q)
         prefix_kernel[(items, kv_heads, splits)](
             prompt_q, prompt_q_scale, k_cache, v_cache, k_scale, v_scale, o_part, lse_part,
             packed.work_group, packed.work_row_start, packed.group_row_start,

@@ -97,6 +97,45 @@ def _quantize_rows_kernel(
 
 
 @triton.jit
+def _quantize_heads_kernel(
+    x_ptr, q_ptr, scale_ptr, heads, stride_xr, stride_xh, min_scale, fp8_max, inv_fp8_max,
+    D: tl.constexpr, BLOCK_H: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+):  # fmt: skip
+    """All heads of one token, each head a row of `quantize_rows`: [BLOCK_H, D] in one tile."""
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, BLOCK_H)[:, None]
+    d = tl.arange(0, D)[None, :]
+    inside = h < heads
+    x = tl.load(x_ptr + row * stride_xr + h * stride_xh + d, mask=inside, other=0.0)
+    x = x.to(tl.float32)
+    scale = _row_scale(tl.max(tl.abs(x), axis=1), min_scale, inv_fp8_max)[:, None]
+    tl.store(scale_ptr + row * heads + h, scale, mask=inside)
+    q = _to_fp8(x, scale, tl.math.div_rn(1.0, scale), fp8_max, ROUND_IN_FP32)
+    tl.store(q_ptr + (row * heads + h) * D + d, q, mask=inside)
+
+
+def quantize_heads_triton(
+    x: torch.Tensor,  # [rows, heads, D] model dtype (or fp32), D a power of two, unit stride
+) -> tuple[torch.Tensor, torch.Tensor]:  # [rows, heads, D] float8_e4m3fn, [rows, heads] fp32
+    """Each (row, head) of x quantized as a row of `quantize.quantize_rows` (the same bytes and
+    scales), one program per row over all its heads: a row of `quantize_rows_triton` per head
+    would be a program of D columns, too little work to reach the memory's rate."""
+    rows, heads, dim = x.shape
+    if dim & (dim - 1) or x.stride(2) != 1:
+        raise ValueError(f"head_dim must be a power of two with unit stride, got {dim}")
+    q = torch.empty(x.shape, dtype=FP8_DTYPE, device=x.device)
+    scale = torch.empty(rows, heads, dtype=torch.float32, device=x.device)
+    if rows and heads:
+        block_h = triton.next_power_of_2(heads)
+        _quantize_heads_kernel[(rows,)](
+            x, q, scale, heads, x.stride(0), x.stride(1), MIN_SCALE, FP8_MAX, INV_FP8_MAX,
+            D=dim, BLOCK_H=block_h, ROUND_IN_FP32=not x.is_cuda,
+            num_warps=warps_for(block_h * dim),
+        )  # fmt: skip
+    return q, scale
+
+
+@triton.jit
 def _row_scale(amax, min_scale, inv_fp8_max):
     """A row's scale from its amax: a product with `inv_fp8_max` (fp32(1 / 448),
     `quantize.INV_FP8_MAX`), as the reference's."""
