@@ -752,8 +752,9 @@ def prefix_cases(
     from widebeam.kernels.attention.torch_ref import cascade_decode
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.attention.triton_common import (
-        default_block_rows,
         gqa_padded,
+        multiprocessors,
+        prefix_block_rows,
         prefix_tile,
     )
     from widebeam.kernels.kv.fp8_kv import KvScales, quantize_kv
@@ -773,12 +774,15 @@ def prefix_cases(
     arms = [(model_dtype, (k_cache, v_cache), None, "auto")]
     arms += [("fp8", (k8, v8), scales, dots) for dots in prefix_dots(args)]
     for kv_name, caches, kv_scales, dots in arms:
+        rounded = bool(PREFIX_DOTS[dots].get("fp8_queries"))  # the reference rounds them too
         for tile in prefix_tiles(args):
-            block_rows = tile["block_rows"] or default_block_rows(q_heads, kv_heads, widest)
+            # auto: the engine's rule (FP8 queries take wider items where the batch fills the GPU)
+            block_rows = tile["block_rows"] or prefix_block_rows(
+                q_heads, kv_heads, rows, widest, rounded, multiprocessors(q.device)
+            )
             packed = pack(batch, rows, heads, block_rows=block_rows)
             opts = {k: v for k, v in tile.items() if k != "block_rows" and v is not None}
             opts |= PREFIX_DOTS[dots]
-            rounded = bool(opts.get("fp8_queries"))  # the reference rounds the queries too
             m = block_rows * gqa_padded(q_heads, kv_heads)
             chosen = prefix_tile(m, caches[0].dtype)
             registers = tile["prefix_max_registers"] or chosen.max_registers

@@ -215,14 +215,16 @@ def test_triton_cascade_fp8_queries_beyond_fp16_range_are_clamped(
     )
 
 
-@pytest.mark.parametrize("dim", [16, 32])
+@pytest.mark.parametrize(("dim", "block_rows"), [(16, 8), (32, 8), (32, 64)])
 def test_triton_cascade_fp8_queries_match_the_reference_of_rounded_queries(
-    kernel_device: torch.device, dim: int
+    kernel_device: torch.device, dim: int, block_rows: int
 ) -> None:
     """`fp8_queries`: the prefix kernel's Q K^T over FP8 queries (each row and head rounded by
     `quantize_rows`' rule) and K as stored. fp32 queries keep every other step exact, so the
     kernel lands on the reference of the rounded queries, and measurably off the exact one.
-    Heads narrower than FP8 tensor cores take (16 < 32) widen both operands."""
+    Heads narrower than FP8 tensor cores take (16 < 32) widen both operands; items of
+    PREFIX_WIDE_M queries (64 rows at GQA 2, the engine's choice for wide batches) hold
+    requests smaller than one item."""
     from widebeam.kernels.attention.torch_ref import fp8_rounded_queries
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.fp8.quantize import quantize_rows
@@ -233,7 +235,9 @@ def test_triton_cascade_fp8_queries_match_the_reference_of_rounded_queries(
     )  # fmt: skip
     scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
     k8, v8 = quantized(case, scales)
-    packed = pack_decode(case.batch, case.q.shape[0], block_rows=8, num_splits=2, page_size=4)
+    packed = pack_decode(
+        case.batch, case.q.shape[0], block_rows=block_rows, num_splits=2, page_size=4
+    )
     out = torch.full_like(case.q, float("nan"))
     cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out, fp8_queries=True)
     rounded = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales, fp8_queries=True)

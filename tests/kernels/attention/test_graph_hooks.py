@@ -79,6 +79,46 @@ def test_triton_decode_bucket_holds_theuniform_batch() -> None:
     assert backend.decode_bucket(uniform_batch([64], 100, 9), 512, layout).suffix == 16
 
 
+def test_fp8_queries_take_wide_prefix_items_where_they_fill_the_gpu() -> None:
+    """FP8 queries over an FP8 cache: a bucket whose rows make a program per SM in items of
+    PREFIX_WIDE_M queries takes those items; smaller buckets, FP8 keys without FP8 queries, bf16
+    caches and a machine without SMs keep PREFIX_MAX_M. The start-up list and serving agree (one
+    block size per bucket: no graph more), and eager packing follows the same rule."""
+    from widebeam.kernels.attention.factory import make_attention_backend
+    from widebeam.kernels.attention.triton_backend import TritonAttention
+    from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE
+
+    cpu = torch.device("cpu")
+    bf16 = replace(_layout(16, 8, 128, torch.bfloat16, cpu), cache_slots=400_000)
+    fp8 = replace(bf16, kv_dtype=KV_FP8_DTYPE)
+    queries = make_attention_backend("triton", page_size=16, fp8_queries=True)
+    keys_only = make_attention_backend("triton", page_size=16)
+    assert isinstance(queries, TritonAttention) and isinstance(keys_only, TritonAttention)
+    queries.sms = keys_only.sms = 132  # an H100's
+    # GQA 2: M = 64 is 32 rows an item, M = 128 is 64; 1,024 rows make 16 wide items x 8 KV
+    # heads = 128 programs (< 132 SMs), 1,536 make 192
+    for backend, rows, layout, block_rows in [
+        (queries, 1024, fp8, 32), (queries, 1536, fp8, 64), (queries, 8192, fp8, 64),
+        (queries, 8192, bf16, 32), (keys_only, 8192, fp8, 32),
+    ]:  # fmt: skip
+        listed = backend.decode_buckets(rows, layout)
+        assert {b.block_rows for b in listed} == {block_rows}, (rows, layout.kv_dtype)
+        batch = uniform_batch([50] * (rows // 50), prompt=301, suffix=2)
+        assert backend.decode_bucket(batch, rows, layout) in listed
+    assert [b.work for b in queries.decode_buckets(1536, fp8)] == [24, 48, 1536]
+    # eager: the batch's own rows decide, only for a step that multiplies FP8 queries
+    wide = uniform_batch([1000] * 2, 64, 2)
+    assert queries.pack(wide, 2000, 16, 8, fp8_queries=True).block_rows == 64
+    assert queries.pack(wide, 2000, 16, 8).block_rows == 32
+    assert queries.prepare_decode(wide, 2000, fp8).block_rows == 64
+    assert queries.prepare_decode(wide, 2000, bf16).block_rows == 32
+    assert queries.pack(uniform_batch([256] * 4, 64, 2), 1024, 16, 8, True).block_rows == 32
+    # narrow requests keep their narrow items whatever the batch's width
+    assert queries.pack(uniform_batch([8] * 300, 64, 2), 2400, 16, 8, True).block_rows == 8
+    queries.sms = None  # the cache device's: none on the CPU
+    assert {b.block_rows for b in queries.decode_buckets(8192, fp8)} == {32}
+
+
 def test_work_rungs() -> None:
     from widebeam.kernels.attention.triton_backend import work_rungs
 

@@ -40,15 +40,16 @@ from widebeam.kernels.attention.suffix_tree import (
 )
 from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 from widebeam.kernels.attention.triton_common import (
-    default_block_rows,
     default_num_splits,
+    multiprocessors,
+    prefix_block_rows,
 )
 from widebeam.kernels.attention.triton_prefill import (
     prefill_block_q,
     prefill_work,
     ragged_causal_prefill,
 )
-from widebeam.kernels.kv.fp8_kv import KvScales
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 # PackedDecode's tensor fields (the plan's are copied through it), read once; annotations are
 # strings or types depending on the module's `from __future__ import annotations`
@@ -95,38 +96,51 @@ class TritonAttention(AttentionBackend):
         shared_suffix: bool = True,
         tree_split: SplitRule = DEFAULT_SPLIT,
         fp8_queries: bool = False,
+        sms: int | None = None,
     ) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
         num_splits None = choose per batch (or bucket) from the grid size and the longest
         prompt; shared_suffix: rows read the generated tokens they share with other beams once
         per ancestor group (`suffix_tree`) once suffixes are long enough, split by
         `tree_split`; fp8_queries: over an FP8 cache, the prefix kernel's Q K^T on FP8 tensor
-        cores over queries rounded to FP8 (`cascade_decode_packed`)."""
+        cores over queries rounded to FP8 (`cascade_decode_packed`), in prefix items of up to
+        PREFIX_WIDE_M queries (`prefix_block_rows`); sms: the multiprocessors those items are
+        sized for (None: the cache device's)."""
         self.fp8_queries = fp8_queries
+        self.sms = sms
         self.page_size = page_size
         self.num_splits = num_splits
         self.tree_rows = ITEM_ROWS if shared_suffix else 0
         self.tree_split = tree_split
         # One batch object serves every layer of a step: pack once, keyed by identity (the
         # reference keeps the object alive, so its id cannot be reused meanwhile).
-        self._decode_key: tuple[DecodeBatch, int, int, int] | None = None
+        self._decode_key: tuple[DecodeBatch, int, int, int, bool] | None = None
         self._decode_packed: PackedDecode | None = None
         self._prefill_key: tuple[tuple[int, ...], int, str] | None = None
         self._prefill_work: torch.Tensor | None = None
 
-    def pack(self, batch: DecodeBatch, rows: int, q_heads: int, kv_heads: int) -> PackedDecode:
-        key = (batch, rows, q_heads, kv_heads)
+    def pack(
+        self,
+        batch: DecodeBatch,
+        rows: int,
+        q_heads: int,
+        kv_heads: int,
+        fp8_queries: bool = False,  # this step's prefix kernel multiplies FP8 queries
+    ) -> PackedDecode:
+        key = (batch, rows, q_heads, kv_heads, fp8_queries)
         last = self._decode_key
         if last is not None and last[0] is batch and last[1:] == key[1:]:
             assert self._decode_packed is not None
             return self._decode_packed
         max_rows = max((g.num_rows for g in batch.groups), default=1)
-        block_rows = default_block_rows(q_heads, kv_heads, max_rows)
+        device = batch.groups[0].prompt_slots.device if batch.groups else torch.device("cpu")
+        block_rows = prefix_block_rows(
+            q_heads, kv_heads, rows, max_rows, fp8_queries, self._sms(device)
+        )
         splits = self.num_splits
         if splits is None:
             items = sum(-(-g.num_rows // block_rows) for g in batch.groups)
             longest = max((int(g.prompt_slots.shape[0]) for g in batch.groups), default=0)
-            device = batch.groups[0].prompt_slots.device if batch.groups else torch.device("cpu")
             splits = default_num_splits(items * kv_heads, longest, device)
         packed = pack_decode(
             batch, rows, block_rows=block_rows, num_splits=splits, page_size=self.page_size,
@@ -173,13 +187,13 @@ class TritonAttention(AttentionBackend):
         scale: float,
         kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
+        fp8_queries = self.fp8_queries and kv_scales is not None
         if isinstance(metadata, DecodeBatch):
-            metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1])
+            metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1], fp8_queries)
         if not isinstance(metadata, PackedDecode):
             raise TypeError(
                 f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
             )
-        fp8_queries = self.fp8_queries and kv_scales is not None
         return cascade_decode_packed(
             q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries=fp8_queries
         )
@@ -212,7 +226,9 @@ class TritonAttention(AttentionBackend):
         """The batch packed on the cache's device: at its own sizes (as `decode` packs a
         DecodeBatch), or padded to a bucket's capacities."""
         if bucket is None:
-            return self.pack(batch, rows, layout.q_heads, layout.kv_heads)
+            return self.pack(
+                batch, rows, layout.q_heads, layout.kv_heads, self._fp8_queries(layout)
+            )
         if not isinstance(bucket, TritonDecodeBucket):
             raise TypeError(f"not a triton decode bucket: {bucket!r}")
         splits = self.num_splits
@@ -282,7 +298,16 @@ class TritonAttention(AttentionBackend):
     def _bucket_block_rows(self, rows: int, layout: AttentionLayout) -> int:
         # From the bucket's rows, not the widest request: narrower requests in tiles this wide
         # cost a few tensor-core products more, where another block size would cost a graph.
-        return default_block_rows(layout.q_heads, layout.kv_heads, rows)
+        return prefix_block_rows(
+            layout.q_heads, layout.kv_heads, rows, rows, self._fp8_queries(layout),
+            self._sms(layout.device),
+        )  # fmt: skip
+
+    def _fp8_queries(self, layout: AttentionLayout) -> bool:
+        return self.fp8_queries and layout.kv_dtype == KV_FP8_DTYPE
+
+    def _sms(self, device: torch.device) -> int:
+        return multiprocessors(device) if self.sms is None else self.sms
 
     def _bucket(
         self,

@@ -96,7 +96,11 @@ def gqa_padded(q_heads: int, kv_heads: int) -> int:
 # requests, and each (M, cache dtype) launches with the tile PREFIX_TILES gives it (else
 # PrefixTile()). Over a bf16 cache 32-token tiles beat 64 at every workload shape swept; over
 # FP8 no tile beat the default at every shape (M = 128 won at W4's and lost at W2's).
+# FP8 queries (Q K^T on FP8 tensor cores) take items of PREFIX_WIDE_M where the batch still
+# gives every SM a program (`prefix_block_rows`): on the H100 that ran their prefix kernel
+# 1.10-1.37x faster than items of 64 at W3 / W4 shapes, and 0.82x at W2's 256 rows (few items).
 PREFIX_MAX_M = 64
+PREFIX_WIDE_M = 128
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,38 @@ def default_block_rows(q_heads: int, kv_heads: int, max_group_rows: int) -> int:
     return max(16 // gqa_p, 1, min(want, max(PREFIX_MAX_M // gqa_p, 1)))
 
 
+def prefix_block_rows(
+    q_heads: int,
+    kv_heads: int,
+    rows: int,  # of the batch (or of a CUDA-graph bucket)
+    widest: int,  # rows of its widest request (a bucket: its rows)
+    wide_items: bool,  # FP8 queries over an FP8 cache
+    sms: int,  # the GPU's multiprocessors (0: none, never the wide items)
+) -> int:
+    """Rows per prefix work item: `default_block_rows`, or with `wide_items` PREFIX_WIDE_M's
+    rows where items of PREFIX_MAX_M were chosen and `rows` rows in items of PREFIX_WIDE_M still
+    make a program (an item x a KV head) per SM. A bucket's smaller batches make nearly as many:
+    a bucket of more than 1,024 rows holds more than its rows minus 512."""
+    base = default_block_rows(q_heads, kv_heads, widest)
+    gqa_p = gqa_padded(q_heads, kv_heads)
+    wide = max(PREFIX_WIDE_M // gqa_p, 1)
+    fills = sms > 0 and rows // wide * kv_heads >= sms
+    return wide if wide_items and base * gqa_p >= PREFIX_MAX_M and fills else base
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The device's SMs; 0 off CUDA."""
+    if device.type != "cuda":
+        return 0
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def default_num_splits(programs: int, max_prompt_len: int, device: torch.device) -> int:
     """Split long prompts until the prefix grid fills the GPU (~2 waves), keeping >= 256
     tokens per split so the extra partials stay cheap."""
-    if device.type != "cuda" or programs <= 0:
+    sms = multiprocessors(device)
+    if sms == 0 or programs <= 0:
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(math.ceil(2 * sms / programs), max_prompt_len // 256))
 
 
