@@ -114,6 +114,10 @@
 #                          head, without then with --kv-fp8-queries then with, then without
 #                          (tags _fq, _fq1: the second of each overwrites the first's JSON; the
 #                          log keeps all four)
+#   w3-fp8-queries [240]   genrec_throughput.py, FP8 linears + KV + head, without, with, with,
+#                          without --kv-fp8-queries (tags _fq, _fq1, as w4-fp8-queries)
+#   w2-fp8-queries [200]   sid_decode.py --quick --contexts 1000,5000 --reps 10, FP8 linears +
+#                          KV, without, with, with, without --kv-fp8-queries
 #   fp8-queries-quality [420]  fp8-head-quality's arms and one with --kv-fp8-queries
 # w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile
 # PHASES` to each of their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths,
@@ -269,6 +273,12 @@ step_command() {
         w4-fp8-queries) echo "cd bench && for q in '' --kv-fp8-queries --kv-fp8-queries ''; do \
             python3 recif_throughput.py --quick --variants distinct --quantization fp8 \
             --kv-dtype fp8 --head-quantization fp8 \$q --tag _fq\${q:+1}; done" ;;
+        w3-fp8-queries) echo "cd bench && for q in '' --kv-fp8-queries --kv-fp8-queries ''; do \
+            python3 genrec_throughput.py --quantization fp8 --kv-dtype fp8 \
+            --head-quantization fp8 \$q --tag _fq\${q:+1}; done" ;;
+        w2-fp8-queries) echo "cd bench && for q in '' --kv-fp8-queries --kv-fp8-queries ''; do \
+            python3 sid_decode.py --quick --contexts 1000,5000 --reps 10 --quantization fp8 \
+            --kv-dtype fp8 \$q --tag _fq\${q:+1}; done" ;;
         fp8-queries-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
             --kv-dtype fp8 --head-quantization fp8 --kv-fp8-queries" ;;
         *) return 1 ;;
@@ -283,6 +293,7 @@ default_limit() {
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3-fp8-head | fp8-head-quality) echo 360 ;; w4-fp8-head) echo 420 ;;
         w4-fp8-queries) echo 300 ;; fp8-queries-quality) echo 420 ;;
+        w3-fp8-queries) echo 240 ;; w2-fp8-queries) echo 200 ;;
         w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; kernels-prefix) echo 300 ;; *) echo 120 ;;
     esac
 }
