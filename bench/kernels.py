@@ -607,25 +607,27 @@ def fp8_prefill_cases(name: str, lengths: list[int], heads: tuple[int, int, int]
     rows_fp8 = [torch.empty(k.shape, dtype=KV_FP8_DTYPE, device=DEVICE) for _ in "kv"]
     rows_wide = [torch.empty(k.shape, dtype=dtype, device=DEVICE) for _ in "kv"]
 
-    def attend(kv: list[torch.Tensor], kv_scales: KvScales | None) -> torch.Tensor:
+    def attend(
+        kv: list[torch.Tensor], kv_scales: KvScales | None, fp8_queries: bool = False
+    ) -> torch.Tensor:
         return ragged_causal_prefill(q, kv[0], kv[1], cu, scale, kv_scales, work=work,
-                                     block_q=block_q)  # fmt: skip
+                                     block_q=block_q, fp8_queries=fp8_queries)  # fmt: skip
 
     def model_dtype() -> torch.Tensor:
         write_kv_triton(plain[0], plain[1], slots, k, v)
         return attend([k, v], None)
 
-    def fp8_rows(rows: list[torch.Tensor]) -> Callable[[], torch.Tensor]:
+    def fp8_rows(rows: list[torch.Tensor], fp8_queries: bool) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
             write_kv_triton(fp8[0], fp8[1], slots, k, v, scales, (rows[0], rows[1]))
-            return attend(rows, scales)
+            return attend(rows, scales, fp8_queries)
 
         return run
 
     k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
     shape = f"{name}: {len(lengths)} x {lengths[0]} tokens, heads {q_heads}/{kv_heads}/{dim}"
     bytes_plain = tokens * (q_heads * 2 + kv_heads * 2 * 2) * dim * q.element_size()
-    breakdown = ("_kv_write_kernel", "_prefill_kernel", "elementwise")
+    breakdown = ("_kv_write_kernel", "_prefill_kernel", "elementwise", "_quantize_heads_kernel")
     cases = [
         Case(
             kernel=f"KV write + prefill, {str(dtype).removeprefix('torch.')} KV",
@@ -638,18 +640,23 @@ def fp8_prefill_cases(name: str, lengths: list[int], heads: tuple[int, int, int]
             torch_key=shape + " model dtype",
         )
     ]
-    for label, rows in (("rows FP8, widened by the prefill", rows_fp8),
-                        ("rows widened by the write", rows_wide)):  # fmt: skip
+    for label, rows, queries in (
+        ("rows FP8, widened by the prefill", rows_fp8, False),
+        ("rows widened by the write", rows_wide, False),
+        ("rows widened by the write, FP8 queries", rows_wide, True),
+    ):
         cases.append(
             Case(
                 kernel=f"KV write + prefill, FP8 KV, {label}",
                 shape=shape,
-                triton=fp8_rows(rows),
-                torch=lambda: causal_prefill(q, k8, v8, cu, scale, scales),
+                triton=fp8_rows(rows, queries),
+                torch=lambda queries=queries: causal_prefill(
+                    q, k8, v8, cu, scale, scales, fp8_queries=queries
+                ),
                 bytes=bytes_plain,
                 check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
                 breakdown=breakdown,
-                torch_key=shape + " fp8",
+                torch_key=shape + (" fp8 queries" if queries else " fp8"),
             )
         )
     return cases

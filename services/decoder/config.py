@@ -127,11 +127,11 @@ class EngineConfig:
     kv_fp8_queries: bool = field(
         default=False,
         metadata=_help(
-            "kv_dtype fp8: a decode step's scores over the prompt multiply queries rounded to "
-            "FP8 (per row and head, as the FP8 GEMMs' activations) with the keys as stored, on "
-            "FP8 tensor cores (Triton; the torch reference rounds them the same way), so no key "
-            "tile is widened. Off by default: bench/fp8_quality.py --kv-fp8-queries measures its "
-            "recall cost first"
+            "kv_dtype fp8: a prefill's scores and a decode step's scores over the prompt "
+            "multiply queries rounded to FP8 (per token and head, as the FP8 GEMMs' "
+            "activations) with the keys as stored, on FP8 tensor cores (Triton; the torch "
+            "reference rounds them the same way), so no key tile is widened. Off by default: "
+            "bench/fp8_quality.py --kv-fp8-queries measures its recall cost first"
         ),
     )
     max_rows: int = field(

@@ -44,6 +44,6 @@ def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: s
     parser.add_argument(
         "--kv-fp8-queries",
         action="store_true",
-        help="with --kv-dtype fp8: decode's scores over the prompt from queries rounded to FP8, "
-        "on FP8 tensor cores (the engine's kv_fp8_queries)",
+        help="with --kv-dtype fp8: the prefill's scores and decode's over the prompt from "
+        "queries rounded to FP8, on FP8 tensor cores (the engine's kv_fp8_queries)",
     )

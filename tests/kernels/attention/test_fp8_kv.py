@@ -162,6 +162,46 @@ def test_triton_prefill_reads_fp8_as_the_reference(kernel_device: torch.device) 
         ragged_causal_prefill(q, k8, v8, cu, 0.21)  # FP8 needs its scales
 
 
+@pytest.mark.parametrize(("dim", "tma"), [(16, False), (32, False), (32, True)])
+def test_triton_prefill_fp8_queries_match_the_reference_of_rounded_queries(
+    kernel_device: torch.device, dim: int, tma: bool
+) -> None:
+    """`fp8_queries` in the prefill: Q K^T over queries quantized per token and head and K as
+    FP8 values, handed over stored or widened (as `KVCache.write_rows` widens them). fp32 queries
+    keep every other step exact, so the kernel lands on the reference of the rounded queries,
+    measurably off the exact one, through the masked diagonal tiles and the unmasked ones before
+    it (a 70-token prompt at 32-token query blocks), with K read by pointer or by tensor
+    descriptor. Heads narrower than FP8 tensor cores take (16 < 32) widen both operands."""
+    from widebeam.kernels.attention.triton_prefill import ragged_causal_prefill, tma_usable
+
+    cu = (0, *itertools.accumulate((9, 1, 70)))
+    gen = torch.Generator().manual_seed(5)
+
+    def rand(heads: int) -> torch.Tensor:
+        return torch.randn(cu[-1], heads, dim, generator=gen).to(kernel_device)
+
+    q, k, v = rand(4) * 3, rand(2) * 2, rand(2)
+    scales = fp8_scales(k, v, headroom=2.0)
+    k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    if tma and not tma_usable(q, k8, v8.to(q.dtype)):
+        pytest.skip("no tensor descriptors here (a GPU before compute capability 9)")
+    out = torch.full_like(q, float("nan"))
+    ragged_causal_prefill(
+        q, k8, v8, cu, 0.21, scales, out=out, block_q=16, block_n=16, fp8_queries=True, tma=tma
+    )  # fmt: skip
+    rounded = causal_prefill(q, k8, v8, cu, 0.21, scales, fp8_queries=True)
+    exact = causal_prefill(q, k8, v8, cu, 0.21, scales)
+    to_rounded, to_exact = _rel_error(out, rounded), _rel_error(out, exact)
+    assert to_rounded < 1e-5 and to_exact > 100 * to_rounded, (to_rounded, to_exact)
+    widened = ragged_causal_prefill(
+        q, k8.to(q.dtype), v8.to(q.dtype), cu, 0.21, scales, block_q=16, block_n=16,
+        fp8_queries=True, tma=tma,
+    )  # fmt: skip
+    assert torch.equal(widened, out)
+    with pytest.raises(ValueError, match="fp8_queries needs FP8 keys and values"):
+        ragged_causal_prefill(q, k, v, cu, 0.21, fp8_queries=True)
+
+
 def test_triton_backend_saturated_keys_stay_finite(kernel_device: torch.device) -> None:
     from widebeam.kernels.attention.factory import make_attention_backend
 

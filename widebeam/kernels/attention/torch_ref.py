@@ -126,9 +126,11 @@ def causal_prefill(
     cu_seqlens: tuple[int, ...],
     scale: float,
     kv_scales: KvScales | None = None,  # k, v: FP8 values (stored or widened) of these
+    fp8_queries: bool = False,  # the scores from queries quantized per token and head
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     out = torch.empty_like(q)
     k_scale, v_scale = _scales(kv_scales)
+    scored = fp8_rounded_queries(q) if fp8_queries else q
     spans = [(a, b) for a, b in itertools.pairwise(cu_seqlens) if b > a]
     lengths = [b - a for a, b in spans]
     for batch in similar_lengths(lengths, [None] * len(spans)):
@@ -139,7 +141,7 @@ def causal_prefill(
         causal = torch.ones(width, width, dtype=torch.bool, device=q.device).tril()
         visible = causal & real[:, None, :]  # [B, L, L]
         seg, _ = attention_with_lse(
-            q[tokens].float(),
+            scored[tokens].float(),
             _gather(k, tokens, real, k_scale),
             _gather(v, tokens, real, v_scale),
             scale,
@@ -211,8 +213,9 @@ class TorchAttention(AttentionBackend):
     name = "torch"
 
     def __init__(self, fp8_queries: bool = False) -> None:
-        """fp8_queries: over an FP8 cache, decode's scores over the prompt take queries rounded
-        to FP8 (`cascade_decode`'s, as the Triton backend's prefix kernel)."""
+        """fp8_queries: over an FP8 cache, a prefill's scores and decode's over the prompt take
+        queries rounded to FP8 (`causal_prefill`'s and `cascade_decode`'s, as the Triton
+        backend's prefill and prefix kernels)."""
         self.fp8_queries = fp8_queries
 
     def prefill(
@@ -226,7 +229,8 @@ class TorchAttention(AttentionBackend):
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         if not isinstance(metadata, PrefillBatch):
             raise TypeError(f"the torch backend takes a PrefillBatch, got {type(metadata)}")
-        return causal_prefill(q, k, v, metadata.cu_seqlens, scale, kv_scales)
+        fp8_queries = self.fp8_queries and kv_scales is not None
+        return causal_prefill(q, k, v, metadata.cu_seqlens, scale, kv_scales, fp8_queries)
 
     def decode(
         self,

@@ -102,8 +102,9 @@ class TritonAttention(AttentionBackend):
         num_splits None = choose per batch (or bucket) from the grid size and the longest
         prompt; shared_suffix: rows read the generated tokens they share with other beams once
         per ancestor group (`suffix_tree`) once suffixes are long enough, split by
-        `tree_split`; fp8_queries: over an FP8 cache, the prefix kernel's Q K^T on FP8 tensor
-        cores over queries rounded to FP8 (`cascade_decode_packed`), in prefix items of up to
+        `tree_split`; fp8_queries: over an FP8 cache, the prefill's and the prefix kernel's
+        Q K^T on FP8 tensor cores over queries rounded to FP8 (`ragged_causal_prefill`,
+        `cascade_decode_packed`), the prefix kernel's in items of up to
         PREFIX_WIDE_M queries (`prefix_block_rows`); sms: the multiprocessors those items are
         sized for (None: the cache device's)."""
         self.fp8_queries = fp8_queries
@@ -159,11 +160,13 @@ class TritonAttention(AttentionBackend):
         kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         block_q = prefill_block_q(q.shape[1], k.shape[1])
+        fp8_queries = self.fp8_queries and kv_scales is not None
         if isinstance(metadata, PackedPrefill):  # a CUDA-graph bucket's static work list
             whole = (0, q.shape[0])
             return ragged_causal_prefill(
-                q, k, v, whole, scale, kv_scales, work=metadata.work, block_q=block_q
-            )
+                q, k, v, whole, scale, kv_scales, work=metadata.work, block_q=block_q,
+                fp8_queries=fp8_queries,
+            )  # fmt: skip
         if not isinstance(metadata, PrefillBatch):
             raise TypeError(
                 f"the triton backend takes a PrefillBatch or a PackedPrefill, got {type(metadata)}"
@@ -175,7 +178,7 @@ class TritonAttention(AttentionBackend):
         assert self._prefill_work is not None
         return ragged_causal_prefill(
             q, k, v, metadata.cu_seqlens, scale, kv_scales, work=self._prefill_work,
-            block_q=block_q,
+            block_q=block_q, fp8_queries=fp8_queries,
         )  # fmt: skip
 
     def decode(

@@ -10,7 +10,9 @@ already widened to q's dtype by the KV write (`KVCache.write_rows`); FP8 tensors
 once, before the kernel, rather than in it: each K/V tile is read by every query block after it
 (dozens of times for a long prompt), and on Hopper the e4m3 conversion is several instructions
 an element, so in the loop it cost W2 at 5,000 tokens more than FP8 saved elsewhere. The values
-are the same every way (every e4m3 value is one of q's dtype).
+are the same every way (every e4m3 value is one of q's dtype). With FP8 queries (the engine's
+`kv_fp8_queries`) K stays in FP8 and the queries are quantized per token and head before the
+kernel, so Q K^T runs on FP8 tensor cores; V is widened as before.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from widebeam.kernels.attention.triton_common import (
     gqa_padded,
     interpreting,
 )
+from widebeam.kernels.fp8.triton_quantize import quantize_heads_triton
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 
 
@@ -62,24 +65,37 @@ def _kv_tiles(
 
 @triton.jit
 def _attend_tile(
-    q, k_t, v, n, tok, kv_end, qk_scale, acc, m_i, l_i,
-    MASKED: tl.constexpr, KV_FP8: tl.constexpr, Q_DTYPE: tl.constexpr,
+    q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i,
+    MASKED: tl.constexpr, KV_FP8: tl.constexpr, QK_FP8: tl.constexpr, Q_DTYPE: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """One key tile of the online softmax. MASKED: keys past a row's token or past kv_end
     are hidden (the causal diagonal, the segment's end); else every key is visible to every
-    row, so the scale is applied after the row maximum and the mask is skipped."""
+    row, so the scale is applied after the row maximum and the mask is skipped. QK_FP8: q and
+    K^T are FP8 and a row's scores are its dots times `row_scale` [M] (else `qk_scale`)."""
     if KV_FP8:  # exact: every e4m3 value is a value of q's dtype
-        k_t = k_t.to(Q_DTYPE)
+        if not QK_FP8 or k_t.shape[0] < 32:  # (FP8 tensor cores need K >= 32)
+            k_t = k_t.to(Q_DTYPE)
         v = v.to(Q_DTYPE)
     if UPCAST:
         k_t = k_t.to(tl.float32)
     s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
+    if QK_FP8:
+        s = s * row_scale[:, None]
+    else:
+        row_scale = qk_scale
     if MASKED:
         visible = (n[None, :] < kv_end) & (n[None, :] <= tok[:, None])
-        s = tl.where(visible, s * qk_scale, float("-inf"))
+        if QK_FP8:
+            s = tl.where(visible, s, float("-inf"))
+        else:
+            s = tl.where(visible, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # padded M rows see no key
+        p = tl.exp2(s - m_ref[:, None])
+    elif QK_FP8:  # scores already scaled
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = m_new
         p = tl.exp2(s - m_ref[:, None])
     else:  # qk_scale > 0: the maximum of the scaled scores is the scaled maximum
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
@@ -97,8 +113,10 @@ def _attend_tile(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr,  # [N, HQ, D] last dim contiguous
-    k_src,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8: else FP8 values already widened);
+    q_ptr,  # [N, HQ, D] last dim contiguous (QK_FP8: float8_e4m3fn)
+    q_scale_ptr,  # [N, HQ] fp32 contiguous, the FP8 queries' scales (QK_FP8 only)
+    k_src,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8: else FP8 values already widened;
+    #         QK_FP8: float8_e4m3fn)
     v_src,  # [N, HKV, D]   with TMA, [N, HKV * D] tensor descriptors of them
     k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
     v_scale_ptr,  # [HKV] fp32, its V scales (KV_FP8 only)
@@ -122,6 +140,7 @@ def _prefill_kernel(
     UPCAST: tl.constexpr,  # dot in fp32 (interpreter: its bf16 dot is wrong)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V in FP8 with per-head scales
+    QK_FP8: tl.constexpr,  # q and K FP8 (KV_FP8 only): Q K^T on FP8 tensor cores
     SPLIT_DIAGONAL: tl.constexpr,  # key tiles wholly before the block first, unmasked
     TMA: tl.constexpr,  # K and V through tensor descriptors (Hopper's bulk copies)
 ):
@@ -143,6 +162,12 @@ def _prefill_kernel(
         mask=m_ok[:, None],
         other=0.0,
     )
+    row_scale = qk_scale  # unread without QK_FP8
+    if QK_FP8:
+        q_scale = tl.load(q_scale_ptr + tok.to(tl.int64) * HQ + head, mask=m_ok, other=1.0)
+        row_scale = q_scale * qk_scale  # [M] fp32
+        if D < 32 and not UPCAST:  # FP8 tensor cores need K >= 32: widen both (exactly)
+            q = q.to(out_ptr.dtype.element_ty)
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_Q * GQA_P], float("-inf"), tl.float32)
@@ -156,15 +181,15 @@ def _prefill_kernel(
             n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
                                   stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
             acc, m_i, l_i = _attend_tile(
-                q, k_t, v, n, tok, kv_end, qk_scale, acc, m_i, l_i, False, KV_FP8,
-                q_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+                q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i, False, KV_FP8,
+                QK_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
             )  # fmt: skip
     for n0 in range(masked_from, kv_end, BLOCK_N):
         n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
                               stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
         acc, m_i, l_i = _attend_tile(
-            q, k_t, v, n, tok, kv_end, qk_scale, acc, m_i, l_i, True, KV_FP8,
-            q_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+            q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i, True, KV_FP8,
+            QK_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
         )  # fmt: skip
     has = l_i > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
@@ -229,6 +254,9 @@ def ragged_causal_prefill(
     num_stages: int = 3,
     split_diagonal: bool | None = None,  # None: SPLIT_DIAGONAL
     tma: bool | None = None,  # None: TMA_KV where tma_usable; True: refused where it is not
+    # Q K^T on FP8 tensor cores: the queries quantized per token and head (`quantize_rows`'
+    # rule, `quantize_heads_triton`), K as FP8 values (an FP8 cache only)
+    fp8_queries: bool = False,
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     tokens, q_heads, dim = q.shape
     kv_heads = k.shape[1]
@@ -237,6 +265,8 @@ def ragged_causal_prefill(
     gqa_p = gqa_padded(q_heads, kv_heads)
     block_q = block_q or prefill_block_q(q_heads, kv_heads)
     fp8 = kv_scales is not None
+    if fp8_queries and not fp8:
+        raise ValueError("fp8_queries needs FP8 keys and values (kv_scales)")
     # With scales: FP8 values as stored, or already widened to q's dtype (KVCache.write_rows).
     fp8_values = (KV_FP8_DTYPE, q.dtype)
     if not all(x.dtype in fp8_values if fp8 else x.dtype != KV_FP8_DTYPE for x in (k, v)):
@@ -258,21 +288,26 @@ def ragged_causal_prefill(
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
     if fp8 and widen_kv:  # exact (a no-op for values already widened); the kernel's: a no-op
         k, v = k.to(q.dtype), v.to(q.dtype)
+    prompt_q, q_scale = q, q  # the scales are read with fp8_queries only
+    if fp8_queries:  # exact: widened keys are e4m3 values
+        k = k.to(KV_FP8_DTYPE)
+        prompt_q, q_scale = quantize_heads_triton(q)  # [N, Hq, D] e4m3, [N, Hq] fp32
     usable = tma_usable(q, k, v)
     if tma and not usable:
         raise ValueError(
-            "tma needs K and V in q's dtype, heads contiguous, 16-byte aligned rows, and a "
-            "device of compute capability 9+ (or the interpreter)"
+            "tma needs K (FP8 with fp8_queries) and V in q's dtype, heads contiguous, 16-byte "
+            "aligned rows, and a device of compute capability 9+ (or the interpreter)"
         )
     use_tma = usable and (TMA_KV if tma is None else tma)
     k_src, v_src = (_descriptor(x, block_n) for x in (k, v)) if use_tma else (k, v)
     split = SPLIT_DIAGONAL if split_diagonal is None else split_diagonal
     _prefill_kernel[(work.shape[1], kv_heads)](
-        q, k_src, v_src, k_scale, v_scale, out, work[0], work[1], work[2],
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
+        prompt_q, q_scale, k_src, v_src, k_scale, v_scale, out, work[0], work[1], work[2],
+        prompt_q.stride(0), prompt_q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+        v.stride(1), scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
         BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
-        DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, SPLIT_DIAGONAL=split, TMA=use_tma,
+        DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, QK_FP8=fp8_queries,
+        SPLIT_DIAGONAL=split, TMA=use_tma,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out
@@ -283,9 +318,9 @@ def tma_usable(
     k: torch.Tensor,  # [N, Hkv, D]
     v: torch.Tensor,  # [N, Hkv, D]
 ) -> bool:
-    """Whether K and V can be read as [N, Hkv * D] tensor descriptors: q's dtype (FP8 values
-    widened), each token's heads contiguous, rows 16-byte aligned, and a device with bulk
-    tensor copies (the interpreter emulates them)."""
+    """Whether K and V can be read as [N, Hkv * D] tensor descriptors: V in q's dtype (FP8
+    values widened), K too or FP8 (FP8 queries), each token's heads contiguous, rows 16-byte
+    aligned, and a device with bulk tensor copies (the interpreter emulates them)."""
     device = k.device
     if device.type == "cuda":
         if torch.cuda.get_device_capability(device)[0] < 9:
@@ -293,14 +328,17 @@ def tma_usable(
     elif not interpreting(_prefill_kernel):
         return False
     heads, dim = k.shape[1], k.shape[2]
-    return all(
-        x.dtype == q.dtype
-        and x.shape[1:] == (heads, dim)
-        and x.stride(2) == 1
-        and x.stride(1) == dim
-        and x.data_ptr() % 16 == 0
-        and x.stride(0) * x.element_size() % 16 == 0
-        for x in (k, v)
+    return (
+        k.dtype in (q.dtype, KV_FP8_DTYPE)
+        and v.dtype == q.dtype
+        and all(
+            x.shape[1:] == (heads, dim)
+            and x.stride(2) == 1
+            and x.stride(1) == dim
+            and x.data_ptr() % 16 == 0
+            and x.stride(0) * x.element_size() % 16 == 0
+            for x in (k, v)
+        )
     )
 
 
