@@ -287,10 +287,11 @@ def ragged_causal_prefill(
         return out
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
     if fp8 and widen_kv:  # exact (a no-op for values already widened); the kernel's: a no-op
-        k, v = k.to(q.dtype), v.to(q.dtype)
+        v = v.to(q.dtype)
+        k = k if fp8_queries else k.to(q.dtype)
     prompt_q, q_scale = q, q  # the scales are read with fp8_queries only
-    if fp8_queries:  # exact: widened keys are e4m3 values
-        k = k.to(KV_FP8_DTYPE)
+    if fp8_queries:
+        k = k.to(KV_FP8_DTYPE)  # a no-op for stored keys, exact for widened ones
         prompt_q, q_scale = quantize_heads_triton(q)  # [N, Hq, D] e4m3, [N, Hq] fp32
     usable = tma_usable(q, k, v)
     if tma and not usable:
