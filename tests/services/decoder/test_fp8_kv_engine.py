@@ -100,9 +100,12 @@ def test_batched_equals_alone(fp8_engine: Engine) -> None:
     _same_answers([fp8_engine.generate([req])[0] for req in requests], together)
 
 
-def test_prefix_hits_give_the_answers_of_misses(sid_model: SidModel) -> None:
-    cached = sid_model.engine(kv_dtype="fp8")
-    plain = sid_model.engine(kv_dtype="fp8", prefix_cache=False)
+@pytest.mark.parametrize("fp8_queries", [False, True])
+def test_prefix_hits_give_the_answers_of_misses(sid_model: SidModel, fp8_queries: bool) -> None:
+    """Also with FP8 queries: a hit's new tokens round their queries as a miss's do."""
+    options = {"kv_dtype": "fp8", "kv_fp8_queries": fp8_queries}
+    cached = sid_model.engine(**options)
+    plain = sid_model.engine(prefix_cache=False, **options)
     requests = _prefix_requests(cached.sid_layout.begin_token_id, seed=1, count=12)
     _same_answers(_one_by_one(cached, requests), _one_by_one(plain, requests))
     assert cached.scheduler.kv.stats().hit_tokens > 0

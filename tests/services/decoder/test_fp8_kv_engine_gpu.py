@@ -68,11 +68,17 @@ def test_fp8_kv_constrained_beams_are_catalog_sids_on_cuda(
     assert _illegal_beams(engine, sid_model, outputs) == 0
 
 
-def test_fp8_kv_prefix_hits_answer_as_misses_on_cuda(sid_model: SidModel) -> None:
+@pytest.mark.parametrize("fp8_queries", [False, True])
+def test_fp8_kv_prefix_hits_answer_as_misses_on_cuda(
+    sid_model: SidModel, fp8_queries: bool
+) -> None:
     """Hits in prefill graphs (the cached positions recomputed into the trash slot) and eager
-    hits (`prefill_graphs=False`: the suffix-only path reading FP8 pages)."""
+    hits (`prefill_graphs=False`: the suffix-only path reading FP8 pages), FP8 queries too."""
     for prefill_graphs in (True, False):
-        options = {"device": "cuda", "kv_dtype": "fp8", "prefill_graphs": prefill_graphs}
+        options = {
+            "device": "cuda", "kv_dtype": "fp8", "prefill_graphs": prefill_graphs,
+            "kv_fp8_queries": fp8_queries,
+        }  # fmt: skip
         cached = sid_model.engine(**options)
         plain = sid_model.engine(prefix_cache=False, **options)
         requests = _prefix_requests(cached.sid_layout.begin_token_id, seed=1, count=12)
