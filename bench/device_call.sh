@@ -78,8 +78,9 @@
 #                          shapes (bounded by its own --budget-s 220)
 #   fp8-gpu-tests [200]    pytest over the FP8 kernels, fused layers and FP8 model/engine, all
 #                          tests (not only -m gpu: the Triton kernel tests run compiled on CUDA)
-#   fp8-kv-gpu-tests [240] pytest over the FP8 KV cache's kernels, cache and engine, all tests
-#                          (the unmarked Triton ones run compiled on CUDA)
+#   fp8-kv-gpu-tests [240] pytest over the FP8 KV cache's kernels, cache and engine, the
+#                          quantizers and the prefill kernel, all tests (the unmarked Triton ones
+#                          run compiled on CUDA)
 #   w4-fp8-kv [300]        recif_throughput.py --quick --variants distinct, bf16 KV then
 #                          --kv-dtype fp8 (tag _fp8kv)
 #   fp8-kv-quality [240]   fp8_quality.py --users 3000 --quantization none --kv-dtype fp8
@@ -223,6 +224,7 @@ step_command() {
             tests/services/decoder/test_fp8_engine_gpu.py" ;;
         fp8-kv-gpu-tests) echo "python3 -m pytest -q -p no:cacheprovider tests/kernels/kv \
             tests/kernels/attention/test_fp8_kv.py tests/kernels/attention/test_fp8_kv_gpu.py \
+            tests/kernels/fp8/test_triton_quantize.py tests/kernels/attention/test_triton_prefill.py \
             tests/kernels/attention/test_fp8_kv_engine_with_triton.py \
             tests/services/decoder/kv tests/services/decoder/test_fp8_kv_engine_gpu.py" ;;
         w4-fp8-kv) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
