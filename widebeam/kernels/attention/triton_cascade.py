@@ -159,12 +159,13 @@ def _suffix_merge_kernel(
 
 SUFFIX_TILE = 16  # suffix slots per row and tile at most
 SHARED_TILE = 32  # shared-suffix slots per tile (shared lengths are multiples of ALIGN)
-# An item is a chain of dependent loads (plan, rows, slots, K/V): many resident programs hide
-# the latency (the sweep: `bench/kernels.py --only tree`).
+# The persistent grid's size: programs per SM launched, of which registers let a few run at a
+# time (the rest start as those finish; the sweep: `bench/kernels.py --only tree`).
 SHARED_PROGRAMS_PER_SM = 16
-# The compiler gives the shared-suffix kernel 168 registers a thread, so only 3 of those programs
-# are resident on an SM; 96 fits 5, and the latency they hide outweighs the few spills the cap
-# costs (`bench/kernels.py --only tree --shared-registers`; 0 there is the compiler's own count).
+# An item is a chain of dependent loads (plan, rows, slots, K/V), hidden by the programs resident
+# on an SM: the compiler gives the kernel 168 registers a thread, which lets 3 reside; 96 lets 5,
+# and the latency they hide outweighs the few spills the cap costs (`bench/kernels.py --only
+# tree --shared-registers`; 0 there is the compiler's own count).
 SHARED_MAX_REGISTERS = 96
 SUFFIX_MIN_PROGRAMS = 1024  # fewer rows per program while the grid is smaller (~8 per SM)
 
