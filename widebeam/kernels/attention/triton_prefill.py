@@ -82,8 +82,6 @@ def _attend_tile(
     s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
     if QK_FP8:
         s = s * row_scale[:, None]
-    else:
-        row_scale = qk_scale
     if MASKED:
         visible = (n[None, :] < kv_end) & (n[None, :] <= tok[:, None])
         if QK_FP8:
