@@ -17,6 +17,9 @@
 #                          every closed-loop phase, the in-process engine's and the decoder's
 #   stack-deadline [260]   stack.py --quick --sweep-deadline-ms ${WIDEBEAM_SWEEP_DEADLINE_MS:-300}:
 #                          the sweep's clients send their own deadline (timeout_ms)
+#   stack-slo [260]        stack.py --quick --sweep-deadline-x ${WIDEBEAM_SWEEP_DEADLINE_X:-1.8}:
+#                          the 2x phase's clients send that many times the 0.5x phase's p99 as
+#                          their deadline (issue 23's 2x row, stated as the clients' SLO)
 #   stack-api-bounded [260]  stack.py --quick --api-processes 1 --max-queue-wait-s 0.1
 #                          (or $WIDEBEAM_QUEUE_WAIT_S)
 #   ab-tree [420]          an in-process bench, ${WIDEBEAM_AB_SCRIPT:-genrec_throughput.py} with
@@ -159,6 +162,8 @@ step_command() {
             -k 'not flashinfer'" ;;
         stack) echo "cd bench && python3 stack.py --quick $STACK_ARGS" ;;
         stack-api) echo "cd bench && python3 stack.py --quick --api-processes 1 $STACK_ARGS" ;;
+        stack-slo) echo "cd bench && python3 stack.py --quick \
+            --sweep-deadline-x ${WIDEBEAM_SWEEP_DEADLINE_X:-1.8} $STACK_ARGS" ;;
         stack-deadline) echo "cd bench && python3 stack.py --quick \
             --sweep-deadline-ms ${WIDEBEAM_SWEEP_DEADLINE_MS:-300} $STACK_ARGS" ;;
         stack-timeline) echo "cd bench && python3 stack.py --quick --timeline \$OUT/timelines \

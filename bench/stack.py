@@ -448,12 +448,37 @@ def _sweep_client(
     return asyncio.run(run())
 
 
-def sweep_bodies(args: argparse.Namespace, work: Workload, expected: float) -> list[dict]:
+REFERENCE_LOAD = 0.5  # the sweep phase whose p99 --sweep-deadline-x scales
+
+
+def phase_deadline_ms(args: argparse.Namespace, done: list[dict]) -> int | None:
+    """The deadline (/v1/recommend's timeout_ms) the next sweep phase's clients send, given the
+    phases `done` before it: --sweep-deadline-ms, or with --sweep-deadline-x that many times the
+    p99 of the REFERENCE_LOAD phase for every phase after it (an SLO stated against the latency
+    at light load; none before it)."""
+    if args.sweep_deadline_x is None:
+        return args.sweep_deadline_ms
+    reference = [row for row in done if row["load"] == REFERENCE_LOAD]
+    if not reference:
+        return None
+    return max(1, round(args.sweep_deadline_x * reference[0]["p99_ms"]))
+
+
+def p99_vs_reference(row: dict, rows: list[dict]) -> str:
+    """A sweep phase's p99 over the REFERENCE_LOAD phase's (issue 23's 2x row), or "-"."""
+    reference = [r["p99_ms"] for r in rows if r["load"] == REFERENCE_LOAD]
+    return f"{row['p99_ms'] / reference[0]:.2f}" if reference and reference[0] > 0 else "-"
+
+
+def sweep_bodies(
+    args: argparse.Namespace, work: Workload, expected: float, deadline_ms: int | None
+) -> list[dict]:
     """A sweep client's request bodies, one per arrival it may draw (`expected` on average):
-    new histories (none cached by an earlier phase or request), widths drawn by the mix."""
+    new histories (none cached by an earlier phase or request), widths drawn by the mix, each
+    with the phase's deadline (if any)."""
     widths = sorted(args.widths)[: len(SWEEP_MIX)]
     shares = SWEEP_MIX[: len(widths)]
-    deadline = {} if args.sweep_deadline_ms is None else {"timeout_ms": args.sweep_deadline_ms}
+    deadline = {} if deadline_ms is None else {"timeout_ms": deadline_ms}
     count = math.ceil(expected + 5 * math.sqrt(expected) + 10)
     drawn = work.rng.choices(widths, weights=shares, k=count)
     return [
@@ -468,8 +493,9 @@ def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: floa
         for load in args.loads:
             offered = load * capacity_rps
             rate = offered / args.clients
+            deadline_ms = phase_deadline_ms(args, rows)
             jobs = [
-                (url, sweep_bodies(args, work, rate * args.sweep_seconds), rate,
+                (url, sweep_bodies(args, work, rate * args.sweep_seconds, deadline_ms), rate,
                  args.sweep_seconds, seed)
                 for seed in range(args.clients)
             ]  # fmt: skip
@@ -487,6 +513,7 @@ def sweep(args: argparse.Namespace, work: Workload, url: str, capacity_rps: floa
                 "goodput_rps": len(latencies) / args.sweep_seconds,
                 "goodput_of_capacity": len(latencies) / args.sweep_seconds / capacity_rps,
                 "p50_ms": stats["p50_ms"], "p99_ms": stats["p99_ms"],
+                "deadline_ms": deadline_ms,
                 "statuses": dict(sorted(statuses.items())),
                 "latency_parts": latency_parts(results),
             }  # fmt: skip
@@ -609,6 +636,10 @@ def main() -> None:
                         help="the sweep's clients' own deadline (/v1/recommend's timeout_ms, "
                         "a latency budget below the gateway's timeout): the decoder refuses at "
                         "once what it predicts would finish later")  # fmt: skip
+    parser.add_argument("--sweep-deadline-x", type=float,
+                        help="instead of --sweep-deadline-ms: the phases after the 0.5x one "
+                        "send this many times its p99 as their deadline (an SLO stated against "
+                        "the light-load latency, as issue 23's 2x row reads)")  # fmt: skip
     parser.add_argument(
         "--api-processes",
         type=int,
@@ -679,6 +710,11 @@ def main() -> None:
         args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.sweep_deadline_x is not None:
+        if args.sweep_deadline_ms is not None:
+            parser.error("give --sweep-deadline-ms or --sweep-deadline-x, not both")
+        if args.sweep_deadline_x <= 0:
+            parser.error("--sweep-deadline-x must be > 0")
     if args.client_processes is not None and not 1 <= args.client_processes <= args.concurrency:
         parser.error(f"--client-processes must be in 1..--concurrency ({args.concurrency})")
     decoder_env = None
@@ -686,12 +722,17 @@ def main() -> None:
         args.widths = args.widths or [4]
         args.concurrency, args.requests, args.clients = 2, 4, 1
         args.phase_seconds = 0.0
-        args.loads, args.sweep_seconds, args.sweep_timeout = [2.0], 1.0, 5.0
+        args.loads = [REFERENCE_LOAD, 2.0] if args.sweep_deadline_x else [2.0]
+        args.sweep_seconds, args.sweep_timeout = 1.0, 5.0
         args.max_rows, args.max_kv_slots = 64, 16384
         # One torch thread per process: on a shared CPU, spinning thread pools of the bench
         # and the decoder slow both down far more than one thread does.
         torch.set_num_threads(1)
         decoder_env = {"OMP_NUM_THREADS": "1"}
+    if args.sweep_deadline_x is not None and REFERENCE_LOAD not in args.loads:
+        parser.error(
+            f"--sweep-deadline-x scales the {REFERENCE_LOAD}x phase's p99: --loads needs it"
+        )
     args.widths = args.widths or [50, 512, 1000]
     work = build_workload(args)
     sampler = GpuSampler().start()
@@ -863,7 +904,8 @@ def report(
                                 "answers_after_launch": args.answers_after_launch,
                                 "answers_at_step_start": args.answers_at_step_start,
                                 "group_wait_ms": args.group_wait_ms,
-                                "sweep_deadline_ms": args.sweep_deadline_ms},
+                                "sweep_deadline_ms": args.sweep_deadline_ms,
+                                "sweep_deadline_x": args.sweep_deadline_x},
         "closed_loop": rows, "sweep_capacity_rps": capacity, "sweep": sweep_rows,
         "decoder_captures_after_ready": sum(captures.values()),
         "decoder_captures_after_ready_by_kind": captures,
@@ -885,10 +927,12 @@ def report(
             for k in BATCHING_COLUMNS)] for r in rows],
     ))  # fmt: skip
     print(markdown_table(
-        ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms", "statuses",
+        ["load", "offered req/s", "goodput req/s", "÷ capacity", "p50 ms", "p99 ms",
+         f"p99 ÷ {REFERENCE_LOAD}x p99", "deadline ms", "statuses",
          *(f"{part} p50 / p99 ms" for part in LATENCY_PARTS)],
         [[r["load"], r["offered_rps"], r["goodput_rps"], f"{r['goodput_of_capacity']:.2f}",
-          r["p50_ms"], r["p99_ms"], r["statuses"],
+          r["p50_ms"], r["p99_ms"], p99_vs_reference(r, sweep_rows), r["deadline_ms"] or "-",
+          r["statuses"],
           *(f"{r['latency_parts'][part]['p50_ms']:.1f} / {r['latency_parts'][part]['p99_ms']:.1f}"
             if part in r["latency_parts"] else "-" for part in LATENCY_PARTS)]
          for r in sweep_rows],

@@ -69,6 +69,7 @@ def test_stack_smoke_run(tmp_path: Path) -> None:
     # the shedding rule's counts.
     [sweep] = report["sweep"]
     assert sweep["load"] == 2.0 and sweep["statuses"].get("200", 0) > 0, sweep
+    assert sweep["deadline_ms"] == 60000  # what its clients sent
     # the answered latency split by the gateway's Server-Timing header
     parts = sweep["latency_parts"]
     assert set(parts) == {"decoder", "gateway", "outside"}, sweep
