@@ -34,6 +34,7 @@ from widebeam.kernels.attention.triton_common import (
     interpreting,
     kv_tile,
     load_queries,
+    multiprocessors,
     prefix_tile,
     shared_length,
 )
@@ -339,9 +340,9 @@ def shared_suffix_programs(
     (SHARED_PROGRAMS_PER_SM) per SM in all (fixed per row count and device, so a CUDA graph's
     grid fits every batch of its bucket); a few on the CPU, where the interpreter runs them one
     by one."""
-    if device.type != "cuda":
+    sms = multiprocessors(device)
+    if sms == 0:
         return max(1, min(rows, 3))
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(rows, -(-(per_sm or SHARED_PROGRAMS_PER_SM) * sms // kv_heads)))
 
 
