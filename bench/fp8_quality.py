@@ -93,6 +93,7 @@ def serve(
     model_dir: Path, catalog: Path, prompts: list[list[int]], steps: int, width: int,
     quantization: str, kv_dtype: str, fp8_accumulation: str = "fast",
     head_quantization: str = "none", kv_fp8_queries: bool = False,
+    kv_fp8_probabilities: bool = False,
 ) -> tuple[list[RequestOutput], float]:  # fmt: skip
     """Every user's constrained beam request (n = width) through one engine; wall seconds."""
     dtype = "bfloat16" if DEVICE == "cuda" else "float32"
@@ -106,6 +107,7 @@ def serve(
         head_quantization=head_quantization,
         kv_dtype=kv_dtype,
         kv_fp8_queries=kv_fp8_queries,
+        kv_fp8_probabilities=kv_fp8_probabilities,
         max_rows=max(1024, 16 * width),
     )
     engine = Engine(config)
@@ -123,6 +125,19 @@ def serve(
     if failed:
         raise RuntimeError(f"{len(failed)} requests failed, e.g. {failed[0]}")
     return outputs, seconds
+
+
+def arm_name(row: dict[str, object]) -> str:
+    """A further arm's name: what it adds to the FP8 arm."""
+    added = [
+        label
+        for key, label in (
+            ("kv_fp8_queries", "the attention's queries"),
+            ("kv_fp8_probabilities", "its probabilities"),
+        )
+        if row[key]
+    ]
+    return " and ".join(added) + " in FP8" if added else "the LM head in FP8"
 
 
 def ranked_items(out: RequestOutput) -> list[str]:
@@ -166,9 +181,15 @@ def main() -> None:
         help="a further arm, the FP8 arm with decode's scores over the prompt from queries "
         "rounded to FP8 (needs --kv-dtype fp8)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kv-fp8-probabilities", action="store_true",
+        help="a further arm, the FP8 arm with attention's probabilities over the prompt rounded "
+        "to FP8, P V on FP8 tensor cores (with --kv-fp8-queries: both; needs --kv-dtype fp8)",
+    )  # fmt: skip
     args = parser.parse_args()
-    if args.kv_fp8_queries and args.kv_dtype != "fp8":
-        parser.error("--kv-fp8-queries needs --kv-dtype fp8")
+    for flag in ("kv_fp8_queries", "kv_fp8_probabilities"):
+        if getattr(args, flag) and args.kv_dtype != "fp8":
+            parser.error(f"--{flag.replace('_', '-')} needs --kv-dtype fp8")
     if args.smoke:
         cfg = tiny_config()
         width = 16
@@ -216,22 +237,27 @@ def main() -> None:
     ]
     targets = [item_id(int(i)) for i in data.held_out()[users]]
     steps = layout.path_length(include_begin=False)
-    # (linears, KV cache, LM head, FP8 queries): bf16, the FP8 arm, then its further arms
-    arms = [("none", "auto", "none", False), (args.quantization, args.kv_dtype, "none", False)]
+    # (linears, KV cache, LM head, FP8 queries, FP8 probabilities): bf16, the FP8 arm, then its
+    # further arms
+    linears, kv = args.quantization, args.kv_dtype
+    arms = [("none", "auto", "none", False, False), (linears, kv, "none", False, False)]
     if args.head_quantization != "none":
-        arms.append((args.quantization, args.kv_dtype, args.head_quantization, False))
+        arms.append((linears, kv, args.head_quantization, False, False))
     if args.kv_fp8_queries:
-        arms.append((args.quantization, args.kv_dtype, "none", True))
+        arms.append((linears, kv, "none", True, False))
+    if args.kv_fp8_probabilities:
+        arms.append((linears, kv, "none", args.kv_fp8_queries, True))
     answers, rows = [], []
-    for quantization, kv_dtype, head, fp8_queries in arms:
+    for quantization, kv_dtype, head, fp8_queries, fp8_probabilities in arms:
         outputs, seconds = serve(
             model_dir, catalog, prompts, steps, width, quantization, kv_dtype,
-            args.fp8_accumulation, head, fp8_queries,
+            args.fp8_accumulation, head, fp8_queries, fp8_probabilities,
         )  # fmt: skip
         recall, ndcg = rank_metrics([ranked_items(o) for o in outputs], targets, 10)
         illegal = sum(not b.item_ids for o in outputs for b in o.beams)
         row = {"quantization": quantization, "kv_dtype": kv_dtype, "head_quantization": head,
-               "kv_fp8_queries": fp8_queries, "recall@10": recall, "ndcg@10": ndcg,
+               "kv_fp8_queries": fp8_queries, "kv_fp8_probabilities": fp8_probabilities,
+               "recall@10": recall, "ndcg@10": ndcg,
                "illegal_sids": illegal, "serve_s": seconds}  # fmt: skip
         if answers:  # against the bf16 arm
             base = rows[0]["recall@10"]
@@ -256,10 +282,10 @@ def main() -> None:
     shape = f"hidden {cfg.model.hidden_size} x {cfg.model.num_layers} layers"
     print(f"\nFP8 quality ({shape}, {len(users)} users, width {width}, trained {train_s:.0f} s)")
     print(env)
-    headers = ["linears", "KV cache", "LM head", "FP8 queries", "recall@10", "NDCG@10",
-               "illegal SIDs", "serve s"]  # fmt: skip
-    keys = ["quantization", "kv_dtype", "head_quantization", "kv_fp8_queries", "recall@10",
-            "ndcg@10", "illegal_sids", "serve_s"]  # fmt: skip
+    headers = ["linears", "KV cache", "LM head", "FP8 queries", "FP8 probabilities",
+               "recall@10", "NDCG@10", "illegal SIDs", "serve s"]  # fmt: skip
+    keys = ["quantization", "kv_dtype", "head_quantization", "kv_fp8_queries",
+            "kv_fp8_probabilities", "recall@10", "ndcg@10", "illegal_sids", "serve_s"]  # fmt: skip
     # metrics as 4-decimal strings: the table's own float format keeps one decimal
     cell = lambda k, v: f"{v:.4f}" if k in ("recall@10", "ndcg@10") else v  # noqa: E731
     print(markdown_table(headers, [[cell(k, r[k]) for k in keys] for r in rows]))
@@ -268,7 +294,7 @@ def main() -> None:
     for row in rows[2:]:
         shared = [f"top-{n} overlap {row[f'top{n}_overlap']:.2f}/{min(n, width)}" for n in TOP_N]
         change = 100 * row["recall_relative_change"]
-        arm = "decode's queries in FP8" if row["kv_fp8_queries"] else "the LM head in FP8"
+        arm = arm_name(row)
         print(f"with {arm}: recall@10 relative change {change:+.2f}%; " + "; ".join(shared))
 
 

@@ -256,6 +256,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, object]:
         **load_options(args),
         "kv_dtype": args.kv_dtype,
         "kv_fp8_queries": args.kv_fp8_queries,
+        "kv_fp8_probabilities": args.kv_fp8_probabilities,
         "beam_expansion": args.expansion,
         "cuda_graphs": not args.no_graphs,
         "prefill_graphs": not args.no_prefill_graphs,

@@ -35,7 +35,10 @@ from offline_target import OPCODES, CompiledLaunch, LaunchLog, offline_target
 from triton.compiler.errors import CompilationError
 
 # Constexprs that tell the variants of one kernel apart in the table
-SHOWN = ("BLOCK_R", "BLOCK_N", "BLOCK_S", "BLOCK_Q", "KV_FP8", "KV_DOT", "QK_FP8", "TREE", "TMA")
+SHOWN = (
+    "BLOCK_R", "BLOCK_N", "BLOCK_S", "BLOCK_Q", "KV_FP8", "KV_DOT", "QK_FP8", "PV_FP8", "TREE",
+    "TMA",
+)  # fmt: skip
 
 
 def variant_label(launch: CompiledLaunch) -> str:

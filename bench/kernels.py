@@ -30,6 +30,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from smoke_interpreter import use_interpreter_for_smoke
@@ -608,19 +609,25 @@ def fp8_prefill_cases(name: str, lengths: list[int], heads: tuple[int, int, int]
     rows_wide = [torch.empty(k.shape, dtype=dtype, device=DEVICE) for _ in "kv"]
 
     def attend(
-        kv: list[torch.Tensor], kv_scales: KvScales | None, fp8_queries: bool = False
+        kv: list[torch.Tensor],
+        kv_scales: KvScales | None,
+        fp8_queries: bool = False,
+        fp8_probabilities: bool = False,
     ) -> torch.Tensor:
         return ragged_causal_prefill(q, kv[0], kv[1], cu, scale, kv_scales, work=work,
-                                     block_q=block_q, fp8_queries=fp8_queries)  # fmt: skip
+                                     block_q=block_q, fp8_queries=fp8_queries,
+                                     fp8_probabilities=fp8_probabilities)  # fmt: skip
 
     def model_dtype() -> torch.Tensor:
         write_kv_triton(plain[0], plain[1], slots, k, v)
         return attend([k, v], None)
 
-    def fp8_rows(rows: list[torch.Tensor], fp8_queries: bool) -> Callable[[], torch.Tensor]:
+    def fp8_rows(
+        rows: list[torch.Tensor], fp8_queries: bool, fp8_probabilities: bool
+    ) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
             write_kv_triton(fp8[0], fp8[1], slots, k, v, scales, (rows[0], rows[1]))
-            return attend(rows, scales, fp8_queries)
+            return attend(rows, scales, fp8_queries, fp8_probabilities)
 
         return run
 
@@ -640,23 +647,25 @@ def fp8_prefill_cases(name: str, lengths: list[int], heads: tuple[int, int, int]
             torch_key=shape + " model dtype",
         )
     ]
-    for label, rows, queries in (
-        ("rows FP8, widened by the prefill", rows_fp8, False),
-        ("rows widened by the write", rows_wide, False),
-        ("rows widened by the write, FP8 queries", rows_wide, True),
+    for label, rows, queries, probabilities in (
+        ("rows FP8, widened by the prefill", rows_fp8, False, False),
+        ("rows widened by the write", rows_wide, False, False),
+        ("rows widened by the write, FP8 queries", rows_wide, True, False),
+        ("rows FP8, FP8 queries and probabilities", rows_fp8, True, True),
     ):
+        flags = {"fp8_queries": queries, "fp8_probabilities": probabilities}
         cases.append(
             Case(
                 kernel=f"KV write + prefill, FP8 KV, {label}",
                 shape=shape,
-                triton=fp8_rows(rows, queries),
-                torch=lambda queries=queries: causal_prefill(
-                    q, k8, v8, cu, scale, scales, fp8_queries=queries
-                ),
+                triton=fp8_rows(rows, queries, probabilities),
+                torch=lambda flags=flags: causal_prefill(q, k8, v8, cu, scale, scales, **flags),
                 bytes=bytes_plain,
                 check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
                 breakdown=breakdown,
-                torch_key=shape + (" fp8 queries" if queries else " fp8"),
+                torch_key=shape
+                + (" fp8 queries" if queries else " fp8")
+                + (" probabilities" if probabilities else ""),
             )
         )
     return cases
@@ -733,12 +742,14 @@ def prefix_tiles(args: argparse.Namespace) -> list[dict[str, int | None]]:
 
 
 # `--prefix-dots` over an FP8 cache: cascade_decode_packed's options for each name ("fp8": Q K^T
-# on FP8 tensor cores over quantized queries, P V in the dtype the kernels' rule picks)
+# on FP8 tensor cores over quantized queries, P V in the dtype the kernels' rule picks; "fp8pv":
+# P V on them too, over FP8 probabilities)
 PREFIX_DOTS: dict[str, dict[str, object]] = {
     "auto": {},
     "bf16": {"fp8_dot": torch.bfloat16},
     "fp16": {"fp8_dot": torch.float16},
     "fp8": {"fp8_queries": True},
+    "fp8pv": {"fp8_queries": True, "fp8_probabilities": True},
 }
 
 
@@ -782,6 +793,7 @@ def prefix_cases(
     arms += [("fp8", (k8, v8), scales, dots) for dots in prefix_dots(args)]
     for kv_name, caches, kv_scales, dots in arms:
         rounded = bool(PREFIX_DOTS[dots].get("fp8_queries"))  # the reference rounds them too
+        probabilities = bool(PREFIX_DOTS[dots].get("fp8_probabilities"))
         for tile in prefix_tiles(args):
             # auto: the engine's rule (FP8 queries take wider items where the batch fills the GPU)
             block_rows = tile["block_rows"] or prefix_block_rows(
@@ -810,15 +822,23 @@ def prefix_cases(
                     kernel=f"prefix {kv_name} KV ({label})",
                     shape=shape,
                     triton=run,
-                    torch=lambda caches=caches, kv_scales=kv_scales, rounded=rounded: (
-                        cascade_decode(q, *caches, batch, scale, kv_scales, fp8_queries=rounded)
+                    torch=partial(
+                        cascade_decode,
+                        q,
+                        *caches,
+                        batch,
+                        scale,
+                        kv_scales,
+                        fp8_queries=rounded,
+                        fp8_probabilities=probabilities,
                     ),
                     flops=flops,
                     check=close_with_error({"rtol": 2e-2, "atol": 2e-2}),
                     breakdown=("prefix_kernel", "_quantize_heads_kernel")
                     if rounded
                     else ("prefix_kernel",),
-                    torch_key=f"{shape} {kv_name}{' fp8 queries' if rounded else ''}",
+                    torch_key=f"{shape} {kv_name}{' fp8 queries' if rounded else ''}"
+                    + (" probabilities" if probabilities else ""),
                 )
             )
     return cases

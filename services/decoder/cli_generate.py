@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         head_quantization=args.head_quantization,
         kv_dtype=args.kv_dtype,
         kv_fp8_queries=args.kv_fp8_queries,
+        kv_fp8_probabilities=args.kv_fp8_probabilities,
         catalog_path=args.catalog,
         sid_layout=args.sid_layout,
         max_rows=args.max_rows,

@@ -134,6 +134,17 @@ class EngineConfig:
             "bench/fp8_quality.py --kv-fp8-queries measures its recall cost first"
         ),
     )
+    kv_fp8_probabilities: bool = field(
+        default=False,
+        metadata=_help(
+            "kv_dtype fp8: a prefill's attention probabilities and a decode step's over the "
+            "prompt rounded to FP8 (against the row's maximum rounded up to a power of two, "
+            "so every kernel tiling rounds them alike) and multiplied with the values as "
+            "stored, on FP8 tensor cores (Triton; the torch reference rounds them the same "
+            "way), so no value tile is widened. Off by default: bench/fp8_quality.py "
+            "--kv-fp8-probabilities measures its recall cost first"
+        ),
+    )
     max_rows: int = field(
         default=1024, metadata=_help("rows (beams) decoding at once, summed over requests")
     )
@@ -359,6 +370,11 @@ class EngineConfig:
             raise ValueError(
                 f"kv_fp8_queries needs kv_dtype fp8 (it multiplies FP8 queries with the FP8 "
                 f"cache's keys), got kv_dtype {self.kv_dtype.value!r}"
+            )
+        if self.kv_fp8_probabilities and self.kv_dtype != KVDType.FP8:
+            raise ValueError(
+                f"kv_fp8_probabilities needs kv_dtype fp8 (it multiplies FP8 probabilities with "
+                f"the FP8 cache's values), got kv_dtype {self.kv_dtype.value!r}"
             )
         widths = self.capture_beam_widths
         if isinstance(widths, str):

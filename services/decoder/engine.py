@@ -160,6 +160,7 @@ class Engine:
                 page_size=config.page_size,
                 shared_suffix=config.shared_suffix_attention,
                 fp8_queries=config.kv_fp8_queries,
+                fp8_probabilities=config.kv_fp8_probabilities,
             ),
             trash_slot=pages.capacity_slots,
             cuda_graphs=config.cuda_graphs,

@@ -9,8 +9,8 @@ from widebeam.services.decoder.config import Fp8Accumulation, KVDType, Quantizat
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: str) -> None:
-    """--quantization, --fp8-accumulation, --head-quantization, --kv-dtype and
-    --kv-fp8-queries;
+    """--quantization, --fp8-accumulation, --head-quantization, --kv-dtype,
+    --kv-fp8-queries and --kv-fp8-probabilities;
     `model_dtype_flag` names the option (or setting) that gives the model's dtype, which
     `--kv-dtype auto` follows."""
     parser.add_argument(
@@ -46,4 +46,10 @@ def add_precision_arguments(parser: argparse.ArgumentParser, model_dtype_flag: s
         action="store_true",
         help="with --kv-dtype fp8: the prefill's scores and decode's over the prompt from "
         "queries rounded to FP8, on FP8 tensor cores (the engine's kv_fp8_queries)",
+    )
+    parser.add_argument(
+        "--kv-fp8-probabilities",
+        action="store_true",
+        help="with --kv-dtype fp8: the prefill's attention probabilities and decode's over the "
+        "prompt rounded to FP8, P V on FP8 tensor cores (the engine's kv_fp8_probabilities)",
     )

@@ -1,7 +1,7 @@
 """`bench/fp8_quality.py --smoke`: the FP8 quality gate's script end to end on the CPU (the
 demo's tiny world, trained, served in the model dtype, with FP8 linears and KV cache, with the LM
-head in FP8 too, and with decode's queries in FP8): every row reported, no illegal SID, overlaps
-within their bounds."""
+head in FP8 too, with the attention's queries in FP8, and with its probabilities too): every row
+reported, no illegal SID, overlaps within their bounds."""
 
 from __future__ import annotations
 
@@ -13,17 +13,20 @@ from tests.bench.smoke import run_smoke
 def test_fp8_quality_smoke_run(tmp_path: Path) -> None:
     report, stdout = run_smoke(
         "fp8_quality.py", tmp_path, "--head-quantization", "fp8", "--kv-dtype", "fp8",
-        "--kv-fp8-queries", own_tmpdir=True, report="fp8_quality_fp8_kv_fp8",
+        "--kv-fp8-queries", "--kv-fp8-probabilities", own_tmpdir=True,
+        report="fp8_quality_fp8_kv_fp8",
     )  # fmt: skip
     arms = [
-        (r["quantization"], r["kv_dtype"], r["head_quantization"], r["kv_fp8_queries"])
+        (r["quantization"], r["kv_dtype"], r["head_quantization"], r["kv_fp8_queries"],
+         r["kv_fp8_probabilities"])
         for r in report["rows"]
-    ]
+    ]  # fmt: skip
     assert arms == [
-        ("none", "auto", "none", False),
-        ("fp8", "fp8", "none", False),
-        ("fp8", "fp8", "fp8", False),
-        ("fp8", "fp8", "none", True),
+        ("none", "auto", "none", False, False),
+        ("fp8", "fp8", "none", False, False),
+        ("fp8", "fp8", "fp8", False, False),
+        ("fp8", "fp8", "none", True, False),
+        ("fp8", "fp8", "none", True, True),
     ]
     for row in report["rows"]:
         assert row["illegal_sids"] == 0 and 0 <= row["recall@10"] <= 1, row
@@ -34,4 +37,8 @@ def test_fp8_quality_smoke_run(tmp_path: Path) -> None:
         assert row["recall_relative_change"] >= -1, row
     assert "recall@10 relative change" in stdout
     assert "with the LM head in FP8: recall@10 relative change" in stdout
-    assert "with decode's queries in FP8: recall@10 relative change" in stdout
+    assert "with the attention's queries in FP8: recall@10 relative change" in stdout
+    assert (
+        "with the attention's queries and its probabilities in FP8: recall@10 relative change"
+        in stdout
+    )

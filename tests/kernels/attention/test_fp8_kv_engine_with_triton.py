@@ -14,12 +14,16 @@ from widebeam.services.decoder.requests.spec import GenerationRequest
 pytestmark = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 
 
-@pytest.mark.parametrize("fp8_queries", [False, True], ids=["queries", "fp8-queries"])
+@pytest.mark.parametrize(
+    ("fp8_queries", "fp8_probabilities"),
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["queries", "fp8-queries", "fp8-probabilities", "fp8-both"],
+)
 def test_fp8_engine_results_equal_across_backends(
-    sid_model: SidModel, kernel_device: object, fp8_queries: bool
+    sid_model: SidModel, kernel_device: object, fp8_queries: bool, fp8_probabilities: bool
 ) -> None:
-    """`kv_fp8_queries` too: the Triton prefix kernel's FP8 queries and the reference's rounded
-    ones give the same beams."""
+    """`kv_fp8_queries` and `kv_fp8_probabilities` too: the Triton prefill and prefix kernels'
+    FP8 queries and probabilities and the reference's rounded ones give the same beams."""
     requests = [
         GenerationRequest("greedy", tuple(range(7, 30)), max_new_tokens=3),
         GenerationRequest("sid", (9, 251), beam_width=4, n=4, max_new_tokens=5, constrained=True),
@@ -28,10 +32,12 @@ def test_fp8_engine_results_equal_across_backends(
     for backend in ("torch", "triton"):
         config = sid_model.engine_config(
             device=str(kernel_device), attention_backend=backend, kv_dtype="fp8",
-            kv_fp8_queries=fp8_queries,
+            kv_fp8_queries=fp8_queries, kv_fp8_probabilities=fp8_probabilities,
         )  # fmt: skip
         engine = Engine(config)
-        assert engine.runner.backend.fp8_queries is fp8_queries  # type: ignore[attr-defined]
+        backend_in_use = engine.runner.backend
+        assert backend_in_use.fp8_queries is fp8_queries  # type: ignore[attr-defined]
+        assert backend_in_use.fp8_probabilities is fp8_probabilities  # type: ignore[attr-defined]
         outputs[backend] = engine.generate(requests)
     for ref, got in zip(outputs["torch"], outputs["triton"], strict=True):
         assert ref.error is None and got.error is None

@@ -29,6 +29,10 @@ def test_strings_become_the_enums() -> None:
         ({"admission_ratio": float("inf")}, "admission_ratio must be a finite number >= 0"),
         ({"admission_max_wait_steps": -1}, "admission_max_wait_steps must be >= 0"),
         ({"kv_fp8_queries": True}, "kv_fp8_queries needs kv_dtype fp8.*got kv_dtype 'auto'"),
+        (
+            {"kv_fp8_probabilities": True},
+            "kv_fp8_probabilities needs kv_dtype fp8.*got kv_dtype 'auto'",
+        ),
     ],
 )
 def test_bad_values_are_named(overrides: dict[str, object], message: str) -> None:

@@ -100,10 +100,16 @@ def test_batched_equals_alone(fp8_engine: Engine) -> None:
     _same_answers([fp8_engine.generate([req])[0] for req in requests], together)
 
 
-@pytest.mark.parametrize("fp8_queries", [False, True])
-def test_prefix_hits_give_the_answers_of_misses(sid_model: SidModel, fp8_queries: bool) -> None:
-    """Also with FP8 queries: a hit's new tokens round their queries as a miss's do."""
-    options = {"kv_dtype": "fp8", "kv_fp8_queries": fp8_queries}
+@pytest.mark.parametrize(("fp8_queries", "fp8_probabilities"), [(False, False), (True, True)])
+def test_prefix_hits_give_the_answers_of_misses(
+    sid_model: SidModel, fp8_queries: bool, fp8_probabilities: bool
+) -> None:
+    """Also with FP8 queries and probabilities: a hit's new tokens round them as a miss's do."""
+    options = {
+        "kv_dtype": "fp8",
+        "kv_fp8_queries": fp8_queries,
+        "kv_fp8_probabilities": fp8_probabilities,
+    }
     cached = sid_model.engine(**options)
     plain = sid_model.engine(prefix_cache=False, **options)
     requests = _prefix_requests(cached.sid_layout.begin_token_id, seed=1, count=12)

@@ -68,16 +68,17 @@ def test_fp8_kv_constrained_beams_are_catalog_sids_on_cuda(
     assert _illegal_beams(engine, sid_model, outputs) == 0
 
 
-@pytest.mark.parametrize("fp8_queries", [False, True])
+@pytest.mark.parametrize(("fp8_queries", "fp8_probabilities"), [(False, False), (True, True)])
 def test_fp8_kv_prefix_hits_answer_as_misses_on_cuda(
-    sid_model: SidModel, fp8_queries: bool
+    sid_model: SidModel, fp8_queries: bool, fp8_probabilities: bool
 ) -> None:
     """Hits in prefill graphs (the cached positions recomputed into the trash slot) and eager
-    hits (`prefill_graphs=False`: the suffix-only path reading FP8 pages), FP8 queries too."""
+    hits (`prefill_graphs=False`: the suffix-only path reading FP8 pages), FP8 queries and
+    probabilities too."""
     for prefill_graphs in (True, False):
         options = {
             "device": "cuda", "kv_dtype": "fp8", "prefill_graphs": prefill_graphs,
-            "kv_fp8_queries": fp8_queries,
+            "kv_fp8_queries": fp8_queries, "kv_fp8_probabilities": fp8_probabilities,
         }  # fmt: skip
         cached = sid_model.engine(**options)
         plain = sid_model.engine(prefix_cache=False, **options)

@@ -23,14 +23,16 @@ def test_defaults_are_the_engine_configs() -> None:
     assert args.head_quantization == Quantization.NONE
     assert args.kv_dtype == KVDType.AUTO
     assert args.kv_fp8_queries is False
+    assert args.kv_fp8_probabilities is False
 
 
 def test_fp8_everywhere() -> None:
     args = _parser().parse_args(
         ["--quantization", "fp8", "--kv-dtype", "fp8", "--fp8-accumulation", "precise",
-         "--head-quantization", "fp8", "--kv-fp8-queries"]
+         "--head-quantization", "fp8", "--kv-fp8-queries", "--kv-fp8-probabilities"]
     )  # fmt: skip
     assert args.kv_fp8_queries is True
+    assert args.kv_fp8_probabilities is True
     assert Quantization(args.quantization) == Quantization.FP8
     assert KVDType(args.kv_dtype) == KVDType.FP8
     assert Fp8Accumulation(args.fp8_accumulation) == Fp8Accumulation.PRECISE

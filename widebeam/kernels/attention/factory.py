@@ -32,18 +32,21 @@ def make_attention_backend(
     page_size: int = 1,
     shared_suffix: bool = True,
     fp8_queries: bool = False,
+    fp8_probabilities: bool = False,
     **options: object,
 ) -> AttentionBackend:
     """`page_size`: the KV cache's slots per page; the triton backend addresses prompts by page
     with it (torch reads slot lists, flashinfer views the cache as one-slot pages).
     `shared_suffix`: triton reads beams' shared generated tokens once per ancestor group (the
     others read every row's suffix on its own). `fp8_queries`: over an FP8 cache, decode's
-    scores over the prompt take queries rounded to FP8 (torch and triton). `options` go to the
+    scores over the prompt take queries rounded to FP8 (torch and triton); `fp8_probabilities`:
+    their probabilities rounded to FP8 (`fp8_probabilities.py`). `options` go to the
     backend's constructor (triton: num_splits; flashinfer: workspace_bytes)."""
-    if fp8_queries and name not in ("torch", "triton"):
-        raise ValueError(f"fp8_queries needs the torch or triton attention backend, not {name!r}")
+    for flag, on in (("fp8_queries", fp8_queries), ("fp8_probabilities", fp8_probabilities)):
+        if on and name not in ("torch", "triton"):
+            raise ValueError(f"{flag} needs the torch or triton attention backend, not {name!r}")
     if name == "torch":
-        return TorchAttention(fp8_queries=fp8_queries)
+        return TorchAttention(fp8_queries=fp8_queries, fp8_probabilities=fp8_probabilities)
     if name == "triton":
         # Imported here: triton is optional, and importing it decorates the kernels, which must
         # happen after TRITON_INTERPRET is set when tests run them on the CPU.
@@ -53,6 +56,7 @@ def make_attention_backend(
             page_size=page_size,
             shared_suffix=shared_suffix,
             fp8_queries=fp8_queries,
+            fp8_probabilities=fp8_probabilities,
             **options,  # type: ignore[arg-type]
         )
     if name == "flashinfer":  # optional package; its absence is a clear ValueError

@@ -19,6 +19,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from widebeam.kernels.attention.base import AttentionBackend
+from widebeam.kernels.attention.fp8_probabilities import rounded_probabilities
 from widebeam.kernels.attention.metadata import DecodeBatch, DecodeGroup, PrefillBatch
 from widebeam.kernels.fp8.quantize import dequantize_rows, quantize_rows
 from widebeam.kernels.kv.fp8_kv import KvScales, take_rows
@@ -38,14 +39,17 @@ def attention_with_lse(
     v: torch.Tensor,  # same layout as k
     scale: float,
     mask: torch.Tensor | None = None,  # [..., R, T] bool (broadcastable), True = visible
+    fp8_probabilities: bool = False,  # P rounded as `fp8_probabilities.rounded_probabilities`
 ) -> tuple[torch.Tensor, torch.Tensor]:  # out [..., R, Hq, D] fp32, lse [..., R, Hq] fp32
     """Grouped-query attention without copying K/V per query head: q is viewed as
     [..., R, Hkv, group, D]; shared K/V are never broadcast to the rows. Leading dims batch
-    independent attentions. A row that sees no key gets out 0, lse -inf."""
+    independent attentions. A row that sees no key gets out 0, lse -inf (with FP8
+    probabilities, the lse of the unrounded ones)."""
     if k.dim() == q.dim() + 1:  # per-row K/V: each row is a batch of one query
         out, lse = attention_with_lse(
-            q.unsqueeze(-3), k, v, scale, None if mask is None else mask.unsqueeze(-2)
-        )
+            q.unsqueeze(-3), k, v, scale, None if mask is None else mask.unsqueeze(-2),
+            fp8_probabilities,
+        )  # fmt: skip
         return out.squeeze(-3), lse.squeeze(-2)
     *batch, rows, q_heads, dim = q.shape
     kv_heads = k.shape[-2]
@@ -54,7 +58,10 @@ def attention_with_lse(
     if mask is not None:
         scores = scores.masked_fill(~mask[..., :, None, None, :], float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # [..., R, Hkv, group]
-    probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+    if fp8_probabilities:
+        probs = rounded_probabilities(scores)
+    else:
+        probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
     out = torch.einsum("...rkgt,...tkd->...rkgd", probs, v)
     return out.reshape(*batch, rows, q_heads, dim), lse.reshape(*batch, rows, q_heads)
 
@@ -127,6 +134,7 @@ def causal_prefill(
     scale: float,
     kv_scales: KvScales | None = None,  # k, v: FP8 values (stored or widened) of these
     fp8_queries: bool = False,  # the scores from queries quantized per token and head
+    fp8_probabilities: bool = False,  # P rounded to FP8 (`fp8_probabilities.py`)
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     out = torch.empty_like(q)
     k_scale, v_scale = _scales(kv_scales)
@@ -146,6 +154,7 @@ def causal_prefill(
             _gather(v, tokens, real, v_scale),
             scale,
             visible,
+            fp8_probabilities,
         )  # [B, L, Hq, D]
         out[tokens[real]] = seg[real].to(q.dtype)
     return out
@@ -159,11 +168,13 @@ def cascade_decode(
     scale: float,
     kv_scales: KvScales | None = None,  # an FP8 cache's scales
     fp8_queries: bool = False,  # the prompt's scores from queries quantized per row and head
+    fp8_probabilities: bool = False,  # the prompt's P rounded to FP8 (`fp8_probabilities.py`)
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     """Groups with the same row count and suffix length (and similar prompt lengths) run as one
     batch; each group's prompt KV is read once for all its rows. `fp8_queries`: the prompt part
     takes each (row, head)'s query as `quantize_rows` rounds it to FP8, as the prefix kernel's
-    QK_FP8 does (the suffix part, the exact query)."""
+    QK_FP8 does (the suffix part, the exact query); `fp8_probabilities`: the prompt part's
+    probabilities rounded to FP8, as its PV_FP8 does (the suffix's, not)."""
     out = torch.empty_like(q)
     q_prompt = fp8_rounded_queries(q) if fp8_queries else q
     k_scale, v_scale = _scales(kv_scales)
@@ -180,6 +191,7 @@ def cascade_decode(
             _gather(v_cache, prompt, real, v_scale),
             scale,
             real[:, None, :],
+            fp8_probabilities,
         )
         suffix = torch.stack([g.suffix_slots for g in chosen])  # [B, n, S]
         out_s, lse_s = attention_with_lse(
@@ -212,11 +224,13 @@ class TorchAttention(AttentionBackend):
 
     name = "torch"
 
-    def __init__(self, fp8_queries: bool = False) -> None:
+    def __init__(self, fp8_queries: bool = False, fp8_probabilities: bool = False) -> None:
         """fp8_queries: over an FP8 cache, a prefill's scores and decode's over the prompt take
         queries rounded to FP8 (`causal_prefill`'s and `cascade_decode`'s, as the Triton
-        backend's prefill and prefix kernels)."""
+        backend's prefill and prefix kernels); fp8_probabilities: their probabilities are
+        rounded to FP8 (`fp8_probabilities.py`)."""
         self.fp8_queries = fp8_queries
+        self.fp8_probabilities = fp8_probabilities
 
     def prefill(
         self,
@@ -229,8 +243,11 @@ class TorchAttention(AttentionBackend):
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         if not isinstance(metadata, PrefillBatch):
             raise TypeError(f"the torch backend takes a PrefillBatch, got {type(metadata)}")
-        fp8_queries = self.fp8_queries and kv_scales is not None
-        return causal_prefill(q, k, v, metadata.cu_seqlens, scale, kv_scales, fp8_queries)
+        fp8 = kv_scales is not None
+        return causal_prefill(
+            q, k, v, metadata.cu_seqlens, scale, kv_scales,
+            self.fp8_queries and fp8, self.fp8_probabilities and fp8,
+        )  # fmt: skip
 
     def decode(
         self,
@@ -243,5 +260,8 @@ class TorchAttention(AttentionBackend):
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
         if not isinstance(metadata, DecodeBatch):
             raise TypeError(f"the torch backend takes a DecodeBatch, got {type(metadata)}")
-        fp8_queries = self.fp8_queries and kv_scales is not None
-        return cascade_decode(q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries)
+        fp8 = kv_scales is not None
+        return cascade_decode(
+            q, k_cache, v_cache, metadata, scale, kv_scales,
+            self.fp8_queries and fp8, self.fp8_probabilities and fp8,
+        )  # fmt: skip

@@ -97,6 +97,7 @@ class TritonAttention(AttentionBackend):
         tree_split: SplitRule = DEFAULT_SPLIT,
         fp8_queries: bool = False,
         sms: int | None = None,
+        fp8_probabilities: bool = False,
     ) -> None:
         """page_size > 1 packs prompts as page tables (the engine's 16-slot pages);
         num_splits None = choose per batch (or bucket) from the grid size and the longest
@@ -106,8 +107,10 @@ class TritonAttention(AttentionBackend):
         Q K^T on FP8 tensor cores over queries rounded to FP8 (`ragged_causal_prefill`,
         `cascade_decode_packed`), the prefix kernel's in items of up to
         PREFIX_WIDE_M queries (`prefix_block_rows`); sms: the multiprocessors those items are
-        sized for (None: the cache device's)."""
+        sized for (None: the cache device's); fp8_probabilities: over an FP8 cache, the
+        prefill's and the prefix kernel's P V on FP8 tensor cores (`fp8_probabilities.py`)."""
         self.fp8_queries = fp8_queries
+        self.fp8_probabilities = fp8_probabilities
         self.sms = sms
         self.page_size = page_size
         self.num_splits = num_splits
@@ -160,13 +163,15 @@ class TritonAttention(AttentionBackend):
         kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         block_q = prefill_block_q(q.shape[1], k.shape[1])
-        fp8_queries = self.fp8_queries and kv_scales is not None
+        fp8 = kv_scales is not None
+        fp8_dots = dict(
+            fp8_queries=self.fp8_queries and fp8, fp8_probabilities=self.fp8_probabilities and fp8
+        )
         if isinstance(metadata, PackedPrefill):  # a CUDA-graph bucket's static work list
             whole = (0, q.shape[0])
             return ragged_causal_prefill(
-                q, k, v, whole, scale, kv_scales, work=metadata.work, block_q=block_q,
-                fp8_queries=fp8_queries,
-            )  # fmt: skip
+                q, k, v, whole, scale, kv_scales, work=metadata.work, block_q=block_q, **fp8_dots
+            )
         if not isinstance(metadata, PrefillBatch):
             raise TypeError(
                 f"the triton backend takes a PrefillBatch or a PackedPrefill, got {type(metadata)}"
@@ -178,7 +183,7 @@ class TritonAttention(AttentionBackend):
         assert self._prefill_work is not None
         return ragged_causal_prefill(
             q, k, v, metadata.cu_seqlens, scale, kv_scales, work=self._prefill_work,
-            block_q=block_q, fp8_queries=fp8_queries,
+            block_q=block_q, **fp8_dots,
         )  # fmt: skip
 
     def decode(
@@ -198,8 +203,9 @@ class TritonAttention(AttentionBackend):
                 f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
             )
         return cascade_decode_packed(
-            q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries=fp8_queries
-        )
+            q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries=fp8_queries,
+            fp8_probabilities=self.fp8_probabilities and kv_scales is not None,
+        )  # fmt: skip
 
     # ----- metadata ---------------------------------------------------------------------------
     def prepare_prefill(

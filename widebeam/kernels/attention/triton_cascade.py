@@ -228,6 +228,9 @@ def cascade_decode_packed(
     # `kv_fp8_queries`, off by default until bench/fp8_quality.py has measured what the
     # queries' rounding costs
     fp8_queries: bool = False,
+    # The prefix kernel's P V on FP8 tensor cores over V as stored (`triton_prefix`'s PV_FP8;
+    # an FP8 cache only): the engine's `kv_fp8_probabilities`
+    fp8_probabilities: bool = False,
 ) -> torch.Tensor:  # [R, Hq, D] dtype of q
     rows, q_heads, dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -238,8 +241,9 @@ def cascade_decode_packed(
     gqa_p = gqa_padded(q_heads, kv_heads)
     if packed.block_rows * gqa_p < 16 or packed.block_rows & (packed.block_rows - 1):
         raise ValueError("block_rows must be a power of two with block_rows * gqa >= 16")
-    if fp8_queries and kv_scales is None:
-        raise ValueError("fp8_queries needs an FP8 cache (kv_scales)")
+    for flag, on in (("fp8_queries", fp8_queries), ("fp8_probabilities", fp8_probabilities)):
+        if on and kv_scales is None:
+            raise ValueError(f"{flag} needs an FP8 cache (kv_scales)")
     kv_dtype = q.dtype if kv_scales is None else KV_FP8_DTYPE
     if k_cache.dtype != kv_dtype or v_cache.dtype != kv_dtype:
         raise ValueError(
@@ -281,7 +285,7 @@ def cascade_decode_packed(
             BLOCK_R=packed.block_rows, BLOCK_N=block_n or tile.block_n, PAGE=packed.page_size,
             UPCAST=interpreting(prefix_kernel), DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8,
             KV_DOT=fp8_kv_dot(q.dtype, -(-items // groups), fp8_dot) if fp8 else own_dot,
-            QK_FP8=fp8_queries, **common,
+            QK_FP8=fp8_queries, PV_FP8=fp8_probabilities, **common,
             **launch_options(
                 prefix_warps or tile.warps,
                 prefix_stages or tile.stages,

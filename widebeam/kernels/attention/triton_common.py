@@ -9,6 +9,9 @@ import torch
 import triton
 import triton.language as tl
 
+from widebeam.kernels.attention.fp8_probabilities import FP8_P_SCALE as FP8_P_SCALE_VALUE
+from widebeam.kernels.fp8.triton_quantize import round_to_e4m3
+
 LOG2E = 1.4426950408889634  # kernels work in log2 units: exp2 is the cheap instruction
 
 
@@ -83,6 +86,27 @@ def load_queries(
     if UPCAST:
         q = q.to(tl.float32)
     return q
+
+
+# FP8 probabilities (`fp8_probabilities.py`): a row's running maximum (log2 units) rounded up to
+# an integer, P times FP8_P_SCALE cast to e4m3, the output divided by that scale again.
+FP8_P_SCALE = tl.constexpr(FP8_P_SCALE_VALUE)
+
+
+@triton.jit
+def fp8_probability_max(m):
+    """A running row maximum as FP8 probabilities take it: rounded up to an integer."""
+    return tl.ceil(m)
+
+
+@triton.jit
+def fp8_probabilities(p, ROUND_IN_FP32: tl.constexpr):
+    """[M, N] probabilities (at most 1) as e4m3 values times FP8_P_SCALE. ROUND_IN_FP32: rounded
+    in fp32 first, where the cast itself does not round to nearest even (the interpreter)."""
+    scaled = p * FP8_P_SCALE
+    if ROUND_IN_FP32:
+        scaled = round_to_e4m3(scaled)
+    return scaled.to(tl.float8e4nv)
 
 
 def gqa_padded(q_heads: int, kv_heads: int) -> int:

@@ -12,7 +12,8 @@ once, before the kernel, rather than in it: each K/V tile is read by every query
 an element, so in the loop it cost W2 at 5,000 tokens more than FP8 saved elsewhere. The values
 are the same every way (every e4m3 value is one of q's dtype). With FP8 queries (the engine's
 `kv_fp8_queries`) K stays in FP8 and the queries are quantized per token and head before the
-kernel, so Q K^T runs on FP8 tensor cores; V is widened as before.
+kernel, so Q K^T runs on FP8 tensor cores; with FP8 probabilities (`kv_fp8_probabilities`) V
+stays in FP8 and P is rounded to e4m3 (`triton_common.fp8_probabilities`), so P V does too.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from widebeam.kernels.attention.triton_common import (
+    FP8_P_SCALE,
     LOG2E,
     dot_precision,
+    fp8_probabilities,
+    fp8_probability_max,
     gqa_padded,
     interpreting,
 )
@@ -66,17 +70,19 @@ def _kv_tiles(
 @triton.jit
 def _attend_tile(
     q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i,
-    MASKED: tl.constexpr, KV_FP8: tl.constexpr, QK_FP8: tl.constexpr, Q_DTYPE: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    MASKED: tl.constexpr, KV_FP8: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr,
+    Q_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """One key tile of the online softmax. MASKED: keys past a row's token or past kv_end
     are hidden (the causal diagonal, the segment's end); else every key is visible to every
     row, so the scale is applied after the row maximum and the mask is skipped. QK_FP8: q and
-    K^T are FP8 and a row's scores are its dots times `row_scale` [M] (else `qk_scale`)."""
+    K^T are FP8 and a row's scores are its dots times `row_scale` [M] (else `qk_scale`).
+    PV_FP8: v is FP8 and P is rounded to e4m3 (`fp8_probabilities`) against integer maxima."""
     if KV_FP8:  # exact: every e4m3 value is a value of q's dtype
         if not QK_FP8 or k_t.shape[0] < 32:  # (FP8 tensor cores need K >= 32)
             k_t = k_t.to(Q_DTYPE)
-        v = v.to(Q_DTYPE)
+        if not PV_FP8 or v.shape[0] < 32:
+            v = v.to(Q_DTYPE)
     if UPCAST:
         k_t = k_t.to(tl.float32)
     s = tl.dot(q, k_t, input_precision=DOT_PRECISION)
@@ -89,19 +95,30 @@ def _attend_tile(
         else:
             s = tl.where(visible, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
+        if PV_FP8:
+            m_new = fp8_probability_max(m_new)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # padded M rows see no key
         p = tl.exp2(s - m_ref[:, None])
     elif QK_FP8:  # scores already scaled
         m_new = tl.maximum(m_i, tl.max(s, 1))
+        if PV_FP8:
+            m_new = fp8_probability_max(m_new)
         m_ref = m_new
         p = tl.exp2(s - m_ref[:, None])
     else:  # qk_scale > 0: the maximum of the scaled scores is the scaled maximum
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        if PV_FP8:
+            m_new = fp8_probability_max(m_new)
         m_ref = m_new
         p = tl.exp2(s * qk_scale - m_ref[:, None])
     alpha = tl.exp2(m_i - m_ref)
     l_i = l_i * alpha + tl.sum(p, 1)
-    p_v = p.to(v.dtype)
+    if PV_FP8:
+        p_v = fp8_probabilities(p, UPCAST)
+        if v.shape[0] < 32:  # widened above, exactly
+            p_v = p_v.to(Q_DTYPE)
+    else:
+        p_v = p.to(v.dtype)
     if UPCAST:
         p_v = p_v.to(tl.float32)
         v = v.to(tl.float32)
@@ -139,6 +156,7 @@ def _prefill_kernel(
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (tf32 would lose ~3 digits)
     KV_FP8: tl.constexpr,  # K and V in FP8 with per-head scales
     QK_FP8: tl.constexpr,  # q and K FP8 (KV_FP8 only): Q K^T on FP8 tensor cores
+    PV_FP8: tl.constexpr,  # P and V FP8 (KV_FP8 only): P V on FP8 tensor cores
     SPLIT_DIAGONAL: tl.constexpr,  # key tiles wholly before the block first, unmasked
     TMA: tl.constexpr,  # K and V through tensor descriptors (Hopper's bulk copies)
 ):
@@ -180,19 +198,21 @@ def _prefill_kernel(
                                   stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
             acc, m_i, l_i = _attend_tile(
                 q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i, False, KV_FP8,
-                QK_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+                QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
             )  # fmt: skip
     for n0 in range(masked_from, kv_end, BLOCK_N):
         n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
                               stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
         acc, m_i, l_i = _attend_tile(
             q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i, True, KV_FP8,
-            QK_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+            QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
         )  # fmt: skip
     has = l_i > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     if KV_FP8:
         out = out * tl.load(v_scale_ptr + kv_head)
+    if PV_FP8:
+        out = out / FP8_P_SCALE
     tl.store(
         out_ptr + (tok.to(tl.int64) * HQ + head)[:, None] * D + d[None, :],
         out.to(out_ptr.dtype.element_ty),
@@ -255,6 +275,9 @@ def ragged_causal_prefill(
     # Q K^T on FP8 tensor cores: the queries quantized per token and head (`quantize_rows`'
     # rule, `quantize_heads_triton`), K as FP8 values (an FP8 cache only)
     fp8_queries: bool = False,
+    # P V on FP8 tensor cores: P rounded to e4m3 (`triton_common.fp8_probabilities`), V as
+    # FP8 values (an FP8 cache only)
+    fp8_probabilities: bool = False,
 ) -> torch.Tensor:  # [N, Hq, D] dtype of q
     tokens, q_heads, dim = q.shape
     kv_heads = k.shape[1]
@@ -263,8 +286,9 @@ def ragged_causal_prefill(
     gqa_p = gqa_padded(q_heads, kv_heads)
     block_q = block_q or prefill_block_q(q_heads, kv_heads)
     fp8 = kv_scales is not None
-    if fp8_queries and not fp8:
-        raise ValueError("fp8_queries needs FP8 keys and values (kv_scales)")
+    for flag, on in (("fp8_queries", fp8_queries), ("fp8_probabilities", fp8_probabilities)):
+        if on and not fp8:
+            raise ValueError(f"{flag} needs FP8 keys and values (kv_scales)")
     # With scales: FP8 values as stored, or already widened to q's dtype (KVCache.write_rows).
     fp8_values = (KV_FP8_DTYPE, q.dtype)
     if not all(x.dtype in fp8_values if fp8 else x.dtype != KV_FP8_DTYPE for x in (k, v)):
@@ -285,17 +309,20 @@ def ragged_causal_prefill(
         return out
     k_scale, v_scale = (kv_scales.k, kv_scales.v) if fp8 else (k, v)  # unread without FP8
     if fp8 and widen_kv:  # exact (a no-op for values already widened); the kernel's: a no-op
-        v = v.to(q.dtype)
+        v = v if fp8_probabilities else v.to(q.dtype)
         k = k if fp8_queries else k.to(q.dtype)
+    if fp8_probabilities:
+        v = v.to(KV_FP8_DTYPE)  # a no-op for stored values, exact for widened ones
     prompt_q, q_scale = q, q  # the scales are read with fp8_queries only
     if fp8_queries:
         k = k.to(KV_FP8_DTYPE)  # a no-op for stored keys, exact for widened ones
         prompt_q, q_scale = quantize_heads_triton(q)  # [N, Hq, D] e4m3, [N, Hq] fp32
-    usable = tma_usable(q, k, v)
+    usable = tma_usable(q, k, v, fp8_probabilities)
     if tma and not usable:
         raise ValueError(
-            "tma needs K (FP8 with fp8_queries) and V in q's dtype, heads contiguous, 16-byte "
-            "aligned rows, and a device of compute capability 9+ (or the interpreter)"
+            "tma needs K (or FP8 keys) and V in q's dtype (FP8 values with fp8_probabilities), "
+            "heads contiguous, 16-byte aligned rows, and a device of compute capability 9+ (or "
+            "the interpreter)"
         )
     use_tma = usable and (TMA_KV if tma is None else tma)
     k_src, v_src = (_descriptor(x, block_n) for x in (k, v)) if use_tma else (k, v)
@@ -306,7 +333,7 @@ def ragged_causal_prefill(
         v.stride(1), scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
         BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
         DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, QK_FP8=fp8_queries,
-        SPLIT_DIAGONAL=split, TMA=use_tma,
+        PV_FP8=fp8_probabilities, SPLIT_DIAGONAL=split, TMA=use_tma,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out
@@ -316,10 +343,12 @@ def tma_usable(
     q: torch.Tensor,  # [N, Hq, D]
     k: torch.Tensor,  # [N, Hkv, D]
     v: torch.Tensor,  # [N, Hkv, D]
+    fp8_values: bool = False,  # V as FP8 values (FP8 probabilities), else in q's dtype
 ) -> bool:
-    """Whether K and V can be read as [N, Hkv * D] tensor descriptors: V in q's dtype (FP8
-    values widened), K too or FP8 (FP8 queries), each token's heads contiguous, rows 16-byte
-    aligned, and a device with bulk tensor copies (the interpreter emulates them)."""
+    """Whether K and V can be read as [N, Hkv * D] tensor descriptors: K in q's dtype or FP8
+    (FP8 queries), V in q's dtype (FP8 values widened) or with `fp8_values` FP8, each token's
+    heads contiguous, rows 16-byte aligned, and a device with bulk tensor copies (the
+    interpreter emulates them)."""
     device = k.device
     if device.type == "cuda":
         if torch.cuda.get_device_capability(device)[0] < 9:
@@ -329,7 +358,7 @@ def tma_usable(
     heads, dim = k.shape[1], k.shape[2]
     return (
         k.dtype in (q.dtype, KV_FP8_DTYPE)
-        and v.dtype == q.dtype
+        and v.dtype == (KV_FP8_DTYPE if fp8_values else q.dtype)
         and all(
             x.shape[1:] == (heads, dim)
             and x.stride(2) == 1

@@ -18,7 +18,8 @@ scale multiplies the scores and its V scale the output, the same as dequantizing
 value, in fewer multiplies. With QK_FP8 the queries come quantized to e4m3 (per row and head,
 `quantize.quantize_rows`' rule) by the caller, so that this kernel's prologue never holds more
 registers than its loop, and Q K^T runs on FP8 tensor cores over K as stored: no K tile is
-widened, at the price of the queries' rounding to 3 mantissa bits.
+widened, at the price of the queries' rounding to 3 mantissa bits. With PV_FP8 no V tile is
+widened either: P V runs on FP8 tensor cores over P rounded to e4m3.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from widebeam.kernels.attention.triton_common import load_queries
+from widebeam.kernels.attention.triton_common import (
+    FP8_P_SCALE,
+    fp8_probabilities,
+    fp8_probability_max,
+    load_queries,
+)
 
 
 @triton.jit
@@ -69,6 +75,9 @@ def prefix_kernel(
     # Q K^T on FP8 tensor cores (KV_FP8 only): q holds the queries quantized per row and head
     # (`quantize_rows`), K is read as stored, the product scaled by both
     QK_FP8: tl.constexpr,
+    # P V on FP8 tensor cores (KV_FP8 only): V read as stored, P rounded to e4m3 against an
+    # integer running maximum (`triton_common.fp8_probabilities`)
+    PV_FP8: tl.constexpr,
 ):
     item = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -131,7 +140,8 @@ def prefix_kernel(
         if KV_FP8:
             if not QK_FP8:
                 k_t = k_t.to(KV_DOT)
-            v = v.to(KV_DOT)
+            if not PV_FP8 or BLOCK_N < 32:  # (FP8 tensor cores need K >= 32)
+                v = v.to(KV_DOT)
         if QK_FP8 and D < 32:
             k_t = k_t.to(KV_DOT)
         if UPCAST:
@@ -142,11 +152,18 @@ def prefix_kernel(
         else:
             s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
+        if PV_FP8:
+            m_new = fp8_probability_max(m_new)
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         # P is rounded to V's dtype as on tensor cores; UPCAST keeps that rounding.
-        p_v = p.to(v.dtype)
+        if PV_FP8:
+            p_v = fp8_probabilities(p, UPCAST)
+            if BLOCK_N < 32:  # V widened above, exactly
+                p_v = p_v.to(KV_DOT)
+        else:
+            p_v = p.to(v.dtype)
         if UPCAST:
             p_v = p_v.to(tl.float32)
             v = v.to(tl.float32)
@@ -157,6 +174,8 @@ def prefix_kernel(
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     if KV_FP8:
         out = out * tl.load(v_scale_ptr + kv_head)
+    if PV_FP8:
+        out = out / FP8_P_SCALE
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     part = (split * num_rows + row.to(tl.int64)) * HQ + head
     tl.store(o_part_ptr + part[:, None] * D + d[None, :], out, mask=m_ok[:, None])

@@ -181,12 +181,12 @@ def _to_fp8(x, scale, inv_scale, fp8_max, ROUND_IN_FP32: tl.constexpr):
     q = tl.where(q == 0.0, x * 0.0, q)
     q = tl.minimum(tl.maximum(q, -fp8_max), fp8_max)
     if ROUND_IN_FP32:
-        q = _round_to_e4m3(q)
+        q = round_to_e4m3(q)
     return q.to(tl.float8e4nv)
 
 
 @triton.jit
-def _round_to_e4m3(v):
+def round_to_e4m3(v):
     """fp32 `v` (|v| <= 448) rounded to the nearest e4m3 value, ties to even, still in fp32: the
     cast to FP8 that follows is then exact everywhere. (Triton's interpreter, the CPU tests'
     path, rounds that cast differently from the GPU's round-to-nearest-even.) A value that

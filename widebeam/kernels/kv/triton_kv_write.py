@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from widebeam.kernels.fp8.quantize import FP8_MAX
-from widebeam.kernels.fp8.triton_quantize import _round_to_e4m3
+from widebeam.kernels.fp8.triton_quantize import round_to_e4m3
 from widebeam.kernels.kv.fp8_kv import KvScales
 from widebeam.kernels.kv.kv_write import check_rows_out, check_scales
 
@@ -24,7 +24,7 @@ def _stored(x, inv_scale_ptr, h, inside, fp8_max, QUANTIZE: tl.constexpr, DTYPE:
         # Rounded in fp32 first (the interpreter's own fp32 -> e4m3 cast rounds otherwise), the
         # sign put back on values that round to zero, as torch's cast keeps it.
         sign = scaled.to(tl.int32, bitcast=True) & -2147483648
-        rounded = _round_to_e4m3(scaled).to(tl.int32, bitcast=True) | sign
+        rounded = round_to_e4m3(scaled).to(tl.int32, bitcast=True) | sign
         x = rounded.to(tl.float32, bitcast=True)
     return x.to(DTYPE)
 
