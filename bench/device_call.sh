@@ -82,8 +82,8 @@
 #   fp8-gpu-tests [200]    pytest over the FP8 kernels, fused layers and FP8 model/engine, all
 #                          tests (not only -m gpu: the Triton kernel tests run compiled on CUDA)
 #   fp8-kv-gpu-tests [240] pytest over the FP8 KV cache's kernels, cache and engine, the
-#                          quantizers and the prefill kernel, all tests (the unmarked Triton ones
-#                          run compiled on CUDA)
+#                          quantizers, the prefill kernel and FP8 probabilities, all tests (the
+#                          unmarked Triton ones run compiled on CUDA)
 #   w4-fp8-kv [300]        recif_throughput.py --quick --variants distinct, bf16 KV then
 #                          --kv-dtype fp8 (tag _fp8kv)
 #   fp8-kv-quality [240]   fp8_quality.py --users 3000 --quantization none --kv-dtype fp8
@@ -123,6 +123,14 @@
 #   w2-fp8-queries [200]   sid_decode.py --quick --contexts 1000,5000 --reps 10, FP8 linears +
 #                          KV, without, with, with, without --kv-fp8-queries
 #   fp8-queries-quality [420]  fp8-head-quality's arms and one with --kv-fp8-queries
+#   w4-fp8-probabilities [300]  recif_throughput.py --quick --variants distinct, FP8 linears +
+#                          KV + head + queries, without then with then with, then without
+#                          --kv-fp8-probabilities (tags _fp, _fp1, as w4-fp8-queries)
+#   w2-fp8-probabilities [200]  sid_decode.py --quick --contexts 1000,5000 --reps 10, FP8
+#                          linears + KV + queries, without, with, with, without
+#                          --kv-fp8-probabilities
+#   fp8-probabilities-quality [420]  fp8_quality.py --users 3000 --kv-dtype fp8: bf16, the FP8
+#                          serving defaults, those with FP8 queries, and with FP8 probabilities too
 # w2-fp8, w3-fp8(-head) and w4-fp8(-head) pass $WIDEBEAM_PROFILE, when set, as `--profile
 # PHASES` to each of their runs (e.g. WIDEBEAM_PROFILE=50,1000: a torch profile of those widths,
 # bf16 and FP8); with WIDEBEAM_PROFILE_APART=1 as well, they profile a second pass of those
@@ -231,6 +239,7 @@ step_command() {
             tests/kernels/attention/test_fp8_kv.py tests/kernels/attention/test_fp8_kv_gpu.py \
             tests/kernels/fp8/test_triton_quantize.py tests/kernels/attention/test_triton_prefill.py \
             tests/kernels/attention/test_fp8_kv_engine_with_triton.py \
+            tests/kernels/attention/test_fp8_probabilities.py \
             tests/services/decoder/kv tests/services/decoder/test_fp8_kv_engine_gpu.py" ;;
         w4-fp8-kv) echo "cd bench && python3 recif_throughput.py --quick --variants distinct \
             && python3 recif_throughput.py --quick --variants distinct --kv-dtype fp8 \
@@ -288,6 +297,16 @@ step_command() {
             --kv-dtype fp8 \$q --tag _fq\${q:+1}; done" ;;
         fp8-queries-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
             --kv-dtype fp8 --head-quantization fp8 --kv-fp8-queries" ;;
+        w4-fp8-probabilities) echo "cd bench && for p in '' --kv-fp8-probabilities \
+            --kv-fp8-probabilities ''; do python3 recif_throughput.py --quick --variants distinct \
+            --quantization fp8 --kv-dtype fp8 --head-quantization fp8 --kv-fp8-queries \$p \
+            --tag _fp\${p:+1}; done" ;;
+        w2-fp8-probabilities) echo "cd bench && for p in '' --kv-fp8-probabilities \
+            --kv-fp8-probabilities ''; do python3 sid_decode.py --quick --contexts 1000,5000 \
+            --reps 10 --quantization fp8 --kv-dtype fp8 --kv-fp8-queries \$p \
+            --tag _fp\${p:+1}; done" ;;
+        fp8-probabilities-quality) echo "cd bench && python3 fp8_quality.py --users 3000 \
+            --kv-dtype fp8 --kv-fp8-queries --kv-fp8-probabilities" ;;
         *) return 1 ;;
     esac
 }
@@ -299,7 +318,9 @@ default_limit() {
         fp8-gpu-tests) echo 200 ;; fp8-kv-gpu-tests) echo 240 ;; w4-fp8-kv) echo 300 ;;
         fp8-kv-quality | fp8-all-quality | w2-fp8) echo 240 ;; w2-clock) echo 300 ;; kernels-fp8prefill) echo 90 ;; prefill-tiles) echo 300 ;; prefill-split) echo 420 ;; prefill-limit) echo 420 ;; w3-fp8 | w4-fp8) echo 300 ;;
         w3-fp8-head | fp8-head-quality) echo 360 ;; w4-fp8-head) echo 420 ;;
-        w4-fp8-queries) echo 300 ;; fp8-queries-quality) echo 420 ;;
+        w4-fp8-queries | w4-fp8-probabilities) echo 300 ;;
+        fp8-queries-quality | fp8-probabilities-quality) echo 420 ;;
+        w2-fp8-probabilities) echo 200 ;;
         w3-fp8-queries) echo 240 ;; w2-fp8-queries) echo 200 ;;
         w3) echo 150 ;; w1) echo 180 ;; w4-shared) echo 200 ;; kernels-prefix) echo 300 ;; *) echo 120 ;;
     esac
