@@ -77,8 +77,9 @@ def test_fp8_kv_cases_match_the_reference(tmp_path: Path) -> None:
 
 def test_fp8_prefill_cases_match_the_reference(tmp_path: Path) -> None:
     """`--only fp8prefill`: the KV write + prefill over a model-dtype cache, then over an FP8
-    one with the rows widened by the prefill and by the write, and with FP8 queries, each within
-    tolerance of the torch reference over the values the cache holds (the queries rounded)."""
+    one with the rows widened by the prefill and by the write, with FP8 queries, and with FP8
+    queries and probabilities, each within tolerance of the torch reference over the values the
+    cache holds (the queries and probabilities rounded as the kernel rounds them)."""
     report, _ = run_smoke(
         "kernels.py", tmp_path, "--only", "fp8prefill", "--reps", "1", "--warmup", "0",
         timeout=300,
@@ -89,6 +90,7 @@ def test_fp8_prefill_cases_match_the_reference(tmp_path: Path) -> None:
         "KV write + prefill, FP8 KV, rows FP8, widened by the prefill",
         "KV write + prefill, FP8 KV, rows widened by the write",
         "KV write + prefill, FP8 KV, rows widened by the write, FP8 queries",
+        "KV write + prefill, FP8 KV, rows FP8, FP8 queries and probabilities",
     ]
     for row in report["rows"]:
         assert re.fullmatch(r"ok, max \|err\| \d\.\d\de-\d\d", row["check"]), row["check"]
