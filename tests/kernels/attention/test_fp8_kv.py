@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.kernels.attention.cases import DecodeCase, decode_case, tolerance
-from widebeam.kernels.attention.packed import pack_decode
+from widebeam.kernels.attention.packed import PackedDecode, pack_decode
 from widebeam.kernels.attention.torch_ref import cascade_decode, causal_prefill
 from widebeam.kernels.kv.fp8_kv import KvScales, dequantize_kv, quantize_kv
 
@@ -40,8 +40,44 @@ def quantized(case: DecodeCase, scales: KvScales) -> tuple[torch.Tensor, torch.T
     return quantize_kv(case.k_cache, scales.k_inv), quantize_kv(case.v_cache, scales.v_inv)
 
 
-def _rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
+def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
+
+
+def fp8_decode_inputs(
+    dim: int, block_rows: int, device: torch.device, seed: int
+) -> tuple[DecodeCase, KvScales, torch.Tensor, torch.Tensor, PackedDecode]:
+    """GROUPS at fp32 (4 query heads, 2 KV heads, 4-slot pages, a padding row before each
+    group), FP8 scales of its caches (room for twice their largest values), the caches
+    quantized to them, and the batch packed in items of `block_rows` rows, prompts in 2 splits."""
+    case = decode_case(
+        GROUPS, q_heads=4, kv_heads=2, dim=dim, dtype=torch.float32, device=device,
+        seed=seed, pad_rows=1, page_size=4,
+    )  # fmt: skip
+    scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
+    k8, v8 = quantized(case, scales)
+    packed = pack_decode(
+        case.batch, case.q.shape[0], block_rows=block_rows, num_splits=2, page_size=4
+    )
+    return case, scales, k8, v8, packed
+
+
+PREFILL_CU = (0, *itertools.accumulate((9, 1, 70)))  # a 70-token prompt reaches unmasked tiles
+
+
+def fp8_prefill_inputs(
+    dim: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, KvScales, torch.Tensor, torch.Tensor]:
+    """q [N, 4, dim], k and v [N, 2, dim] over PREFILL_CU's segments, FP8 scales of k and v
+    (room for twice their largest values), and k, v quantized to them."""
+    gen = torch.Generator().manual_seed(5)
+
+    def rand(heads: int) -> torch.Tensor:
+        return torch.randn(PREFILL_CU[-1], heads, dim, generator=gen).to(device)
+
+    q, k, v = rand(4) * 3, rand(2) * 2, rand(2)
+    scales = fp8_scales(k, v, headroom=2.0)
+    return q, k, v, scales, quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -77,12 +113,12 @@ def test_fp8_is_within_its_tolerance_of_exact_kv(dtype: torch.dtype) -> None:
     real = case.real_rows
     exact = cascade_decode(case.q, case.k_cache, case.v_cache, case.batch, 64**-0.5)
     got = cascade_decode(case.q, k8, v8, case.batch, 64**-0.5, scales)
-    assert 0 < _rel_error(got[real], exact[real]) <= FP8_REL_ERROR
+    assert 0 < rel_error(got[real], exact[real]) <= FP8_REL_ERROR
     # The scale barely matters while values stay within e4m3's range: 1/16 of it does as well.
     small = fp8_scales(case.k_cache, case.v_cache, headroom=16.0)
     k8, v8 = quantized(case, small)
     got = cascade_decode(case.q, k8, v8, case.batch, 64**-0.5, small)
-    assert _rel_error(got[real], exact[real]) <= FP8_REL_ERROR
+    assert rel_error(got[real], exact[real]) <= FP8_REL_ERROR
 
 
 def _saturating_case(device: torch.device) -> tuple[DecodeCase, KvScales]:
@@ -174,15 +210,8 @@ def test_triton_prefill_fp8_queries_match_the_reference_of_rounded_queries(
     descriptor. Heads narrower than FP8 tensor cores take (16 < 32) widen both operands."""
     from widebeam.kernels.attention.triton_prefill import ragged_causal_prefill, tma_usable
 
-    cu = (0, *itertools.accumulate((9, 1, 70)))
-    gen = torch.Generator().manual_seed(5)
-
-    def rand(heads: int) -> torch.Tensor:
-        return torch.randn(cu[-1], heads, dim, generator=gen).to(kernel_device)
-
-    q, k, v = rand(4) * 3, rand(2) * 2, rand(2)
-    scales = fp8_scales(k, v, headroom=2.0)
-    k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    cu = PREFILL_CU
+    q, k, v, scales, k8, v8 = fp8_prefill_inputs(dim, kernel_device)
     if tma and not tma_usable(q, k8, v8.to(q.dtype)):
         pytest.skip("no tensor descriptors here (a GPU before compute capability 9)")
     out = torch.full_like(q, float("nan"))
@@ -191,7 +220,7 @@ def test_triton_prefill_fp8_queries_match_the_reference_of_rounded_queries(
     )  # fmt: skip
     rounded = causal_prefill(q, k8, v8, cu, 0.21, scales, fp8_queries=True)
     exact = causal_prefill(q, k8, v8, cu, 0.21, scales)
-    to_rounded, to_exact = _rel_error(out, rounded), _rel_error(out, exact)
+    to_rounded, to_exact = rel_error(out, rounded), rel_error(out, exact)
     assert to_rounded < 1e-5 and to_exact > 100 * to_rounded, (to_rounded, to_exact)
     widened = ragged_causal_prefill(
         q, k8.to(q.dtype), v8.to(q.dtype), cu, 0.21, scales, block_q=16, block_n=16,
@@ -269,21 +298,13 @@ def test_triton_cascade_fp8_queries_match_the_reference_of_rounded_queries(
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
     from widebeam.kernels.fp8.quantize import quantize_rows
 
-    case = decode_case(
-        GROUPS, q_heads=4, kv_heads=2, dim=dim, dtype=torch.float32, device=kernel_device,
-        seed=31, pad_rows=1, page_size=4,
-    )  # fmt: skip
-    scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
-    k8, v8 = quantized(case, scales)
-    packed = pack_decode(
-        case.batch, case.q.shape[0], block_rows=block_rows, num_splits=2, page_size=4
-    )
+    case, scales, k8, v8, packed = fp8_decode_inputs(dim, block_rows, kernel_device, seed=31)
     out = torch.full_like(case.q, float("nan"))
     cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out, fp8_queries=True)
     rounded = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales, fp8_queries=True)
     exact = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales)
     real = case.real_rows
-    to_rounded, to_exact = (_rel_error(out[real], x[real]) for x in (rounded, exact))
+    to_rounded, to_exact = (rel_error(out[real], x[real]) for x in (rounded, exact))
     assert to_rounded < 1e-5 and to_exact > 100 * to_rounded, (to_rounded, to_exact)
     assert (out[~real] == 0).all()
     # the reference's rounded queries are quantize_rows' values, row by row and head by head

@@ -9,23 +9,20 @@ measurably off the attention of unrounded probabilities.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
 import torch
 
-from tests.kernels.attention.cases import decode_case
-from tests.kernels.attention.test_fp8_kv import GROUPS, fp8_scales, quantized
+from tests.kernels.attention.test_fp8_kv import (
+    PREFILL_CU,
+    fp8_decode_inputs,
+    fp8_prefill_inputs,
+    rel_error,
+)
 from widebeam.kernels.attention.fp8_probabilities import FP8_P_SCALE, rounded_probabilities
-from widebeam.kernels.attention.packed import pack_decode
 from widebeam.kernels.attention.torch_ref import cascade_decode, causal_prefill
-from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, quantize_kv
-
-
-def _rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
-
+from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE
 
 # Relative error of the online softmax against the one-pass reference: not zero, because a
 # probability rounded against an earlier, smaller maximum keeps more bits than the reference's
@@ -72,11 +69,11 @@ def test_reference_rounds_as_the_online_softmax_over_any_tiles(tile: int) -> Non
     v = torch.randn(300, 8, generator=gen)
     want = rounded_probabilities(scores) @ v
     got = _online(scores, v, tile)
-    assert _rel_error(got, want) < ONLINE_BOUND
+    assert rel_error(got, want) < ONLINE_BOUND
     assert (want[3] == 0).all() and (got[3] == 0).all()
     seen = torch.arange(24) != 3
     exact = torch.softmax(scores[seen], dim=-1) @ v
-    assert _rel_error(want[seen], exact) > 100 * ONLINE_BOUND  # they are rounded
+    assert rel_error(want[seen], exact) > 100 * ONLINE_BOUND  # they are rounded
 
 
 def test_rounded_probabilities_are_e4m3_values_over_their_sum() -> None:
@@ -102,15 +99,8 @@ def test_triton_prefill_fp8_probabilities_match_the_reference(
     descriptor; P V tiles narrower than FP8 tensor cores take (16 < 32) widen both operands."""
     from widebeam.kernels.attention.triton_prefill import ragged_causal_prefill, tma_usable
 
-    cu = (0, *itertools.accumulate((9, 1, 70)))
-    gen = torch.Generator().manual_seed(5)
-
-    def rand(heads: int) -> torch.Tensor:
-        return torch.randn(cu[-1], heads, dim, generator=gen).to(kernel_device)
-
-    q, k, v = rand(4) * 3, rand(2) * 2, rand(2)
-    scales = fp8_scales(k, v, headroom=2.0)
-    k8, v8 = quantize_kv(k, scales.k_inv), quantize_kv(v, scales.v_inv)
+    cu = PREFILL_CU
+    q, k, v, scales, k8, v8 = fp8_prefill_inputs(dim, kernel_device)
     if tma and not tma_usable(q, k8, v8, fp8_values=True):
         pytest.skip("no tensor descriptors here (a GPU before compute capability 9)")
     flags = dict(fp8_queries=queries, fp8_probabilities=True)
@@ -120,7 +110,7 @@ def test_triton_prefill_fp8_probabilities_match_the_reference(
     )
     rounded = causal_prefill(q, k8, v8, cu, 0.21, scales, **flags)
     exact = causal_prefill(q, k8, v8, cu, 0.21, scales, fp8_queries=queries)
-    to_rounded, to_exact = _rel_error(out, rounded), _rel_error(out, exact)
+    to_rounded, to_exact = rel_error(out, rounded), rel_error(out, exact)
     bound = _kernel_bound(kernel_device)
     assert to_rounded < bound and to_exact > 10 * to_rounded, (to_rounded, to_exact)
     widened = ragged_causal_prefill(
@@ -145,22 +135,14 @@ def test_triton_cascade_fp8_probabilities_match_the_reference(
     maximum and the merge still lands on the one-pass reference."""
     from widebeam.kernels.attention.triton_cascade import cascade_decode_packed
 
-    case = decode_case(
-        GROUPS, q_heads=4, kv_heads=2, dim=dim, dtype=torch.float32, device=kernel_device,
-        seed=33, pad_rows=1, page_size=4,
-    )  # fmt: skip
-    scales = fp8_scales(case.k_cache, case.v_cache, headroom=2.0)
-    k8, v8 = quantized(case, scales)
-    packed = pack_decode(
-        case.batch, case.q.shape[0], block_rows=block_rows, num_splits=2, page_size=4
-    )
+    case, scales, k8, v8, packed = fp8_decode_inputs(dim, block_rows, kernel_device, seed=33)
     flags = dict(fp8_queries=queries, fp8_probabilities=True)
     out = torch.full_like(case.q, float("nan"))
     cascade_decode_packed(case.q, k8, v8, packed, 0.17, scales, out=out, block_n=block_n, **flags)
     rounded = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales, **flags)
     exact = cascade_decode(case.q, k8, v8, case.batch, 0.17, scales, fp8_queries=queries)
     real = case.real_rows
-    to_rounded, to_exact = (_rel_error(out[real], x[real]) for x in (rounded, exact))
+    to_rounded, to_exact = (rel_error(out[real], x[real]) for x in (rounded, exact))
     bound = _kernel_bound(kernel_device)
     assert to_rounded < bound and to_exact > 10 * to_rounded, (to_rounded, to_exact)
     assert (out[~real] == 0).all()
