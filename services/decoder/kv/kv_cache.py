@@ -77,19 +77,26 @@ class KVCache:
         write_kv(self.k[layer], self.v[layer], slots, k, v, self.layer_scales[layer])
 
     def write_rows(
-        self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        slots: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        fp8_rows: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [N, kv_heads, head_dim] x2
         """`write`, returning the rows as the cache now holds them, for attention over them (a
         prefill): k and v themselves in a model-dtype cache; in an FP8 one their FP8 values,
         widened exactly to k's dtype by the write itself (read with the layer's scales, so a
         prompt's tokens see the same keys whether prefilled now or read from cached pages, and
-        the prefill kernel needs no widening pass)."""
+        the prefill kernel needs no widening pass), or with `fp8_rows` as stored (a prefill
+        that multiplies FP8 operands)."""
         scales = self.layer_scales[layer]
         if scales is None:
             write_kv(self.k[layer], self.v[layer], slots, k, v)
             return k, v
-        rows = (torch.empty(k.shape, dtype=k.dtype, device=k.device),
-                torch.empty(v.shape, dtype=k.dtype, device=v.device))  # fmt: skip
+        dtype = self.k.dtype if fp8_rows else k.dtype
+        rows = (torch.empty(k.shape, dtype=dtype, device=k.device),
+                torch.empty(v.shape, dtype=dtype, device=v.device))  # fmt: skip
         write_kv(self.k[layer], self.v[layer], slots, k, v, scales, rows)
         return rows
 

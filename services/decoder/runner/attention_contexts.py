@@ -38,7 +38,8 @@ class PrefillContext(_WritingContext):
     def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        k, v = self.cache.write_rows(layer_idx, self.write_slots, k, v)
+        fp8_rows = self.backend.prefill_takes_fp8_rows
+        k, v = self.cache.write_rows(layer_idx, self.write_slots, k, v, fp8_rows)
         scales = self.cache.layer_scales[layer_idx]
         return self.backend.prefill(q, k, v, self.metadata, self.scale, scales)
 

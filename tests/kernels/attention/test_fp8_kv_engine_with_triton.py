@@ -38,6 +38,9 @@ def test_fp8_engine_results_equal_across_backends(
         backend_in_use = engine.runner.backend
         assert backend_in_use.fp8_queries is fp8_queries  # type: ignore[attr-defined]
         assert backend_in_use.fp8_probabilities is fp8_probabilities  # type: ignore[attr-defined]
+        # with both, the prefill takes the cache's FP8 rows as stored (the reference: widened)
+        fp8_rows = backend == "triton" and fp8_queries and fp8_probabilities
+        assert backend_in_use.prefill_takes_fp8_rows is fp8_rows
         outputs[backend] = engine.generate(requests)
     for ref, got in zip(outputs["torch"], outputs["triton"], strict=True):
         assert ref.error is None and got.error is None

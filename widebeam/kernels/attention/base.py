@@ -36,6 +36,9 @@ from widebeam.kernels.kv.fp8_kv import KvScales
 
 class AttentionBackend(ABC):
     name: str = "base"
+    # An FP8 cache's prefill: K and V handed over as the FP8 values themselves (the kernels
+    # multiply them as stored), else widened to the model dtype by the KV write
+    prefill_takes_fp8_rows: bool = False
 
     @abstractmethod
     def prefill(

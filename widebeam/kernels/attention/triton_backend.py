@@ -111,6 +111,8 @@ class TritonAttention(AttentionBackend):
         prefill's and the prefix kernel's P V on FP8 tensor cores (`fp8_probabilities.py`)."""
         self.fp8_queries = fp8_queries
         self.fp8_probabilities = fp8_probabilities
+        # both dots on FP8 tensor cores: the prefill widens neither K nor V
+        self.prefill_takes_fp8_rows = fp8_queries and fp8_probabilities
         self.sms = sms
         self.page_size = page_size
         self.num_splits = num_splits

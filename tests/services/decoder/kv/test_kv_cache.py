@@ -69,6 +69,18 @@ def test_fp8_write_rows_in_bf16_hold_the_stored_values() -> None:
     assert torch.equal(v_rows, cache.v[0, slots].to(torch.bfloat16))
 
 
+def test_fp8_write_rows_as_stored_for_a_prefill_that_multiplies_fp8() -> None:
+    cache = KVCache(LAYERS, SLOTS, HEADS, DIM, KV_FP8_DTYPE, "cpu", _scales())
+    k = torch.randn(4, HEADS, DIM).to(torch.bfloat16)
+    slots = torch.tensor([1, 2, 8, 9])
+    k_rows, v_rows = cache.write_rows(1, slots, k, -2 * k, fp8_rows=True)
+    assert k_rows.dtype == v_rows.dtype == KV_FP8_DTYPE
+    assert torch.equal(k_rows.view(torch.uint8), cache.k[1, slots].view(torch.uint8))
+    assert torch.equal(v_rows.view(torch.uint8), cache.v[1, slots].view(torch.uint8))
+    model_dtype = KVCache(LAYERS, SLOTS, HEADS, DIM, torch.bfloat16, "cpu")
+    assert model_dtype.write_rows(0, slots, k, k, fp8_rows=True)[0] is k  # nothing to narrow
+
+
 @pytest.mark.parametrize(
     ("pages", "page_size", "want"),
     [
