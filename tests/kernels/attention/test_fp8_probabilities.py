@@ -88,26 +88,35 @@ def test_rounded_probabilities_are_e4m3_values_over_their_sum() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dim", "block_n", "queries", "tma"),
-    [(16, 16, False, False), (32, 32, False, False), (32, 32, True, False), (32, 32, True, True)],
+    ("dim", "block_n", "queries", "tma", "split"),
+    [
+        (16, 16, False, False, True),
+        (32, 32, False, False, True),
+        (32, 32, True, False, True),
+        (32, 32, True, True, True),
+        (32, 32, True, True, False),
+    ],
 )
 def test_triton_prefill_fp8_probabilities_match_the_reference(
-    kernel_device: torch.device, dim: int, block_n: int, queries: bool, tma: bool
+    kernel_device: torch.device, dim: int, block_n: int, queries: bool, tma: bool, split: bool
 ) -> None:
     """Through the masked diagonal tiles and the unmasked ones before them (a 70-token prompt at
-    16-token query blocks), K and V handed over stored or widened, by pointer or by tensor
-    descriptor; P V tiles narrower than FP8 tensor cores take (16 < 32) widen both operands."""
+    16-token query blocks; or every tile masked), K and V handed over stored or widened, by
+    pointer or by tensor descriptor; V is read transposed in 16-aligned tiles, so segments
+    that start off that boundary (at 9 and 10) begin with a tile that hides the keys before
+    them; P V tiles narrower than FP8 tensor cores take (16 < 32) widen both operands."""
     from widebeam.kernels.attention.triton_prefill import ragged_causal_prefill, tma_usable
 
     cu = PREFILL_CU
     q, k, v, scales, k8, v8 = fp8_prefill_inputs(dim, kernel_device)
-    if tma and not tma_usable(q, k8, v8, fp8_values=True):
+    if tma and not tma_usable(q, k8, v8, values_transposed=True):
         pytest.skip("no tensor descriptors here (a GPU before compute capability 9)")
     flags = dict(fp8_queries=queries, fp8_probabilities=True)
     out = torch.full_like(q, float("nan"))
     ragged_causal_prefill(
-        q, k8, v8, cu, 0.21, scales, out=out, block_q=16, block_n=block_n, tma=tma, **flags
-    )
+        q, k8, v8, cu, 0.21, scales, out=out, block_q=16, block_n=block_n, tma=tma,
+        split_diagonal=split, **flags,
+    )  # fmt: skip
     rounded = causal_prefill(q, k8, v8, cu, 0.21, scales, **flags)
     exact = causal_prefill(q, k8, v8, cu, 0.21, scales, fp8_queries=queries)
     to_rounded, to_exact = rel_error(out, rounded), rel_error(out, exact)
@@ -115,7 +124,7 @@ def test_triton_prefill_fp8_probabilities_match_the_reference(
     assert to_rounded < bound and to_exact > 10 * to_rounded, (to_rounded, to_exact)
     widened = ragged_causal_prefill(
         q, k8.to(q.dtype), v8.to(q.dtype), cu, 0.21, scales, block_q=16, block_n=block_n,
-        tma=tma, **flags,
+        tma=tma, split_diagonal=split, **flags,
     )  # fmt: skip
     assert torch.equal(widened, out)
     with pytest.raises(ValueError, match="fp8_probabilities needs FP8 keys and values"):

@@ -41,16 +41,20 @@ from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
 @triton.jit
 def _kv_tiles(
     k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh, stride_vt, stride_vh,
-    D: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr, V_T: tl.constexpr,
 ):  # fmt: skip
     """Keys n0 .. n0 + BLOCK_N of one KV head: [BLOCK_N] their indices, [D, BLOCK_N] K^T,
     [BLOCK_N, D] V. TMA: k_src / v_src are [N, Hkv * D] tensor descriptors (keys past the
     batch read as zeros, keys of the next segment as they are: the caller masks them), else
-    pointers, keys from kv_end on read as zeros."""
+    pointers, keys from kv_end on read as zeros. V_T: v_src holds V transposed, [Hkv, D, N']
+    (stride_vh, stride_vt: its head and dimension strides; with TMA a [Hkv * D, N']
+    descriptor), keys contiguous as FP8 tensor cores take P V's second operand."""
+    if V_T:
+        n0 = tl.multiple_of(n0, 16)  # the caller's tiles start 16-aligned
     n = n0 + tl.arange(0, BLOCK_N)
     if TMA:
         k_t = k_src.load([n0, kv_head * D]).T
-        v = v_src.load([n0, kv_head * D])
+        v = v_src.load([kv_head * D, n0]).T if V_T else v_src.load([n0, kv_head * D])
     else:
         d = tl.arange(0, D)
         n_ok = n < kv_end
@@ -59,17 +63,22 @@ def _kv_tiles(
             mask=n_ok[None, :],
             other=0.0,
         )
-        v = tl.load(
-            v_src + n.to(tl.int64)[:, None] * stride_vt + kv_head * stride_vh + d[None, :],
-            mask=n_ok[:, None],
-            other=0.0,
-        )
+        if V_T:  # unmasked, so 16 keys load as one vector: `keys_contiguous` pads a tile past N
+            v = tl.load(
+                v_src + kv_head * stride_vh + d[:, None] * stride_vt + n.to(tl.int64)[None, :]
+            ).T
+        else:
+            v = tl.load(
+                v_src + n.to(tl.int64)[:, None] * stride_vt + kv_head * stride_vh + d[None, :],
+                mask=n_ok[:, None],
+                other=0.0,
+            )
     return n, k_t, v
 
 
 @triton.jit
 def _attend_tile(
-    q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i,
+    q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
     MASKED: tl.constexpr, KV_FP8: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr,
     Q_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -77,7 +86,9 @@ def _attend_tile(
     are hidden (the causal diagonal, the segment's end); else every key is visible to every
     row, so the scale is applied after the row maximum and the mask is skipped. QK_FP8: q and
     K^T are FP8 and a row's scores are its dots times `row_scale` [M] (else `qk_scale`).
-    PV_FP8: v is FP8 and P is rounded to e4m3 (`fp8_probabilities`) against integer maxima."""
+    PV_FP8: v is FP8 and P is rounded to e4m3 (`fp8_probabilities`) against integer maxima;
+    its tiles start 16-aligned (`_prefill_kernel`), so a masked tile also hides the keys
+    before the segment's first (`seg_start`)."""
     if KV_FP8:  # exact: every e4m3 value is a value of q's dtype
         if not QK_FP8 or k_t.shape[0] < 32:  # (FP8 tensor cores need K >= 32)
             k_t = k_t.to(Q_DTYPE)
@@ -90,6 +101,8 @@ def _attend_tile(
         s = s * row_scale[:, None]
     if MASKED:
         visible = (n[None, :] < kv_end) & (n[None, :] <= tok[:, None])
+        if PV_FP8:
+            visible = visible & (n[None, :] >= seg_start)
         if QK_FP8:
             s = tl.where(visible, s, float("-inf"))
         else:
@@ -132,7 +145,8 @@ def _prefill_kernel(
     q_scale_ptr,  # [N, HQ] fp32 contiguous, the FP8 queries' scales (QK_FP8 only)
     k_src,  # [N, HKV, D] q's dtype, or float8_e4m3fn (KV_FP8: else FP8 values already widened;
     #         QK_FP8: float8_e4m3fn)
-    v_src,  # [N, HKV, D]   with TMA, [N, HKV * D] tensor descriptors of them
+    v_src,  # [N, HKV, D]   with TMA, [N, HKV * D] tensor descriptors of them (PV_FP8: V
+    #         transposed, [HKV, D, N'] float8_e4m3fn; with TMA a [HKV * D, N'] descriptor)
     k_scale_ptr,  # [HKV] fp32, the layer's K scales (KV_FP8 only)
     v_scale_ptr,  # [HKV] fp32, its V scales (KV_FP8 only)
     out_ptr,  # [N, HQ, D] contiguous, dtype of q
@@ -191,21 +205,50 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_Q * GQA_P, D], tl.float32)
     kv_end = tl.minimum(q_start + BLOCK_Q, seg_end)  # causal: nothing past the block's last token
     masked_from = seg_start
-    if SPLIT_DIAGONAL:  # tiles whose keys all precede the block's first token: no mask
+    if PV_FP8:
+        # V is read transposed, keys contiguous: tiles start on a 16-key boundary (16 bytes of
+        # FP8: whole vector loads, a bulk copy's alignment), the first one masked where it
+        # begins before the segment
+        first = seg_start // 16 * 16
+        masked_from = first
+        if SPLIT_DIAGONAL:  # tiles whose keys all precede the block's first token: no mask
+            masked_from = first + (q_start - first) // BLOCK_N * BLOCK_N
+            unmasked_from = tl.minimum(first + BLOCK_N, masked_from)
+            if first == seg_start:
+                unmasked_from = first
+            for n0 in range(first, unmasked_from, BLOCK_N):
+                n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
+                                      stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
+                acc, m_i, l_i = _attend_tile(
+                    q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
+                    True, KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST,
+                    DOT_PRECISION,
+                )  # fmt: skip
+            for n0 in range(unmasked_from, masked_from, BLOCK_N):
+                n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
+                                      stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
+                acc, m_i, l_i = _attend_tile(
+                    q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
+                    False, KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST,
+                    DOT_PRECISION,
+                )  # fmt: skip
+            masked_from = tl.maximum(masked_from, unmasked_from)
+    elif SPLIT_DIAGONAL:  # tiles whose keys all precede the block's first token: no mask
         masked_from = seg_start + (q_start - seg_start) // BLOCK_N * BLOCK_N
         for n0 in range(seg_start, masked_from, BLOCK_N):
             n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
-                                  stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
+                                  stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
             acc, m_i, l_i = _attend_tile(
-                q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i, False, KV_FP8,
-                QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+                q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
+                False, KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST,
+                DOT_PRECISION,
             )  # fmt: skip
     for n0 in range(masked_from, kv_end, BLOCK_N):
         n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
-                              stride_vt, stride_vh, D, BLOCK_N, TMA)  # fmt: skip
+                              stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
         acc, m_i, l_i = _attend_tile(
-            q, k_t, v, n, tok, kv_end, qk_scale, row_scale, acc, m_i, l_i, True, KV_FP8,
-            QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+            q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i, True,
+            KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
         )  # fmt: skip
     has = l_i > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
@@ -317,20 +360,27 @@ def ragged_causal_prefill(
     if fp8_queries:
         k = k.to(KV_FP8_DTYPE)  # a no-op for stored keys, exact for widened ones
         prompt_q, q_scale = quantize_heads_triton(q)  # [N, Hq, D] e4m3, [N, Hq] fp32
-    usable = tma_usable(q, k, v, fp8_probabilities)
+    usable = tma_usable(q, k, v, values_transposed=fp8_probabilities)
     if tma and not usable:
         raise ValueError(
-            "tma needs K (or FP8 keys) and V in q's dtype (FP8 values with fp8_probabilities), "
-            "heads contiguous, 16-byte aligned rows, and a device of compute capability 9+ (or "
-            "the interpreter)"
+            "tma needs K (or FP8 keys) and V in q's dtype (or FP8 values, read transposed, with "
+            "fp8_probabilities), heads contiguous, 16-byte aligned rows, and a device of "
+            "compute capability 9+ (or the interpreter)"
         )
     use_tma = usable and (TMA_KV if tma is None else tma)
-    k_src, v_src = (_descriptor(x, block_n) for x in (k, v)) if use_tma else (k, v)
+    if fp8_probabilities:  # P V's second operand with its reduction (the keys) contiguous
+        v = keys_contiguous(v, block_n)  # [Hkv, D, N'] e4m3
+        v_strides = (v.stride(1), v.stride(0))  # (a dimension's, a head's)
+        v_src = _transposed_descriptor(v, block_n) if use_tma else v
+    else:
+        v_strides = (v.stride(0), v.stride(1))  # (a token's, a head's)
+        v_src = _descriptor(v, block_n) if use_tma else v
+    k_src = _descriptor(k, block_n) if use_tma else k
     split = SPLIT_DIAGONAL if split_diagonal is None else split_diagonal
     _prefill_kernel[(work.shape[1], kv_heads)](
         prompt_q, q_scale, k_src, v_src, k_scale, v_scale, out, work[0], work[1], work[2],
-        prompt_q.stride(0), prompt_q.stride(1), k.stride(0), k.stride(1), v.stride(0),
-        v.stride(1), scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
+        prompt_q.stride(0), prompt_q.stride(1), k.stride(0), k.stride(1), *v_strides,
+        scale * LOG2E, HQ=q_heads, GQA=q_heads // kv_heads, GQA_P=gqa_p, D=dim,
         BLOCK_Q=block_q, BLOCK_N=block_n, UPCAST=interpreting(_prefill_kernel),
         DOT_PRECISION=dot_precision(q.dtype), KV_FP8=fp8, QK_FP8=fp8_queries,
         PV_FP8=fp8_probabilities, SPLIT_DIAGONAL=split, TMA=use_tma,
@@ -343,12 +393,12 @@ def tma_usable(
     q: torch.Tensor,  # [N, Hq, D]
     k: torch.Tensor,  # [N, Hkv, D]
     v: torch.Tensor,  # [N, Hkv, D]
-    fp8_values: bool = False,  # V as FP8 values (FP8 probabilities), else in q's dtype
+    values_transposed: bool = False,  # V read transposed (FP8 probabilities: `keys_contiguous`)
 ) -> bool:
-    """Whether K and V can be read as [N, Hkv * D] tensor descriptors: K in q's dtype or FP8
-    (FP8 queries), V in q's dtype (FP8 values widened) or with `fp8_values` FP8, each token's
-    heads contiguous, rows 16-byte aligned, and a device with bulk tensor copies (the
-    interpreter emulates them)."""
+    """Whether K and V can be read through tensor descriptors: K as [N, Hkv * D] in q's dtype or
+    FP8 (FP8 queries), each token's heads contiguous and rows 16-byte aligned, V the same in
+    q's dtype (FP8 values widened) unless it is read transposed (a copy made to fit), and a
+    device with bulk tensor copies (the interpreter emulates them)."""
     device = k.device
     if device.type == "cuda":
         if torch.cuda.get_device_capability(device)[0] < 9:
@@ -356,22 +406,49 @@ def tma_usable(
     elif not interpreting(_prefill_kernel):
         return False
     heads, dim = k.shape[1], k.shape[2]
-    return (
-        k.dtype in (q.dtype, KV_FP8_DTYPE)
-        and v.dtype == (KV_FP8_DTYPE if fp8_values else q.dtype)
-        and all(
+
+    def laid_out(x: torch.Tensor) -> bool:
+        return (
             x.shape[1:] == (heads, dim)
             and x.stride(2) == 1
             and x.stride(1) == dim
             and x.data_ptr() % 16 == 0
             and x.stride(0) * x.element_size() % 16 == 0
-            for x in (k, v)
         )
+
+    return (
+        k.dtype in (q.dtype, KV_FP8_DTYPE)
+        and laid_out(k)
+        and (values_transposed or (v.dtype == q.dtype and laid_out(v)))
     )
+
+
+def keys_contiguous(
+    v: torch.Tensor,  # [N, Hkv, D]
+    block_n: int,  # the kernel's key tile
+) -> torch.Tensor:  # [Hkv, D, N'] N' = N + block_n rounded up to 16, zeros past N
+    """V transposed so that each (head, dimension) row holds the keys in order: FP8 tensor
+    cores take P V's second operand with its reduction dimension contiguous, and the kernel
+    then reads each tile as it multiplies it (a copy of V, once, against a transposition of
+    every tile in registers each time a query block reads it). A tile past N reads zeros, so
+    the kernel loads tiles unmasked (16-byte rows: N' is a multiple of 16)."""
+    tokens, heads, dim = v.shape
+    padded = -(-(tokens + block_n) // 16) * 16
+    out = torch.empty((heads, dim, padded), dtype=v.dtype, device=v.device)
+    out[:, :, :tokens].copy_(v.permute(1, 2, 0))
+    out[:, :, tokens:].zero_()  # read by descriptors past the batch's last key: never NaN
+    return out
 
 
 def _descriptor(x: torch.Tensor, block_n: int) -> TensorDescriptor:  # x [N, Hkv, D]
     tokens, heads, dim = x.shape
     return TensorDescriptor(
         x, shape=[tokens, heads * dim], strides=[x.stride(0), 1], block_shape=[block_n, dim]
+    )
+
+
+def _transposed_descriptor(v_t: torch.Tensor, block_n: int) -> TensorDescriptor:
+    heads, dim, keys = v_t.shape  # `keys_contiguous`' [Hkv, D, N'], contiguous
+    return TensorDescriptor(
+        v_t, shape=[heads * dim, keys], strides=[keys, 1], block_shape=[dim, block_n]
     )
