@@ -196,6 +196,25 @@ def test_fp8_queries_multiply_on_fp8_tensor_cores_and_widen_no_key(tmp_path: Pat
     assert fp8[True]["F2FP"] < fp8[False]["F2FP"]  # K's tiles are not widened
 
 
+def test_fp8_probabilities_prefill_multiplies_only_fp8_and_transposes_nothing(
+    tmp_path: Path,
+) -> None:
+    """`--only fp8prefill`'s FP8-probabilities arm: both of the prefill's products compile to
+    FP8 warpgroup products, and V, handed over transposed (`keys_contiguous`), reaches shared
+    memory by asynchronous copies as K does: no more shared-memory stores than the
+    FP8-queries prefill's (a transposition through registers would add dozens)."""
+    report, done = run_resources(tmp_path, "--only", "fp8prefill", "--small")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    prefills = {
+        (("QK_FP8 True" in r["variant"]), ("PV_FP8 True" in r["variant"])): r
+        for r in report["rows"]
+        if r["kernel"] == "_prefill_kernel"
+    }
+    both, queries = prefills[(True, True)], prefills[(True, False)]
+    assert both["HGMMA"] == 0 < both["QGMMA"] and queries["HGMMA"] > 0, prefills
+    assert both["STS"] <= queries["STS"] and both["LDGSTS"] >= queries["LDGSTS"], prefills
+
+
 def test_the_shared_suffix_kernel_is_held_to_its_register_cap_by_default(tmp_path: Path) -> None:
     """W1's shared-suffix kernel at Qwen3-0.6B's heads: by default at most SHARED_MAX_REGISTERS a
     thread (5 blocks of 4 warps an SM); `--shared-registers 0` is the compiler's own count, more
