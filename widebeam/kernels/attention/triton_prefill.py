@@ -140,6 +140,26 @@ def _attend_tile(
 
 
 @triton.jit
+def _attend_tiles(
+    q, k_src, v_src, lo, hi, kv_head, tok, seg_start, kv_end, qk_scale, row_scale,
+    stride_kt, stride_kh, stride_vt, stride_vh, acc, m_i, l_i,
+    MASKED: tl.constexpr, KV_FP8: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr,
+    Q_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """The key tiles lo, lo + BLOCK_N, ... before hi, each read (`_kv_tiles`) and attended
+    (`_attend_tile`) in turn; PV_FP8 reads V transposed."""
+    for n0 in range(lo, hi, BLOCK_N):
+        n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
+                              stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
+        acc, m_i, l_i = _attend_tile(
+            q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i, MASKED,
+            KV_FP8, QK_FP8, PV_FP8, Q_DTYPE, UPCAST, DOT_PRECISION,
+        )  # fmt: skip
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _prefill_kernel(
     q_ptr,  # [N, HQ, D] last dim contiguous (QK_FP8: float8_e4m3fn)
     q_scale_ptr,  # [N, HQ] fp32 contiguous, the FP8 queries' scales (QK_FP8 only)
@@ -204,6 +224,10 @@ def _prefill_kernel(
     l_i = tl.zeros([BLOCK_Q * GQA_P], tl.float32)
     acc = tl.zeros([BLOCK_Q * GQA_P, D], tl.float32)
     kv_end = tl.minimum(q_start + BLOCK_Q, seg_end)  # causal: nothing past the block's last token
+    # The arguments every range of tiles shares: (its first key, its end, whether it is masked)
+    # go before them
+    common = (kv_head, tok, seg_start, kv_end, qk_scale, row_scale, stride_kt, stride_kh,
+              stride_vt, stride_vh)  # fmt: skip
     masked_from = seg_start
     if PV_FP8:
         # V is read transposed, keys contiguous: tiles start on a 16-key boundary (16 bytes of
@@ -216,40 +240,26 @@ def _prefill_kernel(
             unmasked_from = tl.minimum(first + BLOCK_N, masked_from)
             if first == seg_start:
                 unmasked_from = first
-            for n0 in range(first, unmasked_from, BLOCK_N):
-                n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
-                                      stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
-                acc, m_i, l_i = _attend_tile(
-                    q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
-                    True, KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST,
-                    DOT_PRECISION,
-                )  # fmt: skip
-            for n0 in range(unmasked_from, masked_from, BLOCK_N):
-                n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
-                                      stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
-                acc, m_i, l_i = _attend_tile(
-                    q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
-                    False, KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST,
-                    DOT_PRECISION,
-                )  # fmt: skip
+            acc, m_i, l_i = _attend_tiles(
+                q, k_src, v_src, first, unmasked_from, *common, acc, m_i, l_i, True, KV_FP8,
+                QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION, D, BLOCK_N, TMA,
+            )  # fmt: skip
+            acc, m_i, l_i = _attend_tiles(
+                q, k_src, v_src, unmasked_from, masked_from, *common, acc, m_i, l_i, False,
+                KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION, D,
+                BLOCK_N, TMA,
+            )  # fmt: skip
             masked_from = tl.maximum(masked_from, unmasked_from)
     elif SPLIT_DIAGONAL:  # tiles whose keys all precede the block's first token: no mask
         masked_from = seg_start + (q_start - seg_start) // BLOCK_N * BLOCK_N
-        for n0 in range(seg_start, masked_from, BLOCK_N):
-            n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
-                                  stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
-            acc, m_i, l_i = _attend_tile(
-                q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i,
-                False, KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST,
-                DOT_PRECISION,
-            )  # fmt: skip
-    for n0 in range(masked_from, kv_end, BLOCK_N):
-        n, k_t, v = _kv_tiles(k_src, v_src, n0, kv_head, kv_end, stride_kt, stride_kh,
-                              stride_vt, stride_vh, D, BLOCK_N, TMA, PV_FP8)  # fmt: skip
-        acc, m_i, l_i = _attend_tile(
-            q, k_t, v, n, tok, seg_start, kv_end, qk_scale, row_scale, acc, m_i, l_i, True,
-            KV_FP8, QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION,
+        acc, m_i, l_i = _attend_tiles(
+            q, k_src, v_src, seg_start, masked_from, *common, acc, m_i, l_i, False, KV_FP8,
+            QK_FP8, PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION, D, BLOCK_N, TMA,
         )  # fmt: skip
+    acc, m_i, l_i = _attend_tiles(
+        q, k_src, v_src, masked_from, kv_end, *common, acc, m_i, l_i, True, KV_FP8, QK_FP8,
+        PV_FP8, out_ptr.dtype.element_ty, UPCAST, DOT_PRECISION, D, BLOCK_N, TMA,
+    )  # fmt: skip
     has = l_i > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, l_i, 1.0)[:, None], 0.0)
     if KV_FP8:
