@@ -111,8 +111,6 @@ class TritonAttention(AttentionBackend):
         prefill's and the prefix kernel's P V on FP8 tensor cores (`fp8_probabilities.py`)."""
         self.fp8_queries = fp8_queries
         self.fp8_probabilities = fp8_probabilities
-        # both dots on FP8 tensor cores: the prefill widens neither K nor V
-        self.prefill_takes_fp8_rows = fp8_queries and fp8_probabilities
         self.sms = sms
         self.page_size = page_size
         self.num_splits = num_splits
@@ -165,10 +163,7 @@ class TritonAttention(AttentionBackend):
         kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [N, Hq, D] dtype of q
         block_q = prefill_block_q(q.shape[1], k.shape[1])
-        fp8 = kv_scales is not None
-        fp8_dots = dict(
-            fp8_queries=self.fp8_queries and fp8, fp8_probabilities=self.fp8_probabilities and fp8
-        )
+        fp8_dots = self._fp8_dots(kv_scales)
         if isinstance(metadata, PackedPrefill):  # a CUDA-graph bucket's static work list
             whole = (0, q.shape[0])
             return ragged_causal_prefill(
@@ -197,17 +192,16 @@ class TritonAttention(AttentionBackend):
         scale: float,
         kv_scales: KvScales | None = None,
     ) -> torch.Tensor:  # [R, Hq, D] dtype of q
-        fp8_queries = self.fp8_queries and kv_scales is not None
+        fp8_dots = self._fp8_dots(kv_scales)
         if isinstance(metadata, DecodeBatch):
-            metadata = self.pack(metadata, q.shape[0], q.shape[1], k_cache.shape[1], fp8_queries)
+            metadata = self.pack(
+                metadata, q.shape[0], q.shape[1], k_cache.shape[1], fp8_dots["fp8_queries"]
+            )
         if not isinstance(metadata, PackedDecode):
             raise TypeError(
                 f"the triton backend takes a DecodeBatch or a PackedDecode, got {type(metadata)}"
             )
-        return cascade_decode_packed(
-            q, k_cache, v_cache, metadata, scale, kv_scales, fp8_queries=fp8_queries,
-            fp8_probabilities=self.fp8_probabilities and kv_scales is not None,
-        )  # fmt: skip
+        return cascade_decode_packed(q, k_cache, v_cache, metadata, scale, kv_scales, **fp8_dots)
 
     # ----- metadata ---------------------------------------------------------------------------
     def prepare_prefill(
@@ -313,6 +307,19 @@ class TritonAttention(AttentionBackend):
             layout.q_heads, layout.kv_heads, rows, rows, self._fp8_queries(layout),
             self._sms(layout.device),
         )  # fmt: skip
+
+    @property
+    def prefill_takes_fp8_rows(self) -> bool:  # type: ignore[override]
+        """Both dots on FP8 tensor cores: the prefill widens neither K nor V."""
+        return self.fp8_queries and self.fp8_probabilities
+
+    def _fp8_dots(self, kv_scales: KvScales | None) -> dict[str, bool]:
+        """The kernels' FP8 dot options for a layer: the backend's, over an FP8 cache only."""
+        fp8 = kv_scales is not None
+        return {
+            "fp8_queries": self.fp8_queries and fp8,
+            "fp8_probabilities": self.fp8_probabilities and fp8,
+        }
 
     def _fp8_queries(self, layout: AttentionLayout) -> bool:
         return self.fp8_queries and layout.kv_dtype == KV_FP8_DTYPE

@@ -109,6 +109,16 @@ def fp8_probabilities(p, ROUND_IN_FP32: tl.constexpr):
     return scaled.to(tl.float8e4nv)
 
 
+@triton.jit
+def probabilities_for_values(p, v, PV_FP8: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """[M, N] probabilities as P V's dot takes them: in V's dtype, after rounding to FP8
+    probabilities with PV_FP8 (exact where V's tile was widened from e4m3 for a dot too
+    narrow for FP8 tensor cores)."""
+    if PV_FP8:
+        p = fp8_probabilities(p, ROUND_IN_FP32)
+    return p.to(v.dtype)
+
+
 def gqa_padded(q_heads: int, kv_heads: int) -> int:
     if q_heads % kv_heads:
         raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} kv heads")

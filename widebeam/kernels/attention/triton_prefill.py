@@ -29,10 +29,10 @@ from widebeam.kernels.attention.triton_common import (
     FP8_P_SCALE,
     LOG2E,
     dot_precision,
-    fp8_probabilities,
     fp8_probability_max,
     gqa_padded,
     interpreting,
+    probabilities_for_values,
 )
 from widebeam.kernels.fp8.triton_quantize import quantize_heads_triton
 from widebeam.kernels.kv.fp8_kv import KV_FP8_DTYPE, KvScales
@@ -126,12 +126,7 @@ def _attend_tile(
         p = tl.exp2(s * qk_scale - m_ref[:, None])
     alpha = tl.exp2(m_i - m_ref)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if PV_FP8:
-        p_v = fp8_probabilities(p, UPCAST)
-        if v.shape[0] < 32:  # widened above, exactly
-            p_v = p_v.to(Q_DTYPE)
-    else:
-        p_v = p.to(v.dtype)
+    p_v = probabilities_for_values(p, v, PV_FP8, UPCAST)
     if UPCAST:
         p_v = p_v.to(tl.float32)
         v = v.to(tl.float32)

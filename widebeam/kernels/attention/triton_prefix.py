@@ -29,9 +29,9 @@ import triton.language as tl
 
 from widebeam.kernels.attention.triton_common import (
     FP8_P_SCALE,
-    fp8_probabilities,
     fp8_probability_max,
     load_queries,
+    probabilities_for_values,
 )
 
 
@@ -158,12 +158,7 @@ def prefix_kernel(
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         # P is rounded to V's dtype as on tensor cores; UPCAST keeps that rounding.
-        if PV_FP8:
-            p_v = fp8_probabilities(p, UPCAST)
-            if BLOCK_N < 32:  # V widened above, exactly
-                p_v = p_v.to(KV_DOT)
-        else:
-            p_v = p.to(v.dtype)
+        p_v = probabilities_for_values(p, v, PV_FP8, UPCAST)
         if UPCAST:
             p_v = p_v.to(tl.float32)
             v = v.to(tl.float32)
